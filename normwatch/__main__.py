@@ -1,0 +1,3 @@
+from normwatch.cli import main
+
+raise SystemExit(main())

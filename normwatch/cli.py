@@ -1,0 +1,175 @@
+"""The ``normwatch`` command line: serve, demo, db, token, import.
+
+Server-side commands import the server lazily, so the client-only install still has a
+working ``normwatch`` command (for ``import``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return 2
+    try:
+        result: int = args.handler(args)
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="normwatch", description="Live instability monitoring for training runs."
+    )
+    sub = parser.add_subparsers(metavar="command")
+
+    serve = sub.add_parser("serve", help="run the API and dashboard")
+    serve.add_argument("--host", help="bind address (NORMWATCH_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (NORMWATCH_PORT, default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    serve.add_argument(
+        "--no-migrate", action="store_true", help="do not upgrade the schema on start"
+    )
+    serve.set_defaults(handler=_serve)
+
+    demo = sub.add_parser("demo", help="serve on an SQLite file with a simulated live run")
+    demo.add_argument("--db", default="normwatch-demo.db", help="SQLite file (recreated)")
+    demo.add_argument("--port", type=int, default=None)
+    demo.add_argument(
+        "--steps-per-second", type=float, default=100.0, help="live streaming speed"
+    )
+    demo.set_defaults(handler=_demo)
+
+    db = sub.add_parser("db", help="schema management")
+    db_sub = db.add_subparsers(metavar="action")
+    upgrade = db_sub.add_parser("upgrade", help="apply migrations up to the newest")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade.set_defaults(handler=_db_upgrade)
+    downgrade = db_sub.add_parser("downgrade", help="revert migrations to a revision")
+    downgrade.add_argument("revision")
+    downgrade.set_defaults(handler=_db_downgrade)
+
+    token = sub.add_parser("token", help="API tokens")
+    token_sub = token.add_subparsers(metavar="action")
+    create = token_sub.add_parser("create", help="create a token and print it once")
+    create.add_argument("--project", required=True, help="project the token belongs to")
+    create.add_argument(
+        "--scope", choices=("ingest", "read", "admin"), default="ingest", help="what it may do"
+    )
+    create.add_argument("--name", default="", help="a label to recognise it by")
+    create.set_defaults(handler=_token_create)
+
+    imp = sub.add_parser("import", help="import a training log through the client")
+    imp_sub = imp.add_subparsers(metavar="format")
+    llmc = imp_sub.add_parser("llmc", help="an llm.c training log (s:<step> trl:... norm:...)")
+    llmc.add_argument("path")
+    llmc.add_argument("--url", default=os.environ.get("NORMWATCH_URL", "http://127.0.0.1:8000"))
+    llmc.add_argument("--token", default=os.environ.get("NORMWATCH_TOKEN"))
+    llmc.add_argument("--project", default=None)
+    llmc.add_argument("--name", default=None, help="run name (default: the file name)")
+    llmc.set_defaults(handler=_import_llmc)
+    return parser
+
+
+def _settings_and_engine():  # type: ignore[no-untyped-def]
+    from normwatch.server.config import Settings
+    from normwatch.server.db import engine_from_settings
+
+    settings = Settings()
+    return settings, engine_from_settings(settings)
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from normwatch.server.migrate import upgrade
+
+    settings, engine = _settings_and_engine()
+    upgrade(engine, args.revision)
+    print(f"database at {engine.url.render_as_string(hide_password=True)} is at {args.revision}")
+    return 0
+
+
+def _db_downgrade(args: argparse.Namespace) -> int:
+    from normwatch.server.migrate import downgrade
+
+    _, engine = _settings_and_engine()
+    downgrade(engine, args.revision)
+    print(f"database downgraded to {args.revision}")
+    return 0
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    from normwatch.server.auth import create_token
+    from normwatch.server.db import session_factory
+
+    _, engine = _settings_and_engine()
+    with session_factory(engine)() as session, session.begin():
+        secret, row = create_token(session, args.project, args.scope, args.name)
+    print(secret)
+    print(
+        f"{args.scope} token for project {args.project!r} (id {row.id}); "
+        "it is shown only once, store it now.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from normwatch.server.migrate import upgrade
+
+    settings, engine = _settings_and_engine()
+    if args.host:
+        settings.host = args.host
+    if args.port:
+        settings.port = args.port
+    if not args.no_migrate:
+        upgrade(engine)
+    engine.dispose()
+    os.environ["NORMWATCH_HOST"] = settings.host
+    os.environ["NORMWATCH_PORT"] = str(settings.port)
+    print(f"normwatch serving on {settings.base_url}  (API docs: {settings.base_url}/docs)")
+    uvicorn.run(
+        "normwatch.server.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=args.workers,
+        log_level="warning",
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from normwatch.demo import run_demo
+
+    return run_demo(db_path=args.db, port=args.port, steps_per_second=args.steps_per_second)
+
+
+def _import_llmc(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from normwatch.client import Run
+    from normwatch.client.llmc import import_llmc
+
+    if not args.token:
+        print("error: pass --token or set NORMWATCH_TOKEN (an ingest token)", file=sys.stderr)
+        return 2
+    path = Path(args.path)
+    if not path.is_file():
+        print(f"error: no such file: {path}", file=sys.stderr)
+        return 2
+    name = args.name or path.stem
+    with Run(args.url, token=args.token, project=args.project, name=name) as run:
+        steps = import_llmc(path, run)
+    print(f"imported {steps} steps into run {name!r}")
+    return 0

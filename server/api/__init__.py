@@ -1,0 +1,1 @@
+"""HTTP routes. Thin: parse, call a service, map results to status codes."""

@@ -1,0 +1,82 @@
+"""Dependencies shared by the routes: database sessions and the calling principal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..auth import Principal, Scope, authenticate
+from ..config import Settings
+from ..models import Run
+from ..services import runs as run_service
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """A session for one request; routes that write commit before they answer."""
+    factory: sessionmaker[Session] = request.app.state.sessions
+    with factory() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def bearer_token(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HTTPException(
+            401,
+            "missing bearer token: send 'Authorization: Bearer <token>' "
+            "(create one with `normwatch token create`)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return token.strip()
+
+
+def get_principal(request: Request) -> Principal:
+    token = bearer_token(request)
+    factory: sessionmaker[Session] = request.app.state.sessions
+    with factory() as session, session.begin():
+        who = authenticate(session, token)
+    if who is None:
+        raise HTTPException(
+            401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return who
+
+
+def require(scope: Scope) -> Callable[[Principal], Principal]:
+    """A dependency admitting principals whose scope covers ``scope``."""
+
+    def check(who: Annotated[Principal, Depends(get_principal)]) -> Principal:
+        if not who.can(scope):
+            raise HTTPException(403, f"this token's scope is '{who.scope}'; '{scope}' is needed")
+        return who
+
+    return check
+
+
+Reader = Annotated[Principal, Depends(require("read"))]
+Writer = Annotated[Principal, Depends(require("ingest"))]
+Admin = Annotated[Principal, Depends(require("admin"))]
+
+
+def owned_run(session: Session, who: Principal, run_id: str) -> tuple[Run, str]:
+    """The run if it exists and belongs to the caller's project (404, then 403)."""
+    found = run_service.get_run(session, run_id)
+    if found is None:
+        raise HTTPException(404, f"no run with id {run_id!r}")
+    run, project = found
+    if run.project_id != who.project_id:
+        raise HTTPException(403, "this run belongs to another project")
+    return run, project

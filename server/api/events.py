@@ -1,0 +1,29 @@
+"""Events: config changes, restarts, notes. Drawn on charts; zoom anchors."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from ..batch import BatchError
+from ..schemas import EventCreate, EventOut
+from ..services import ingest, query
+from .deps import Reader, SessionDep, Writer, owned_run
+
+router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
+
+
+@router.post("", status_code=201, response_model=EventOut)
+def post_event(run_id: str, body: EventCreate, session: SessionDep, who: Writer) -> EventOut:
+    run, _ = owned_run(session, who, run_id)
+    try:
+        out = ingest.add_event(session, run, body)
+    except BatchError as exc:
+        raise HTTPException(422, str(exc)) from None
+    session.commit()
+    return out
+
+
+@router.get("", response_model=list[EventOut])
+def list_events(run_id: str, session: SessionDep, who: Reader) -> list[EventOut]:
+    run, _ = owned_run(session, who, run_id)
+    return query.list_events(session, run)

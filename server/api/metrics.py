@@ -1,0 +1,95 @@
+"""Metric batches in; metric lists and downsampled series out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from ..auth import Principal
+from ..batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
+from ..schemas import Accepted, MetricOut, SeriesResponse
+from ..services import ingest, query
+from .body import read_limited_body
+from .deps import Reader, SessionDep, Writer, owned_run
+
+router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["metrics"])
+
+
+@router.post("/metrics", status_code=202, response_model=Accepted)
+async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
+    """Store a columnar batch: ``{"steps": [...], "metrics": {name: [values...]}}``.
+
+    Values are numbers, ``null`` (not logged at that step) or ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"``. The batch is stored whole or rejected whole; re-sending it stores
+    nothing twice. ``Content-Encoding: gzip`` is accepted.
+    """
+    state = request.app.state
+    if state.ingest_inflight >= state.ingest_capacity:
+        raise HTTPException(503, "ingest is at capacity; retry shortly", headers={"Retry-After": "1"})
+    state.ingest_inflight += 1
+    try:
+        body = await read_limited_body(request, state.settings.max_body_bytes)
+        accepted, segment = await run_in_threadpool(_store, request, who, run_id, body)
+    finally:
+        state.ingest_inflight -= 1
+    return Response(
+        orjson.dumps({"accepted": accepted, "segment": segment}),
+        status_code=202,
+        media_type="application/json",
+    )
+
+
+def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[int, int]:
+    settings = request.app.state.settings
+    try:
+        batch = parse_batch(loads(body), max_points=settings.max_batch_points)
+    except BatchTooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
+    except BodyNotJson as exc:
+        raise HTTPException(400, str(exc)) from None
+    except BatchError as exc:
+        raise HTTPException(422, str(exc)) from None
+    with request.app.state.sessions() as session:
+        run, _ = owned_run(session, who, run_id)
+        try:
+            result = ingest.ingest_batch(session, run, batch)
+        except BatchError as exc:
+            raise HTTPException(422, str(exc)) from None
+        session.commit()
+    return result
+
+
+@router.get("/metrics", response_model=list[MetricOut])
+def list_metrics(run_id: str, session: SessionDep, who: Reader) -> list[MetricOut]:
+    """Every metric the run logged, with its last step and value."""
+    run, _ = owned_run(session, who, run_id)
+    return query.list_metrics(session, run)
+
+
+@router.get("/series", response_model=SeriesResponse)
+def get_series(
+    run_id: str,
+    session: SessionDep,
+    who: Reader,
+    metric: Annotated[list[str], Query(min_length=1, max_length=64)],
+    start: int | None = None,
+    end: int | None = None,
+    points: Annotated[int, Query(ge=1, le=query.MAX_POINTS)] = 1000,
+) -> Response:
+    """Series of the latest lineage in ``[start, end]``, M4-downsampled to ~``4·points``.
+
+    Each bucket's first, last, minimum and maximum survive, so a one-step spike shows
+    at every zoom. Non-finite values come back as ``"NaN"``/``"Infinity"``/``"-Infinity"``.
+    """
+    run, _ = owned_run(session, who, run_id)
+    try:
+        series = query.read_series(session, run, metric, start=start, end=end, points=points)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return Response(
+        orjson.dumps({"series": [s.to_json() for s in series]}), media_type="application/json"
+    )

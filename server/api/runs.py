@@ -1,0 +1,45 @@
+"""Runs: create or resume, list, describe, update."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+
+from ..schemas import RunCreate, RunOut, RunUpdate
+from ..services import runs as run_service
+from .deps import Reader, SessionDep, Writer, owned_run
+
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+
+
+@router.post("", response_model=RunOut)
+def create_run(body: RunCreate, session: SessionDep, who: Writer) -> RunOut:
+    """Create a run, or resume the project's run of that name (see ``start_step``)."""
+    try:
+        out = run_service.create_or_resume(session, who, body)
+    except run_service.Forbidden as exc:
+        raise HTTPException(403, str(exc)) from None
+    session.commit()
+    return out
+
+
+@router.get("", response_model=list[RunOut])
+def list_runs(session: SessionDep, who: Reader, project: str | None = None) -> list[RunOut]:
+    """Runs of a project, most recently active first."""
+    if project is not None and project != who.project:
+        raise HTTPException(403, f"this token belongs to project {who.project!r}")
+    return run_service.list_runs(session, who.project)
+
+
+@router.get("/{run_id}", response_model=RunOut)
+def get_run(run_id: str, session: SessionDep, who: Reader) -> RunOut:
+    run, project = owned_run(session, who, run_id)
+    return run_service.describe(session, run, project)
+
+
+@router.patch("/{run_id}", response_model=RunOut)
+def update_run(run_id: str, body: RunUpdate, session: SessionDep, who: Writer) -> RunOut:
+    """Mark a run finished or failed, or replace its tags."""
+    run, project = owned_run(session, who, run_id)
+    out = run_service.update_run(session, run, project, body)
+    session.commit()
+    return out

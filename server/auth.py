@@ -1,0 +1,111 @@
+"""Bearer tokens: generated once, stored as SHA-256, scoped to one project.
+
+Scopes: ``ingest`` writes runs, metrics and events; ``read`` reads; ``admin`` does
+everything, plus rules and tokens. Tokens carry 256 bits of randomness, so a plain
+SHA-256 (not a slow password hash) is the right digest: nothing to brute-force.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from .models import ApiToken, InstanceSecret, Project, utcnow
+
+Scope = Literal["ingest", "read", "admin"]
+SCOPES: tuple[Scope, ...] = ("ingest", "read", "admin")
+TOKEN_PREFIX = "nw_"
+# last_used_at is written at most this often per token, to keep reads write-free.
+_TOUCH_EVERY = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a token of one project with one scope."""
+
+    token_id: int
+    project_id: int
+    project: str
+    scope: Scope
+
+    def can(self, needed: Scope) -> bool:
+        return self.scope == "admin" or self.scope == needed
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def get_or_create_project(session: Session, name: str) -> Project:
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is None:
+        project = Project(name=name)
+        session.add(project)
+        session.flush()
+    return project
+
+
+def create_token(session: Session, project: str, scope: Scope, name: str = "") -> tuple[str, ApiToken]:
+    """Create a token; the secret is returned once and never stored."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    proj = get_or_create_project(session, project)
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(
+        project_id=proj.id,
+        name=name or f"{scope} token",
+        scope=scope,
+        token_hash=hash_token(secret),
+        prefix=secret[:10],
+    )
+    session.add(row)
+    session.flush()
+    return secret, row
+
+
+def authenticate(session: Session, token: str) -> Principal | None:
+    """The principal for a presented token, or None if unknown or revoked."""
+    row = session.execute(
+        select(ApiToken, Project.name)
+        .join(Project, Project.id == ApiToken.project_id)
+        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+    ).first()
+    if row is None:
+        return None
+    tok, project_name = row
+    now = utcnow()
+    last = tok.last_used_at
+    if last is None or (now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo))) > _TOUCH_EVERY:
+        session.execute(update(ApiToken).where(ApiToken.id == tok.id).values(last_used_at=now))
+    return Principal(tok.id, tok.project_id, project_name, tok.scope)  # type: ignore[arg-type]
+
+
+def principal_for_token_id(session: Session, token_id: int) -> Principal | None:
+    """Re-check a token named by a session cookie: revoking it ends the session."""
+    row = session.execute(
+        select(ApiToken, Project.name)
+        .join(Project, Project.id == ApiToken.project_id)
+        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+    ).first()
+    if row is None:
+        return None
+    tok, project_name = row
+    return Principal(tok.id, tok.project_id, project_name, tok.scope)  # type: ignore[arg-type]
+
+
+def instance_secret(session: Session, name: str) -> str:
+    """A random secret generated on first use and shared by every worker via the database."""
+    value = session.scalar(select(InstanceSecret.value).where(InstanceSecret.name == name))
+    if value is not None:
+        return value
+    candidate = secrets.token_urlsafe(48)
+    with session.begin_nested():
+        session.merge(InstanceSecret(name=name, value=candidate))
+    stored = session.scalar(select(InstanceSecret.value).where(InstanceSecret.name == name))
+    return stored or candidate

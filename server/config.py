@@ -1,0 +1,50 @@
+"""One settings object, read from ``NORMWATCH_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service configuration.
+
+    Every field maps to ``NORMWATCH_<FIELD>`` in the environment (or a ``.env`` file).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="NORMWATCH_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///normwatch.db",
+        description="SQLAlchemy URL; an SQLite file in the working directory by default.",
+    )
+    host: str = "127.0.0.1"
+    port: int = 8000
+    public_url: str | None = Field(
+        default=None, description="Base URL used in links sent out (alerts, login links)."
+    )
+    webhook_allow: str = Field(
+        default="",
+        description="Comma-separated hosts that alert URLs may target even when private.",
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description="Signs dashboard session cookies; generated and kept in the database if unset.",
+    )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        description="Largest request body accepted, measured after gzip decompression.",
+    )
+    max_batch_points: int = Field(
+        default=2_000_000, description="Largest number of points one metrics batch may carry."
+    )
+    db_pool_size: int = 8
+    session_max_age_s: int = 14 * 24 * 3600
+
+    @property
+    def base_url(self) -> str:
+        """The URL people reach the service at, without a trailing slash."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"

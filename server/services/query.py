@@ -1,0 +1,106 @@
+"""Reads for charts and listings: metric lists, M4-downsampled series, events."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy.orm import Session
+
+from .. import storage
+from ..m4 import m4_select
+from ..models import Run
+from ..schemas import EventOut, MetricOut
+
+MAX_POINTS = 20_000
+
+
+@dataclass(frozen=True)
+class Series:
+    metric: str
+    steps: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+    downsampled: bool
+    total_points: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "metric": self.metric,
+            "steps": self.steps.tolist(),
+            "values": [encode_value(v) for v in self.values.tolist()],
+            "downsampled": self.downsampled,
+            "total_points": self.total_points,
+        }
+
+
+def encode_value(v: float) -> float | str:
+    """JSON has no NaN or Infinity: spell them as the strings the API accepts."""
+    if math.isfinite(v):
+        return v
+    if math.isnan(v):
+        return "NaN"
+    return "Infinity" if v > 0 else "-Infinity"
+
+
+def list_metrics(session: Session, run: Run) -> list[MetricOut]:
+    return [
+        MetricOut(
+            name=m.name,
+            last_step=m.last_step,
+            last_value=None
+            if m.last_step is None
+            else encode_value(math.nan if m.last_value is None else m.last_value),
+        )
+        for m in storage.metrics_of(session, run.key)
+    ]
+
+
+def read_series(
+    session: Session,
+    run: Run,
+    metrics: list[str],
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    points: int = 1000,
+) -> list[Series]:
+    """Each metric's points in ``[start, end]`` of the latest lineage, M4-downsampled.
+
+    At most ``4 · points`` points a metric come back (plus one per bucket holding a NaN),
+    each a real stored (step, value). A metric the run never logged comes back empty.
+    """
+    if points < 1 or points > MAX_POINTS:
+        raise ValueError(f"points must be between 1 and {MAX_POINTS}, got {points}")
+    if start is not None and end is not None and end < start:
+        raise ValueError(f"end ({end}) must not be below start ({start})")
+    lineage = storage.lineage_of(storage.segments_of(session, run.key))
+    ids = storage.metric_ids_by_name(session, run.key, metrics)
+    out = []
+    for name in metrics:
+        mid = ids.get(name)
+        if mid is None:
+            empty = np.empty(0, dtype=np.int64)
+            out.append(Series(name, empty, np.empty(0, dtype=np.float64), False, 0))
+            continue
+        steps, values = storage.read_points(session, run.key, mid, lineage, start, end)
+        total = len(steps)
+        if total <= 4 * points:
+            out.append(Series(name, steps, values, False, total))
+            continue
+        lo = start if start is not None else int(steps[0])
+        hi = end if end is not None else int(steps[-1])
+        keep = m4_select(steps, values, points, lo, hi)
+        out.append(Series(name, steps[keep], values[keep], True, total))
+    return out
+
+
+def list_events(session: Session, run: Run) -> list[EventOut]:
+    return [
+        EventOut(
+            id=e.id, step=e.step, segment=e.segment, kind=e.kind, text=e.text,
+            created_at=e.created_at,
+        )
+        for e in storage.events_of(session, run.key)
+    ]

@@ -1,0 +1,140 @@
+"""Runs: create, resume (opening a segment on restarts), list, update."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from .. import storage
+from ..auth import Principal, get_or_create_project
+from ..models import Project, Run, Segment
+from ..schemas import RunCreate, RunOut, RunUpdate, SegmentOut
+
+
+class Forbidden(Exception):
+    """The principal may not act on that project."""
+
+
+def to_out(run: Run, project: str, segments: list[Segment] | None = None) -> RunOut:
+    return RunOut(
+        id=run.id,
+        project=project,
+        name=run.name,
+        status=run.status,
+        segment=run.segment,
+        config=run.config or {},
+        tags=run.tags or [],
+        last_step=run.last_step,
+        last_seen=run.last_seen,
+        created_at=run.created_at,
+        segments=None
+        if segments is None
+        else [SegmentOut(segment=s.segment, start_step=s.start_step, created_at=s.created_at)
+              for s in segments],
+    )
+
+
+def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOut:
+    """Create the run, or resume it when the project already has one of that name.
+
+    A ``start_step`` at or below the run's last logged step means the trainer restarted
+    from an earlier checkpoint: a new segment opens and every stored point is kept.
+    """
+    project_name = body.project or who.project
+    if project_name != who.project:
+        raise Forbidden(f"this token belongs to project {who.project!r}, not {project_name!r}")
+    project = get_or_create_project(session, project_name)
+    run = session.scalar(
+        select(Run).where(Run.project_id == project.id, Run.name == body.name).with_for_update()
+    )
+    if run is None:
+        run = _insert_run(session, project, body)
+        if run is None:  # lost a race with a concurrent create of the same name
+            return create_or_resume(session, who, body)
+        return to_out(run, project.name, _segments(session, run))
+
+    reference = run.last_step
+    if reference is None:
+        reference = session.scalar(
+            select(Segment.start_step).where(
+                Segment.run_key == run.key, Segment.segment == run.segment
+            )
+        )
+    if body.start_step is not None and reference is not None and body.start_step <= reference:
+        run.segment += 1
+        session.add(Segment(run_key=run.key, segment=run.segment, start_step=body.start_step))
+        run.last_step = None
+    if body.config:
+        run.config = {**(run.config or {}), **body.config}
+    if body.tags:
+        run.tags = sorted(set(run.tags or []) | set(body.tags))
+    run.status = "running"
+    run.last_seen = storage.now()
+    session.flush()
+    return to_out(run, project.name, _segments(session, run))
+
+
+def _insert_run(session: Session, project: Project, body: RunCreate) -> Run | None:
+    run = Run(
+        id=uuid.uuid4().hex,
+        project_id=project.id,
+        name=body.name,
+        config=body.config,
+        tags=sorted(set(body.tags)),
+        status="running",
+        segment=1,
+    )
+    try:
+        with session.begin_nested():
+            session.add(run)
+            session.flush()
+            session.add(Segment(run_key=run.key, segment=1, start_step=body.start_step))
+            session.flush()
+    except IntegrityError:
+        return None
+    return run
+
+
+def _segments(session: Session, run: Run) -> list[Segment]:
+    return list(
+        session.scalars(
+            select(Segment).where(Segment.run_key == run.key).order_by(Segment.segment)
+        )
+    )
+
+
+def get_run(session: Session, run_id: str) -> tuple[Run, str] | None:
+    """The run and its project's name, or None."""
+    row = session.execute(
+        select(Run, Project.name).join(Project, Project.id == Run.project_id).where(Run.id == run_id)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def describe(session: Session, run: Run, project: str) -> RunOut:
+    return to_out(run, project, _segments(session, run))
+
+
+def list_runs(session: Session, project: str) -> list[RunOut]:
+    rows = session.execute(
+        select(Run, Project.name)
+        .join(Project, Project.id == Run.project_id)
+        .where(Project.name == project)
+        .order_by(Run.last_seen.desc())
+    )
+    return [to_out(run, name) for run, name in rows]
+
+
+def update_run(session: Session, run: Run, project: str, body: RunUpdate) -> RunOut:
+    values: dict[str, object] = {}
+    if body.status is not None:
+        values["status"] = body.status
+    if body.tags is not None:
+        values["tags"] = sorted(set(body.tags))
+    if values:
+        session.execute(update(Run).where(Run.key == run.key).values(**values))
+        session.refresh(run)
+    return describe(session, run, project)
