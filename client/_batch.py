@@ -1,0 +1,205 @@
+"""Turning queued ``(step, metrics)`` records into the columnar wire format.
+
+Everything here runs on the background sender thread, never on the training thread: that is
+where device scalars (NumPy, JAX) are converted to Python floats, so the trainer never waits
+for a device-to-host copy.
+
+Wire format of one batch (``POST /api/v1/runs/{id}/metrics``)::
+
+    {"steps": [81000, 81001],
+     "metrics": {"grad/norm/total": [0.31, "NaN"], "params/norm/x": [341.2, null]},
+     "segment": 2}
+
+Every column has the length of ``steps``; ``null`` means "not logged at that step" and the
+non-finite floats travel as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, NamedTuple
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is optional for the client
+    orjson = None  # type: ignore[assignment]
+
+WireValue = float | str
+"""A finite float, or one of ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+
+_REJECTED_KINDS = frozenset("OSUaMmc")
+"""NumPy dtype kinds that are not real numbers: object, text, datetime, complex."""
+
+
+class BadValue(TypeError):
+    """A logged value that is not a real scalar (a string, ``None``, a vector...)."""
+
+
+@functools.cache
+def _numpy() -> ModuleType | None:
+    """NumPy if it is installed; imported on first use so the client does not need it."""
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - exercised only without numpy
+        return None
+    return numpy
+
+
+def to_float(value: object) -> float:
+    """Convert one logged value to a Python float.
+
+    Accepts ints, floats, NumPy scalars, and size-1 arrays of any real dtype (JAX arrays,
+    bfloat16 included). Raises `BadValue` for anything else, strings included, so that
+    ``"1.5"`` logged by mistake is reported rather than silently parsed.
+    """
+    if isinstance(value, float | int):
+        return float(value)
+    if isinstance(value, str | bytes) or value is None:
+        raise BadValue(f"expected a number, got {type(value).__name__}")
+    np = _numpy()
+    if np is None:
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise BadValue(f"expected a number, got {type(value).__name__}") from exc
+    try:
+        array = np.asarray(value)
+        if array.size != 1 or array.dtype.kind in _REJECTED_KINDS:
+            raise BadValue(
+                f"expected a real scalar, got {type(value).__name__} "
+                f"of shape {array.shape} and dtype {array.dtype}"
+            )
+        return float(array.reshape(()).astype(np.float64))
+    except BadValue:
+        raise
+    except Exception as exc:
+        raise BadValue(f"cannot convert {type(value).__name__} to float: {exc}") from exc
+
+
+def to_wire(value: float) -> WireValue:
+    """Encode a float for JSON, spelling non-finite values out as strings."""
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def fetch_from_device(records: list[tuple[int, dict[Any, object]]]) -> None:
+    """Copy device arrays of all records to the host in one transfer, in place.
+
+    Only acts when JAX is already imported by the trainer; converting each scalar on its
+    own would cost one device round trip per value.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    try:
+        fetched = jax.device_get([metrics for _, metrics in records])
+    except Exception:
+        return  # fall back to converting value by value
+    for index, metrics in enumerate(fetched):
+        records[index] = (records[index][0], metrics)
+
+
+@dataclass(slots=True)
+class ColumnarBatch:
+    """Merged steps ready to send: ``rows[step][name]`` is the wire value."""
+
+    rows: dict[int, dict[str, WireValue]]
+
+    @property
+    def points(self) -> int:
+        """Number of (step, metric) values in the batch."""
+        return sum(len(row) for row in self.rows.values())
+
+    def split(self) -> tuple[ColumnarBatch, ColumnarBatch]:
+        """Two halves by step, for a server that finds the whole batch too large."""
+        steps = sorted(self.rows)
+        middle = len(steps) // 2
+        return (
+            ColumnarBatch({step: self.rows[step] for step in steps[:middle]}),
+            ColumnarBatch({step: self.rows[step] for step in steps[middle:]}),
+        )
+
+    def body(self, segment: int | None) -> dict[str, object]:
+        """The JSON document: ascending steps, one column per metric name, null padded."""
+        steps = sorted(self.rows)
+        names: dict[str, None] = {}
+        for step in steps:
+            names.update(dict.fromkeys(self.rows[step]))
+        rows = [self.rows[step] for step in steps]
+        columns = {name: [row.get(name) for row in rows] for name in names}
+        body: dict[str, object] = {"steps": steps, "metrics": columns}
+        if segment is not None:
+            body["segment"] = segment
+        return body
+
+
+class Merged(NamedTuple):
+    """`merge_records` result: the batch, plus the values that could not be converted."""
+
+    batch: ColumnarBatch
+    rejected: dict[str, str]
+    """Reason per metric name (non-string names under their ``repr``)."""
+    rejected_points: int
+
+
+def merge_records(records: Iterable[tuple[int, Mapping[Any, object]]]) -> Merged:
+    """Convert and merge records; a later value for the same step and name wins."""
+    rows: dict[int, dict[str, WireValue]] = {}
+    rejected: dict[str, str] = {}
+    rejected_points = 0
+    for step, metrics in records:
+        row = rows.setdefault(step, {})
+        for name, value in metrics.items():
+            if not isinstance(name, str):
+                rejected[repr(name)] = f"metric names must be str, got {type(name).__name__}"
+                rejected_points += 1
+                continue
+            try:
+                row[name] = to_wire(to_float(value))
+            except BadValue as exc:
+                rejected[name] = str(exc)
+                rejected_points += 1
+    batch = ColumnarBatch({step: row for step, row in rows.items() if row})
+    return Merged(batch, rejected, rejected_points)
+
+
+def dumps(document: object) -> bytes:
+    """Serialise JSON strictly: non-finite floats must already be encoded as strings."""
+    if orjson is not None:
+        return orjson.dumps(document)
+    return json.dumps(document, allow_nan=False, separators=(",", ":")).encode()
+
+
+def gzip_json(document: object) -> bytes:
+    """JSON then gzip; level 1 because the sender should stay cheap on CPU."""
+    return gzip.compress(dumps(document), compresslevel=1, mtime=0)
+
+
+def jsonable(value: object, depth: int = 0) -> object:
+    """A JSON-safe copy of a user's run config: non-finite floats spelled out, odd objects
+    (arrays, paths, dtypes) as their ``str``, nesting capped so cycles cannot recurse forever.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return to_wire(value)
+    if depth >= 32:
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(key): jsonable(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(item, depth + 1) for item in value]
+    try:
+        return to_wire(to_float(value))
+    except BadValue:
+        return str(value)

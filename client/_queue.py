@@ -1,0 +1,138 @@
+"""The bounded in-memory queue between the training thread and the sender thread.
+
+The training thread only ever calls `SendQueue.put`: an append and a few integer updates
+under one lock. When the server falls behind for long enough that more than ``max_points``
+values wait, the oldest steps are shed (events are kept) so memory stays bounded and the
+trainer is never blocked.
+
+Point accounting, where a point is one (step, metric) value::
+
+    logged = queued + in flight + sent + dropped   (up to same-step merges)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """An annotation waiting to be sent, kept in order with the metrics around it."""
+
+    step: int
+    kind: str
+    text: str
+
+
+Record = tuple[int, dict[Any, object]]
+"""A step and the (copied) dict logged for it, values not yet converted."""
+
+
+class SendQueue:
+    """FIFO of records and events, with the counters `Run` exposes."""
+
+    def __init__(self, *, max_points: int, batch_points: int) -> None:
+        self._lock = threading.Lock()
+        self._items: deque[Record | EventRecord] = deque()
+        self._max_points = max_points
+        self._batch_points = batch_points
+        self.closed = False
+        # Plain ints, read without the lock: a stale read by a property is harmless.
+        self.queued_points = 0
+        self.inflight_points = 0
+        self.sent_points = 0
+        self.dropped_points = 0
+
+    @property
+    def batch_ready(self) -> bool:
+        """True when a full batch is waiting and the sender should not wait for its timer."""
+        return self.queued_points >= self._batch_points
+
+    def put(self, item: Record | EventRecord, points: int) -> int | None:
+        """Append ``item`` holding ``points`` values.
+
+        Returns how many old values were shed to make room (usually 0), or None when the
+        queue is closed and the item was dropped.
+        """
+        with self._lock:
+            if self.closed:
+                self.dropped_points += points
+                return None
+            self._items.append(item)
+            self.queued_points += points
+            if self.queued_points <= self._max_points:
+                return 0
+            return self._shed_oldest()
+
+    def _shed_oldest(self) -> int:
+        kept_events: list[EventRecord] = []
+        shed = 0
+        while self.queued_points > self._max_points and self._items:
+            item = self._items.popleft()
+            if isinstance(item, EventRecord):
+                kept_events.append(item)
+                continue
+            shed += len(item[1])
+            self.queued_points -= len(item[1])
+        self._items.extendleft(reversed(kept_events))
+        self.dropped_points += shed
+        return shed
+
+    def close(self) -> bool:
+        """Refuse further items; True only for the call that closed it."""
+        with self._lock:
+            was_open = not self.closed
+            self.closed = True
+            return was_open
+
+    def discard(self) -> None:
+        """Close and drop everything waiting or in flight (nowhere left to send it)."""
+        with self._lock:
+            self.closed = True
+            self.dropped_points += self.queued_points + self.inflight_points
+            self.queued_points = self.inflight_points = 0
+            self._items.clear()
+
+    def take(self) -> EventRecord | list[Record] | None:
+        """The next event, or the next records up to ``batch_points`` values, or None.
+
+        A record larger than the room left is split by metric name, the rest staying at
+        the head of the queue. Taken values count as in flight until `settle`.
+        """
+        with self._lock:
+            if not self._items:
+                return None
+            head = self._items[0]
+            if isinstance(head, EventRecord):
+                self._items.popleft()
+                return head
+            records: list[Record] = []
+            room = self._batch_points
+            while self._items and room > 0:
+                head = self._items[0]
+                if isinstance(head, EventRecord):
+                    break
+                step, metrics = head
+                if len(metrics) > room:
+                    items = list(metrics.items())
+                    records.append((step, dict(items[:room])))
+                    self._items[0] = (step, dict(items[room:]))
+                    taken = room
+                else:
+                    self._items.popleft()
+                    records.append(head)
+                    taken = len(metrics)
+                room -= taken
+                self.queued_points -= taken
+                self.inflight_points += taken
+            return records
+
+    def settle(self, *, taken: int = 0, sent: int = 0, dropped: int = 0) -> None:
+        """Account for a finished delivery: ``taken`` leave flight, as sent or dropped."""
+        with self._lock:
+            self.inflight_points -= taken
+            self.sent_points += sent
+            self.dropped_points += dropped

@@ -1,0 +1,204 @@
+"""Shared fixtures: a scratch Postgres database, SQLite files, and real server processes.
+
+Each test session gets its own Postgres database (created from the one named by
+``NORMWATCH_TEST_DATABASE_URL`` and dropped afterwards), migrated with Alembic. Tests
+that touch the database through a session run inside a transaction that is rolled back;
+tests that talk HTTP to a real server create their own project, so no two share rows.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import Engine, make_url
+from sqlalchemy.orm import Session
+
+from normwatch.server.auth import create_token
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.migrate import upgrade
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+def _admin_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A freshly created and migrated Postgres database for this test session."""
+    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
+    name = f"normwatch_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    try:
+        admin = psycopg.connect(_admin_dsn(base), autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"Postgres at {base} does not answer ({exc}); run ./scripts/ensure-postgres")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    engine = build_engine(url, pool_size=1)
+    upgrade(engine)
+    engine.dispose()
+    yield url
+    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("sqlite") / "normwatch.db"
+    url = f"sqlite:///{path}"
+    engine = build_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session", params=["postgresql", "sqlite"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn."""
+    fixture = "pg_url" if request.param == "postgresql" else "sqlite_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture(scope="session")
+def db_engine(db_url: str) -> Iterator[Engine]:
+    engine = build_engine(db_url, pool_size=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def db_session(db_engine: Engine) -> Iterator[Session]:
+    """A session whose every change is rolled back at the end of the test."""
+    with db_engine.connect() as conn:
+        outer = conn.begin()
+        session = Session(bind=conn, join_transaction_mode="create_savepoint")
+        try:
+            yield session
+        finally:
+            session.close()
+            outer.rollback()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerProcess:
+    """A real ``uvicorn`` process serving the app factory."""
+
+    url: str
+    database_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def start_server(database_url: str, log_dir: Path, **env: str) -> ServerProcess:
+    port = free_port()
+    log_path = log_dir / f"server-{port}.log"
+    environment = {
+        **os.environ,
+        "NORMWATCH_DATABASE_URL": database_url,
+        "NORMWATCH_HOST": "127.0.0.1",
+        "NORMWATCH_PORT": str(port),
+        **env,
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "normwatch", "serve", "--no-migrate"],
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = ServerProcess(f"http://127.0.0.1:{port}", database_url, process, log_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"server did not become healthy in 60 s:\n{server.log()}")
+
+
+@pytest.fixture(scope="session")
+def server(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real server on each backend in turn."""
+    proc = start_server(db_url, tmp_path_factory.mktemp("server"))
+    yield proc
+    proc.stop()
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A project of its own with a token of each scope."""
+
+    project: str
+    ingest: str
+    read: str
+    admin: str
+
+    def headers(self, scope: str = "admin") -> dict[str, str]:
+        return {"Authorization": f"Bearer {getattr(self, scope)}"}
+
+
+def make_tenant(database_url: str) -> Tenant:
+    engine = build_engine(database_url, pool_size=1)
+    project = f"proj-{uuid.uuid4().hex[:10]}"
+    try:
+        with session_factory(engine)() as session, session.begin():
+            tokens = {s: create_token(session, project, s)[0] for s in ("ingest", "read", "admin")}
+    finally:
+        engine.dispose()
+    return Tenant(project, tokens["ingest"], tokens["read"], tokens["admin"])
+
+
+@pytest.fixture
+def tenant(server: ServerProcess) -> Tenant:
+    return make_tenant(server.database_url)
+
+
+@pytest.fixture
+def api(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
