@@ -43,9 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="serve on an SQLite file with a simulated live run")
     demo.add_argument("--db", default="normwatch-demo.db", help="SQLite file (recreated)")
     demo.add_argument("--port", type=int, default=None)
-    demo.add_argument(
-        "--steps-per-second", type=float, default=100.0, help="live streaming speed"
-    )
+    demo.add_argument("--steps-per-second", type=float, default=100.0, help="live streaming speed")
     demo.set_defaults(handler=_demo)
 
     db = sub.add_parser("db", help="schema management")

@@ -51,7 +51,9 @@ def get_or_create_project(session: Session, name: str) -> Project:
     return project
 
 
-def create_token(session: Session, project: str, scope: Scope, name: str = "") -> tuple[str, ApiToken]:
+def create_token(
+    session: Session, project: str, scope: Scope, name: str = ""
+) -> tuple[str, ApiToken]:
     """Create a token; the secret is returned once and never stored."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
@@ -81,7 +83,10 @@ def authenticate(session: Session, token: str) -> Principal | None:
     tok, project_name = row
     now = utcnow()
     last = tok.last_used_at
-    if last is None or (now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo))) > _TOUCH_EVERY:
+    if (
+        last is None
+        or (now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo))) > _TOUCH_EVERY
+    ):
         session.execute(update(ApiToken).where(ApiToken.id == tok.id).values(last_used_at=now))
     return Principal(tok.id, tok.project_id, project_name, tok.scope)  # type: ignore[arg-type]
 

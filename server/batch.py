@@ -142,7 +142,7 @@ def _parse_column(name: Any, raw: Any, length: int) -> MetricColumn:
             values[i] = NON_FINITE[v]
         else:
             raise BatchError(
-                f"metrics[{name!r}][{i}]: must be a number, null, \"NaN\", \"Infinity\" or "
-                f"\"-Infinity\", got {v!r}"
+                f'metrics[{name!r}][{i}]: must be a number, null, "NaN", "Infinity" or '
+                f'"-Infinity", got {v!r}'
             )
     return MetricColumn(name, values, logged)

@@ -225,7 +225,9 @@ def read_points(
 
 
 def metrics_of(session: Session, run_key: int) -> list[Metric]:
-    return list(session.scalars(select(Metric).where(Metric.run_key == run_key).order_by(Metric.name)))
+    return list(
+        session.scalars(select(Metric).where(Metric.run_key == run_key).order_by(Metric.name))
+    )
 
 
 def metric_ids_by_name(session: Session, run_key: int, names: Sequence[str]) -> dict[str, int]:
@@ -237,14 +239,15 @@ def metric_ids_by_name(session: Session, run_key: int, names: Sequence[str]) -> 
 
 def events_of(session: Session, run_key: int) -> list[Event]:
     return list(
-        session.scalars(select(Event).where(Event.run_key == run_key).order_by(Event.step, Event.id))
+        session.scalars(
+            select(Event).where(Event.run_key == run_key).order_by(Event.step, Event.id)
+        )
     )
 
 
 def point_count(session: Session, run_key: int) -> int:
     return int(
-        session.scalar(select(func.count()).select_from(Point).where(Point.run_key == run_key))
-        or 0
+        session.scalar(select(func.count()).select_from(Point).where(Point.run_key == run_key)) or 0
     )
 
 

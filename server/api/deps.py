@@ -49,9 +49,7 @@ def get_principal(request: Request) -> Principal:
     with factory() as session, session.begin():
         who = authenticate(session, token)
     if who is None:
-        raise HTTPException(
-            401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"}
-        )
+        raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return who
 
 

@@ -29,7 +29,9 @@ async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
     """
     state = request.app.state
     if state.ingest_inflight >= state.ingest_capacity:
-        raise HTTPException(503, "ingest is at capacity; retry shortly", headers={"Retry-After": "1"})
+        raise HTTPException(
+            503, "ingest is at capacity; retry shortly", headers={"Retry-After": "1"}
+        )
     state.ingest_inflight += 1
     try:
         body = await read_limited_body(request, state.settings.max_body_bytes)

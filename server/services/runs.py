@@ -32,8 +32,10 @@ def to_out(run: Run, project: str, segments: list[Segment] | None = None) -> Run
         created_at=run.created_at,
         segments=None
         if segments is None
-        else [SegmentOut(segment=s.segment, start_step=s.start_step, created_at=s.created_at)
-              for s in segments],
+        else [
+            SegmentOut(segment=s.segment, start_step=s.start_step, created_at=s.created_at)
+            for s in segments
+        ],
     )
 
 
@@ -100,16 +102,16 @@ def _insert_run(session: Session, project: Project, body: RunCreate) -> Run | No
 
 def _segments(session: Session, run: Run) -> list[Segment]:
     return list(
-        session.scalars(
-            select(Segment).where(Segment.run_key == run.key).order_by(Segment.segment)
-        )
+        session.scalars(select(Segment).where(Segment.run_key == run.key).order_by(Segment.segment))
     )
 
 
 def get_run(session: Session, run_id: str) -> tuple[Run, str] | None:
     """The run and its project's name, or None."""
     row = session.execute(
-        select(Run, Project.name).join(Project, Project.id == Run.project_id).where(Run.id == run_id)
+        select(Run, Project.name)
+        .join(Project, Project.id == Run.project_id)
+        .where(Run.id == run_id)
     ).first()
     return None if row is None else (row[0], row[1])
 

@@ -52,8 +52,11 @@ def test_create_post_and_read_back(api: httpx.Client, tenant: Tenant) -> None:
     r = api.post(
         f"/api/v1/runs/{run['id']}/metrics",
         content=gzip.compress(json.dumps(batch).encode()),
-        headers={**tenant.headers("ingest"), "Content-Encoding": "gzip",
-                 "Content-Type": "application/json"},
+        headers={
+            **tenant.headers("ingest"),
+            "Content-Encoding": "gzip",
+            "Content-Type": "application/json",
+        },
     )
     assert r.status_code == 202, r.text
     assert r.json()["accepted"] == 5
@@ -66,12 +69,13 @@ def test_create_post_and_read_back(api: httpx.Client, tenant: Tenant) -> None:
 
     metrics = api.get(f"/api/v1/runs/{run['id']}/metrics", headers=tenant.headers("read")).json()
     by_name = {m["name"]: m for m in metrics}
-    assert by_name["grad/norm/total"] == {"name": "grad/norm/total", "last_step": 81002,
-                                          "last_value": "Infinity"}
+    assert by_name["grad/norm/total"] == {
+        "name": "grad/norm/total",
+        "last_step": 81002,
+        "last_value": "Infinity",
+    }
     runs = api.get("/api/v1/runs", headers=tenant.headers("read")).json()
-    assert [(r["id"], r["last_step"], r["status"]) for r in runs] == [
-        (run["id"], 81002, "running")
-    ]
+    assert [(r["id"], r["last_step"], r["status"]) for r in runs] == [(run["id"], 81002, "running")]
 
 
 def test_bare_nan_tokens_are_accepted(api: httpx.Client, tenant: Tenant) -> None:
@@ -83,7 +87,9 @@ def test_bare_nan_tokens_are_accepted(api: httpx.Client, tenant: Tenant) -> None
     )
     assert r.status_code == 202, r.text
     assert series(api, tenant, run["id"], "loss")["loss"]["values"] == [
-        "NaN", "Infinity", "-Infinity"
+        "NaN",
+        "Infinity",
+        "-Infinity",
     ]
 
 
@@ -97,14 +103,24 @@ def test_auth(api: httpx.Client, tenant: Tenant, server) -> None:  # type: ignor
     assert bad.status_code == 401
     other = make_tenant(server.database_url)
     assert api.get(url, params={"metric": "x"}, headers=other.headers("admin")).status_code == 403
-    assert api.get("/api/v1/runs", params={"project": tenant.project},
-                   headers=other.headers("read")).status_code == 403
-    r = api.post("/api/v1/runs", json={"project": tenant.project, "name": "x"},
-                 headers=other.headers("ingest"))
+    assert (
+        api.get(
+            "/api/v1/runs", params={"project": tenant.project}, headers=other.headers("read")
+        ).status_code
+        == 403
+    )
+    r = api.post(
+        "/api/v1/runs",
+        json={"project": tenant.project, "name": "x"},
+        headers=other.headers("ingest"),
+    )
     assert r.status_code == 403
     # Scopes: a read token cannot write, an ingest token cannot read.
-    post = api.post(f"/api/v1/runs/{run['id']}/metrics", json={"steps": [1], "metrics": {}},
-                    headers=tenant.headers("read"))
+    post = api.post(
+        f"/api/v1/runs/{run['id']}/metrics",
+        json={"steps": [1], "metrics": {}},
+        headers=tenant.headers("read"),
+    )
     assert post.status_code == 403
     assert api.get(url, params={"metric": "x"}, headers=tenant.headers("ingest")).status_code == 403
     assert api.get(url, params={"metric": "x"}, headers=tenant.headers("admin")).status_code == 200
@@ -114,7 +130,7 @@ def test_auth(api: httpx.Client, tenant: Tenant, server) -> None:  # type: ignor
 
 BAD_BATCHES = [
     (b'{"steps": [1, 2], "metrics": {"a": [1.0, 2.0]', 400, "JSON"),
-    (b'[1, 2]', 422, "object"),
+    (b"[1, 2]", 422, "object"),
     (b'{"steps": [1, 2], "metrics": {"a": [1.0]}}', 422, "metrics['a']: has 1 values"),
     (b'{"steps": [1, 2.5], "metrics": {"a": [1.0, 2.0]}}', 422, "steps[1]"),
     (b'{"steps": [1, "2"], "metrics": {"a": [1.0, 2.0]}}', 422, "steps[1]"),
@@ -133,10 +149,17 @@ def test_bad_batches_are_rejected_whole(
 ) -> None:
     run = create_run(api, tenant)
     good = {"steps": [0], "metrics": {"a": [0.5]}}
-    assert api.post(f"/api/v1/runs/{run['id']}/metrics", json=good,
-                    headers=tenant.headers("ingest")).status_code == 202
-    r = api.post(f"/api/v1/runs/{run['id']}/metrics", content=body,
-                 headers={**tenant.headers("ingest"), "Content-Type": "application/json"})
+    assert (
+        api.post(
+            f"/api/v1/runs/{run['id']}/metrics", json=good, headers=tenant.headers("ingest")
+        ).status_code
+        == 202
+    )
+    r = api.post(
+        f"/api/v1/runs/{run['id']}/metrics",
+        content=body,
+        headers={**tenant.headers("ingest"), "Content-Type": "application/json"},
+    )
     assert r.status_code == status, r.text
     assert needle in r.json()["detail"]
     got = series(api, tenant, run["id"], "a")["a"]
@@ -147,8 +170,9 @@ def test_same_batch_three_times_is_stored_once(api: httpx.Client, tenant: Tenant
     run = create_run(api, tenant)
     batch = {"steps": list(range(100)), "metrics": {"loss": [float(i) for i in range(100)]}}
     for _ in range(3):
-        r = api.post(f"/api/v1/runs/{run['id']}/metrics", json=batch,
-                     headers=tenant.headers("ingest"))
+        r = api.post(
+            f"/api/v1/runs/{run['id']}/metrics", json=batch, headers=tenant.headers("ingest")
+        )
         assert r.status_code == 202
     got = series(api, tenant, run["id"], "loss", points=1000)["loss"]
     assert got["total_points"] == 100
@@ -183,28 +207,35 @@ def test_body_limits(api: httpx.Client, tenant: Tenant) -> None:
     url = f"/api/v1/runs/{run['id']}/metrics"
     # A gzip bomb: 200 MB of zeros compressed to ~200 KB, far above the 32 MiB limit.
     bomb = gzip.compress(b"0" * 200_000_000, compresslevel=9)
-    r = api.post(url, content=bomb, headers={**tenant.headers("ingest"),
-                                             "Content-Encoding": "gzip"})
+    r = api.post(
+        url, content=bomb, headers={**tenant.headers("ingest"), "Content-Encoding": "gzip"}
+    )
     assert r.status_code == 413
     huge = b'{"steps": [1], "metrics": {"a": [1.0]}, "pad": "' + b"x" * 40_000_000 + b'"}'
     assert api.post(url, content=huge, headers=tenant.headers("ingest")).status_code == 413
-    r = api.post(url, content=b"not gzip", headers={**tenant.headers("ingest"),
-                                                    "Content-Encoding": "gzip"})
+    r = api.post(
+        url, content=b"not gzip", headers={**tenant.headers("ingest"), "Content-Encoding": "gzip"}
+    )
     assert r.status_code == 400
 
 
 def test_events(api: httpx.Client, tenant: Tenant) -> None:
     run = create_run(api, tenant)
-    r = api.post(f"/api/v1/runs/{run['id']}/events",
-                 json={"step": 81000, "kind": "config", "text": "near-dropless EP routing"},
-                 headers=tenant.headers("ingest"))
+    r = api.post(
+        f"/api/v1/runs/{run['id']}/events",
+        json={"step": 81000, "kind": "config", "text": "near-dropless EP routing"},
+        headers=tenant.headers("ingest"),
+    )
     assert r.status_code == 201, r.text
     events = api.get(f"/api/v1/runs/{run['id']}/events", headers=tenant.headers("read")).json()
     assert [(e["step"], e["kind"], e["text"]) for e in events] == [
         (81000, "config", "near-dropless EP routing")
     ]
-    bad = api.post(f"/api/v1/runs/{run['id']}/events", json={"step": "x", "text": "t"},
-                   headers=tenant.headers("ingest"))
+    bad = api.post(
+        f"/api/v1/runs/{run['id']}/events",
+        json={"step": "x", "text": "t"},
+        headers=tenant.headers("ingest"),
+    )
     assert bad.status_code == 422
 
 
@@ -219,10 +250,14 @@ def test_million_step_spike_survives_downsampling(api: httpx.Client, tenant: Ten
         values = [0.3 + 0.01 * ((s * 7919) % 13) / 13 for s in range(lo, lo + chunk)]
         if lo <= spike < lo + chunk:
             values[spike - lo] = 50.0
-        body = gzip.compress(json.dumps({"steps": list(range(lo, lo + chunk)),
-                                         "metrics": {"grad/norm/total": values}}).encode())
-        r = api.post(url, content=body, headers={**tenant.headers("ingest"),
-                                                 "Content-Encoding": "gzip"})
+        body = gzip.compress(
+            json.dumps(
+                {"steps": list(range(lo, lo + chunk)), "metrics": {"grad/norm/total": values}}
+            ).encode()
+        )
+        r = api.post(
+            url, content=body, headers={**tenant.headers("ingest"), "Content-Encoding": "gzip"}
+        )
         assert r.status_code == 202, r.text
     got = series(api, tenant, run["id"], "grad/norm/total", points=1000)["grad/norm/total"]
     assert got["downsampled"] is True
@@ -232,7 +267,8 @@ def test_million_step_spike_survives_downsampling(api: httpx.Client, tenant: Ten
     assert got["values"][got["steps"].index(spike)] == 50.0
     assert got["steps"] == sorted(got["steps"])
     # Zoomed in around the spike: every point, exact.
-    zoom = series(api, tenant, run["id"], "grad/norm/total", start=spike - 500, end=spike + 500,
-                  points=1000)["grad/norm/total"]
+    zoom = series(
+        api, tenant, run["id"], "grad/norm/total", start=spike - 500, end=spike + 500, points=1000
+    )["grad/norm/total"]
     assert zoom["downsampled"] is False
     assert zoom["steps"] == list(range(max(0, spike - 500), min(n, spike + 501)))

@@ -40,8 +40,9 @@ def test_rejections_name_field_and_index(doc: dict, message: str) -> None:
 
 def test_too_large() -> None:
     with pytest.raises(BatchTooLarge):
-        parse_batch({"steps": list(range(10)), "metrics": {"a": [0] * 10, "b": [0] * 10}},
-                    max_points=19)
+        parse_batch(
+            {"steps": list(range(10)), "metrics": {"a": [0] * 10, "b": [0] * 10}}, max_points=19
+        )
 
 
 def test_loads_accepts_bare_non_finite_tokens() -> None:

@@ -7,11 +7,17 @@ import pytest
 from normwatch.server.m4 import m4_select
 
 
-def reference(steps: np.ndarray, values: np.ndarray, buckets: int, start: int, end: int) -> set[int]:
+def reference(
+    steps: np.ndarray, values: np.ndarray, buckets: int, start: int, end: int
+) -> set[int]:
     span = end - start + 1
     keep: set[int] = set()
     for b in range(buckets):
-        idx = [i for i, s in enumerate(steps) if min(int((s - start) * buckets / span), buckets - 1) == b]
+        idx = [
+            i
+            for i, s in enumerate(steps)
+            if min(int((s - start) * buckets / span), buckets - 1) == b
+        ]
         if not idx:
             continue
         keep |= {idx[0], idx[-1]}

@@ -23,11 +23,11 @@ def principal(session: Session, scope: str = "admin") -> Principal:
 
 def test_lineage_of_restarts() -> None:
     assert storage.lineage_of([(1, None)]).ranges == ((1, None, None),)
-    assert storage.lineage_of([(1, 0), (2, 500), (3, 300)]).ranges == (
-        (3, 300, None), (1, 0, 300)
-    )
+    assert storage.lineage_of([(1, 0), (2, 500), (3, 300)]).ranges == ((3, 300, None), (1, 0, 300))
     assert storage.lineage_of([(1, 0), (2, 500), (3, 700)]).ranges == (
-        (3, 700, None), (2, 500, 700), (1, 0, 500)
+        (3, 700, None),
+        (2, 500, 700),
+        (1, 0, 500),
     )
 
 
@@ -60,8 +60,9 @@ def test_ingest_rejects_future_segment(db_session: Session) -> None:
     run, _ = runs.get_run(db_session, run_out.id)  # type: ignore[misc]
     with pytest.raises(BatchError, match="segment"):
         ingest.ingest_batch(
-            db_session, run, parse_batch({"steps": [1], "metrics": {"g": [1]}, "segment": 2},
-                                         max_points=10)
+            db_session,
+            run,
+            parse_batch({"steps": [1], "metrics": {"g": [1]}, "segment": 2}, max_points=10),
         )
 
 
