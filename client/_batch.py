@@ -52,6 +52,13 @@ def _numpy() -> ModuleType | None:
     return numpy
 
 
+def _builtin_float(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except Exception as exc:  # an int beyond float range, a foreign __float__ failing
+        raise BadValue(f"cannot convert {type(value).__name__} to float: {exc}") from exc
+
+
 def to_float(value: object) -> float:
     """Convert one logged value to a Python float.
 
@@ -60,15 +67,12 @@ def to_float(value: object) -> float:
     ``"1.5"`` logged by mistake is reported rather than silently parsed.
     """
     if isinstance(value, float | int):
-        return float(value)
+        return _builtin_float(value)
     if isinstance(value, str | bytes) or value is None:
         raise BadValue(f"expected a number, got {type(value).__name__}")
     np = _numpy()
     if np is None:
-        try:
-            return float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise BadValue(f"expected a number, got {type(value).__name__}") from exc
+        return _builtin_float(value)
     try:
         array = np.asarray(value)
         if array.size != 1 or array.dtype.kind in _REJECTED_KINDS:

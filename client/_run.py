@@ -30,7 +30,7 @@ _SHED_WARNING_INTERVAL = 10.0
 
 
 def _as_step(step: object) -> int:
-    value = step if type(step) is int else operator.index(step)  # type: ignore[call-overload]
+    value = step if type(step) is int else operator.index(step)  # type: ignore[arg-type]
     if value < 0:
         raise ValueError(f"step must be >= 0, got {value}")
     return value
@@ -39,7 +39,7 @@ def _as_step(step: object) -> int:
 class Run:
     """One training run streaming metrics to a normwatch server.
 
-    >>> run = Run("http://127.0.0.1:8000", token="...", project="marin", name="32b-exp1295")
+    >>> run = Run("http://127.0.0.1:8000", token="...", name="32b-exp1295")  # doctest: +SKIP
     >>> run.log({"train/loss": 2.31, "grad/norm/total": 0.42}, step=81000)  # doctest: +SKIP
     >>> run.finish()  # doctest: +SKIP
 
@@ -166,7 +166,7 @@ class Run:
 
     def __repr__(self) -> str:
         return (
-            f"Run(name={self._name!r}, run_id={self._sender.run_id!r}, segment={self._sender.segment}, "
+            f"Run(name={self._name!r}, run_id={self.run_id!r}, segment={self.segment}, "
             f"sent_points={self.sent_points}, pending_points={self.pending_points})"
         )
 

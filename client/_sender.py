@@ -89,7 +89,9 @@ class Sender:
             if self._create_run():
                 self._send_loop()
         except Exception:
-            logger.exception("run %r: the sender stopped; later metrics are dropped", self._run_name)
+            logger.exception(
+                "run %r: the sender stopped; later metrics are dropped", self._run_name
+            )
             self._give_up()
         finally:
             self._api.close()

@@ -134,9 +134,7 @@ class IngestApi:
 
     def post_event(self, run_id: str, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
         """``POST /api/v1/runs/{id}/events``."""
-        return self._post(
-            f"/api/v1/runs/{run_id}/events", document, {}, pause=pause, budget=budget
-        )
+        return self._post(f"/api/v1/runs/{run_id}/events", document, {}, pause=pause, budget=budget)
 
     def _post(
         self,
@@ -180,4 +178,3 @@ def _json_or_none(response: httpx.Response) -> object:
         return response.json()
     except ValueError:
         return None
-

@@ -61,8 +61,8 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     if dashboard:
         try:
             from normwatch.dashboard import attach_dashboard
-        except ImportError:  # the [dashboard] extra is not installed
-            log.info("dashboard not installed; serving the API only")
+        except ImportError as exc:  # the [dashboard] extra is not installed
+            log.warning("dashboard unavailable (%s); serving the API only", exc)
         else:
             attach_dashboard(app, settings)
     return app

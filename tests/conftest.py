@@ -21,12 +21,11 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from sqlalchemy import Engine, make_url
-from sqlalchemy.orm import Session
-
 from normwatch.server.auth import create_token
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
+from sqlalchemy import Engine, make_url
+from sqlalchemy.orm import Session
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

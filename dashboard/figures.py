@@ -1,0 +1,184 @@
+"""Pure figure builders: data in, ``plotly.graph_objects.Figure`` out. No I/O here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+GRAD_RED = "#d62728"
+PARAM_BLUE = "#1f77b4"
+EVENT_GREY = "#555555"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One metric's points as the chart draws them."""
+
+    metric: str
+    steps: Sequence[int]
+    values: Sequence[float]
+    downsampled: bool = False
+    total_points: int = 0
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A labelled step: an event (config change, restart) drawn as a vertical line."""
+
+    step: int
+    label: str
+    kind: str = "note"
+
+
+@dataclass(frozen=True)
+class OverlayView:
+    left: Line | None
+    right: Line | None
+    events: Sequence[Marker] = field(default_factory=tuple)
+    log_y: bool = False
+    x_range: tuple[int, int] | None = None
+    uirevision: str = "overlay"
+
+
+def _finite(line: Line) -> tuple[list[int], list[float | None]]:
+    """Plotly draws None as a gap: non-finite values become gaps on the line."""
+    ys: list[float | None] = [v if math.isfinite(v) else None for v in line.values]
+    return list(line.steps), ys
+
+
+def _non_finite(line: Line) -> list[tuple[int, str]]:
+    return [
+        (s, "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
+        for s, v in zip(line.steps, line.values, strict=True)
+        if not math.isfinite(v)
+    ]
+
+
+def overlay_figure(view: OverlayView) -> go.Figure:
+    """Total grad norm (red, left axis) against a parameter norm (blue, right axis).
+
+    Events are dashed vertical lines labelled at the top. Non-finite values break the
+    line and are flagged with an ✕ marker on the top edge, so a NaN is never invisible.
+    """
+    fig = go.Figure()
+    axis_type = "log" if view.log_y else "linear"
+    for line, color, axis in ((view.left, GRAD_RED, "y"), (view.right, PARAM_BLUE, "y2")):
+        if line is None:
+            continue
+        xs, ys = _finite(line)
+        suffix = " (M4)" if line.downsampled else ""
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                name=line.metric + suffix,
+                mode="lines",
+                line={"color": color, "width": 1.5},
+                yaxis=axis,
+                connectgaps=False,
+                hovertemplate="step %{x}<br>%{y:.6g}<extra>" + line.metric + "</extra>",
+            )
+        )
+    flagged = [
+        (s, label, line.metric)
+        for line in (view.left, view.right)
+        if line is not None
+        for s, label in _non_finite(line)
+    ]
+    if flagged:
+        fig.add_trace(
+            go.Scatter(
+                x=[s for s, _, _ in flagged],
+                y=[1.0] * len(flagged),
+                yaxis="y3",
+                mode="markers",
+                marker={"symbol": "x", "color": "black", "size": 9},
+                name="non-finite",
+                text=[f"{metric}: {label}" for _, label, metric in flagged],
+                hovertemplate="step %{x}<br>%{text}<extra></extra>",
+            )
+        )
+    shapes = []
+    annotations = []
+    for ev in view.events:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": ev.step,
+                "x1": ev.step,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": EVENT_GREY, "width": 1.2, "dash": "dash"},
+                "name": f"event:{ev.kind}",
+            }
+        )
+        annotations.append(
+            {
+                "x": ev.step,
+                "y": 1.0,
+                "xref": "x",
+                "yref": "paper",
+                "yanchor": "bottom",
+                "text": f"{ev.label} ({ev.step:,})",
+                "showarrow": False,
+                "font": {"size": 11, "color": EVENT_GREY},
+            }
+        )
+    left_title = view.left.metric if view.left else ""
+    right_title = view.right.metric if view.right else ""
+    xaxis: dict[str, object] = {"title": {"text": "step"}, "showgrid": True}
+    if view.x_range is not None:
+        xaxis["range"] = list(view.x_range)
+    fig.update_layout(
+        uirevision=view.uirevision,
+        template="plotly_white",
+        margin={"l": 70, "r": 80, "t": 50, "b": 50},
+        height=480,
+        hovermode="x unified",
+        legend={"orientation": "h", "x": 0, "y": -0.18},
+        xaxis=xaxis,
+        yaxis={
+            "title": {"text": left_title, "font": {"color": GRAD_RED}},
+            "tickfont": {"color": GRAD_RED},
+            "type": axis_type,
+        },
+        yaxis2={
+            "title": {"text": right_title, "font": {"color": PARAM_BLUE}},
+            "tickfont": {"color": PARAM_BLUE},
+            "overlaying": "y",
+            "side": "right",
+            "type": axis_type,
+            "showgrid": False,
+        },
+        yaxis3={"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
+        shapes=shapes,
+        annotations=annotations,
+    )
+    return fig
+
+
+def empty_figure(message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        template="plotly_white",
+        height=480,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[
+            {
+                "text": message,
+                "showarrow": False,
+                "font": {"size": 16},
+                "x": 0.5,
+                "y": 0.5,
+                "xref": "paper",
+                "yref": "paper",
+            }
+        ],
+    )
+    return fig

@@ -1,0 +1,4 @@
+"""Dashboard pages.
+
+Each module offers ``ROUTES``, ``match(path)``, ``layout(...)`` and ``register(app, data)``.
+"""

@@ -1,0 +1,509 @@
+"""`normwatch.client.Run` against an in-memory emulation of the ingest API."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from normwatch.client import Run
+
+TOKEN = "nw_ingest_test"
+URL = "http://normwatch.test"
+
+Fault = Callable[[httpx.Request, dict[str, object] | None], httpx.Response | None]
+"""Returns a response to answer instead of the normal one, or None to answer normally."""
+
+
+class FakeIngest:
+    """The three ingest endpoints, in memory, with faults injected per endpoint."""
+
+    def __init__(self, *, segment: int = 1) -> None:
+        self.segment = segment
+        self.lock = threading.Lock()
+        self.requests: list[httpx.Request] = []
+        self.created: list[dict[str, object]] = []
+        self.batches: list[dict[str, Any]] = []
+        self.events: list[dict[str, object]] = []
+        self.points: dict[tuple[int, str], object] = {}
+        self.arrivals: Counter[tuple[int, str]] = Counter()
+        self.faults: dict[str, Fault] = {}
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        with self.lock:
+            self.requests.append(request)
+        assert request.headers["authorization"] == f"Bearer {TOKEN}"
+        assert request.headers["content-type"] == "application/json"
+        raw = request.content
+        if request.headers.get("content-encoding") == "gzip":
+            raw = gzip.decompress(raw)
+        document = json.loads(raw)
+        endpoint = request.url.path.rsplit("/", 1)[-1]
+        fault = self.faults.get(endpoint)
+        if fault is not None and (answer := fault(request, document)) is not None:
+            return answer
+        with self.lock:
+            if endpoint == "runs":
+                self.created.append(document)
+                return httpx.Response(200, json={"id": "run-1", "segment": self.segment})
+            if endpoint == "metrics":
+                return self._store(document)
+            self.events.append(document)
+            return httpx.Response(201, json={"id": len(self.events)})
+
+    def _store(self, batch: dict[str, object]) -> httpx.Response:
+        steps = batch["steps"]
+        metrics = batch["metrics"]
+        assert isinstance(steps, list) and isinstance(metrics, dict)
+        accepted = 0
+        for name, column in metrics.items():
+            assert len(column) == len(steps), f"column {name} has the wrong length"
+            for step, value in zip(steps, column, strict=True):
+                if value is not None:
+                    self.points[(step, name)] = value
+                    self.arrivals[(step, name)] += 1
+                    accepted += 1
+        self.batches.append(batch)
+        return httpx.Response(202, json={"accepted": accepted})
+
+
+def failing(times: int, response: Callable[[], httpx.Response]) -> Fault:
+    """A fault answering ``response()`` for the first ``times`` calls."""
+    remaining = [times]
+
+    def fault(request: httpx.Request, document: dict[str, object] | None) -> httpx.Response | None:
+        if remaining[0] <= 0:
+            return None
+        remaining[0] -= 1
+        return response()
+
+    return fault
+
+
+def unavailable() -> httpx.Response:
+    return httpx.Response(503, headers={"Retry-After": "0"}, json={"detail": "overloaded"})
+
+
+@pytest.fixture
+def server() -> FakeIngest:
+    return FakeIngest()
+
+
+@pytest.fixture
+def make_run(server: FakeIngest) -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def make(**options: Any) -> Run:
+        defaults: dict[str, Any] = {
+            "name": "exp1",
+            "flush_interval": 0.05,
+            "transport": server.transport(),
+        }
+        options = defaults | options
+        run = Run(URL, token=TOKEN, **options)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        run.finish(timeout=1.0)
+
+
+def test_every_point_arrives_exactly_once_through_transient_failures(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    server.faults["runs"] = failing(2, unavailable)
+    server.faults["metrics"] = failing(3, unavailable)
+    run = make_run(max_batch_points=500)
+    expected = {}
+    for step in range(1000):
+        metrics = {"train/loss": 3.0 - step / 1000, "grad/norm/total": 0.3, f"m/{step % 7}": step}
+        run.log(metrics, step=step)
+        expected.update({(step, name): float(value) for name, value in metrics.items()})
+    run.finish(timeout=10.0)
+
+    assert server.points == expected
+    assert set(server.arrivals.values()) == {1}
+    batch_sizes = [
+        sum(value is not None for column in batch["metrics"].values() for value in column)
+        for batch in server.batches
+    ]
+    assert max(batch_sizes) <= 500
+    assert (run.sent_points, run.pending_points, run.dropped_points) == (len(expected), 0, 0)
+    assert run.run_id == "run-1" and run.segment == 1
+
+
+def test_batch_is_columnar_null_padded_gzipped_with_non_finite_spelled_out(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=30.0)
+    run.log({"a": 1.0}, step=1)
+    run.log({"b": math.nan}, step=2)
+    run.log({"a": math.inf, "b": -math.inf}, step=3)
+    run.finish(timeout=5.0)
+
+    assert server.batches == [
+        {
+            "steps": [1, 2, 3],
+            "metrics": {"a": [1.0, None, "Infinity"], "b": [None, "NaN", "-Infinity"]},
+            "segment": 1,
+        }
+    ]
+    (request,) = [r for r in server.requests if r.url.path.endswith("/metrics")]
+    assert request.url.path == "/api/v1/runs/run-1/metrics"
+    assert request.headers["content-encoding"] == "gzip"
+    assert gzip.decompress(request.content).startswith(b"{")
+
+
+def test_logs_of_the_same_step_merge_and_the_later_value_wins(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=30.0)
+    run.log({"a": 1.0, "b": 2.0}, step=5)
+    run.log({"b": 3.0, "c": 4.0}, step=5)
+    run.finish(timeout=5.0)
+
+    assert server.batches == [
+        {"steps": [5], "metrics": {"a": [1.0], "b": [3.0], "c": [4.0]}, "segment": 1}
+    ]
+
+
+def test_events_arrive_in_order_with_the_metrics_around_them(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=30.0)
+    run.log({"a": 1.0}, step=80_999)
+    run.event("near-dropless EP routing", step=81_000, kind="config")
+    run.log({"a": 2.0}, step=81_000)
+    run.event("looked fine", step=81_001)
+    run.finish(timeout=5.0)
+
+    sequence = [r.url.path.rsplit("/", 1)[-1] for r in server.requests]
+    assert sequence == ["runs", "metrics", "events", "metrics", "events"]
+    assert server.events == [
+        {"step": 81_000, "kind": "config", "text": "near-dropless EP routing"},
+        {"step": 81_001, "kind": "note", "text": "looked fine"},
+    ]
+    assert [b["steps"] for b in server.batches] == [[80_999], [81_000]]
+
+
+def test_run_document_carries_project_config_tags_and_start_step(
+    make_run: Callable[..., Run],
+) -> None:
+    server = FakeIngest(segment=2)
+    run = make_run(
+        transport=server.transport(),
+        project="marin",
+        name="32b-exp1295",
+        config={"lr": 3e-4, "beta2": np.float32(0.95), "clip": math.inf},
+        tags=["32b"],
+        start_step=77_096,
+    )
+    run.log({"a": 1.0}, step=77_096)
+    run.finish(timeout=5.0)
+
+    assert server.created == [
+        {
+            "name": "32b-exp1295",
+            "config": {"lr": 3e-4, "beta2": pytest.approx(0.95), "clip": "Infinity"},
+            "tags": ["32b"],
+            "project": "marin",
+            "start_step": 77_096,
+        }
+    ]
+    assert run.segment == 2
+    assert server.batches[0]["segment"] == 2
+
+
+def test_optional_fields_are_omitted_from_the_run_document(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    make_run().finish(timeout=5.0)
+    assert server.created == [{"name": "exp1", "config": {}, "tags": []}]
+
+
+def test_numpy_scalars_and_size_one_arrays_are_converted(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run()
+    numpy_step: Any = np.int64(7)
+    run.log(
+        {
+            "f32": np.float32(1.5),
+            "i64": np.int64(4),
+            "zero_d": np.array(2.0),
+            "one": np.array([3.0]),
+            "bool": True,
+            "f16_nan": np.float16("nan"),
+        },
+        step=numpy_step,
+    )
+    run.finish(timeout=5.0)
+
+    assert server.points == {
+        (7, "f32"): 1.5,
+        (7, "i64"): 4.0,
+        (7, "zero_d"): 2.0,
+        (7, "one"): 3.0,
+        (7, "bool"): 1.0,
+        (7, "f16_nan"): "NaN",
+    }
+
+
+def test_log_never_raises_and_drops_only_the_bad_values(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    run = make_run()
+    garbage: list[Any] = [None, "garbage", "three", 1.5, object()]
+    mixed: Any = {"text": "1.5", "none": None, "vector": np.ones(3), 3: 2.0, "ok": 1.0}
+    run.log(mixed, step=1)
+    run.log(garbage[0], step=2)
+    run.log(garbage[1], step=2)
+    run.log({"ok": 1.0}, step=garbage[2])
+    run.log({"ok": 1.0}, step=-1)
+    run.log({"ok": 1.0}, step=garbage[3])
+    run.event(garbage[4], step=garbage[0])
+    run.finish(timeout=5.0)
+
+    assert server.points == {(1, "ok"): 1.0}
+    assert run.dropped_points == 4
+    text = caplog.text
+    for fragment in ("of text:", "of none:", "of vector:", "of 3:", "log() call", "event() call"):
+        assert fragment in text
+
+
+def test_a_permanent_4xx_drops_the_batch_and_warns_once(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="normwatch.client")
+
+    def reject_early_steps(
+        request: httpx.Request, batch: dict[str, object] | None
+    ) -> httpx.Response | None:
+        assert batch is not None
+        if batch["steps"] == [1] or batch["steps"] == [2]:
+            return httpx.Response(400, json={"detail": "metrics.x[0]: value out of range"})
+        return None
+
+    server.faults["metrics"] = reject_early_steps
+    run = make_run(flush_interval=30.0, max_batch_points=1)
+    for step in (1, 2, 3, 4):
+        run.log({"x": float(step)}, step=step)
+    run.finish(timeout=5.0)
+
+    assert server.points == {(3, "x"): 3.0, (4, "x"): 4.0}
+    assert (run.sent_points, run.dropped_points, run.pending_points) == (2, 2, 0)
+    warnings = [
+        r for r in caplog.records if r.levelno == logging.WARNING and "out of range" in r.message
+    ]
+    assert len(warnings) == 1
+    assert "HTTP 400" in warnings[0].getMessage()
+    metric_requests = [r for r in server.requests if r.url.path.endswith("/metrics")]
+    assert len(metric_requests) == 4, "a permanent 4xx must not be retried"
+
+
+def test_a_batch_too_large_for_the_server_is_split(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    def over_two_steps(
+        request: httpx.Request, batch: dict[str, object] | None
+    ) -> httpx.Response | None:
+        assert batch is not None and isinstance(batch["steps"], list)
+        return httpx.Response(413, text="too large") if len(batch["steps"]) > 2 else None
+
+    server.faults["metrics"] = over_two_steps
+    run = make_run(flush_interval=30.0)
+    for step in range(7):
+        run.log({"x": float(step)}, step=step)
+    run.finish(timeout=5.0)
+
+    assert server.points == {(step, "x"): float(step) for step in range(7)}
+    assert run.dropped_points == 0
+
+
+def test_a_record_larger_than_a_batch_is_split_by_metric(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(max_batch_points=10)
+    run.log({f"layer/{i}": float(i) for i in range(25)}, step=3)
+    run.finish(timeout=5.0)
+
+    assert server.points == {(3, f"layer/{i}"): float(i) for i in range(25)}
+    assert [len(b["metrics"]) for b in server.batches] == [10, 10, 5]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(lambda: httpx.Response(503, json={"detail": "down"}), id="503"),
+        pytest.param(lambda: httpx.Response(429, headers={"Retry-After": "120"}), id="429"),
+    ],
+)
+def test_finish_returns_in_time_while_the_server_keeps_failing(
+    server: FakeIngest, make_run: Callable[..., Run], failure: Callable[[], httpx.Response]
+) -> None:
+    server.faults["runs"] = failing(10**9, failure)
+    run = make_run()
+    for step in range(100):
+        run.log({"a": 1.0, "b": 2.0}, step=step)
+    started = time.monotonic()
+    run.finish(timeout=0.5)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 1.5
+    assert (run.sent_points, run.pending_points) == (0, 200)
+    assert run.run_id is None
+
+
+def test_finish_returns_in_time_when_the_server_is_unreachable(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    run = make_run(transport=httpx.MockTransport(refuse))
+    run.log({"a": 1.0}, step=0)
+    started = time.monotonic()
+    run.finish(timeout=0.5)
+
+    assert time.monotonic() - started < 1.5
+    assert run.pending_points == 1
+
+
+def test_a_full_queue_sheds_the_oldest_steps_and_keeps_events(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    server_up = threading.Event()
+
+    def down_until_released(
+        request: httpx.Request, document: dict[str, object] | None
+    ) -> httpx.Response | None:
+        if server_up.is_set():
+            return None
+        return httpx.Response(503, headers={"Retry-After": "0.01"})
+
+    server.faults["runs"] = down_until_released
+    run = make_run(max_batch_points=5, max_queue_points=10)
+    run.event("early note", step=0)
+    for step in range(100):
+        run.log({"x": float(step)}, step=step)
+    assert (run.dropped_points, run.pending_points) == (90, 10)
+    server_up.set()
+    run.finish(timeout=5.0)
+
+    assert server.points == {(step, "x"): float(step) for step in range(90, 100)}
+    assert server.events == [{"step": 0, "kind": "note", "text": "early note"}]
+    assert "max_queue_points=10" in caplog.text
+
+
+def test_a_refused_run_drops_its_metrics_with_an_error(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+
+    def bad_token() -> httpx.Response:
+        return httpx.Response(401, json={"detail": "bad token"})
+
+    server.faults["runs"] = failing(10**9, bad_token)
+    run = make_run()
+    run.log({"a": 1.0}, step=0)
+    deadline = time.monotonic() + 5.0
+    while run.dropped_points == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    run.log({"a": 2.0}, step=1)
+    run.finish(timeout=1.0)
+
+    assert (run.dropped_points, run.pending_points, run.sent_points) == (2, 0, 0)
+    assert "bad token" in caplog.text
+
+
+def test_context_manager_flushes_on_exit(server: FakeIngest) -> None:
+    transport = server.transport()
+    with Run(URL, token=TOKEN, name="exp1", flush_interval=30.0, transport=transport) as run:
+        run.log({"a": 1.0}, step=0)
+    assert server.points == {(0, "a"): 1.0}
+    assert run.pending_points == 0
+
+
+def test_log_after_finish_is_dropped_quietly(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run()
+    run.finish(timeout=5.0)
+    run.log({"a": 1.0}, step=0)
+    run.finish(timeout=5.0)
+    assert run.dropped_points == 1
+    assert server.points == {}
+
+
+def test_invalid_settings_are_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="max_batch_points"):
+        Run(URL, token=TOKEN, name="x", max_batch_points=10, max_queue_points=5)
+    with pytest.raises(ValueError, match="name"):
+        Run(URL, token=TOKEN, name="")
+
+
+def test_log_costs_the_training_thread_microseconds(make_run: Callable[..., Run]) -> None:
+    run = make_run(flush_interval=30.0)
+    metrics = {f"grad/norm/layers.{i}": 0.1 * i for i in range(100)}
+    costs = []
+    for step in range(2000):
+        started = time.perf_counter()
+        run.log(metrics, step=step)
+        costs.append(time.perf_counter() - started)
+    assert statistics.median(costs) < 200e-6
+
+
+def test_values_beyond_float_range_are_dropped_not_fatal(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run()
+    run.log({"huge": 10**400, "ok": 2}, step=0)
+    run.log({"ok": 3}, step=1)
+    run.finish(timeout=5.0)
+    assert server.points == {(0, "ok"): 2.0, (1, "ok"): 3.0}
+    assert run.dropped_points == 1
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_points_are_sent_on_the_timer_without_finish(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=0.05)
+    run.log({"a": 1.0}, step=0)
+    assert wait_for(lambda: run.sent_points == 1)
+    assert server.points == {(0, "a"): 1.0}
+
+
+def test_a_full_batch_is_sent_before_the_timer(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=60.0, max_batch_points=10)
+    assert wait_for(lambda: run.run_id is not None)
+    for step in range(5):
+        run.log({"a": 1.0, "b": 2.0}, step=step)
+    assert wait_for(lambda: run.sent_points == 10)
+    assert run.pending_points == 0

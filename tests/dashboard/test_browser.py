@@ -1,0 +1,143 @@
+"""The dashboard in real headless Chromium against a real server on Postgres."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+from playwright.sync_api import Page
+
+from tests.conftest import ServerProcess, Tenant, make_tenant
+
+GRAPH = "#overlay .js-plotly-plot"
+FIGURE_JS = f"""() => {{
+  const gd = document.querySelector('{GRAPH}');
+  if (!gd || !gd.data) return null;
+  return {{data: gd.data.map(t => ({{name: t.name, yaxis: t.yaxis || 'y',
+            color: t.line && t.line.color, x: Array.from(t.x || [])}})),
+          layout: {{shapes: gd.layout.shapes || [], annotations: gd.layout.annotations || [],
+                    xrange: gd.layout.xaxis.range, y2: gd.layout.yaxis2 || null}}}};
+}}"""
+
+
+def seed_run(server: ServerProcess, tenant: Tenant, steps: int = 2000) -> str:
+    with httpx.Client(base_url=server.url, headers=tenant.headers("ingest"), timeout=30) as api:
+        run = api.post("/api/v1/runs", json={"name": "overlay-run", "start_step": 0}).json()
+        xs = list(range(steps))
+        body = {
+            "steps": xs,
+            "metrics": {
+                "grad/norm/total": [0.3 + 0.0005 * s for s in xs],
+                "params/norm/final_norm.weight": [78.4 + 0.13 * s for s in xs],
+                "params/norm/layers.0.attn.wq": [20.0 + 0.01 * s for s in xs],
+                "train/loss": [10.0 / math.sqrt(s + 1) for s in xs],
+            },
+        }
+        assert api.post(f"/api/v1/runs/{run['id']}/metrics", json=body).status_code == 202
+        event = {"step": 1000, "kind": "config", "text": "near-dropless EP routing"}
+        assert api.post(f"/api/v1/runs/{run['id']}/events", json=event).status_code == 201
+    return str(run["id"])
+
+
+def figure(page: Page) -> dict[str, Any]:
+    page.wait_for_function(f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.length >= 2; }}")
+    result: dict[str, Any] = page.evaluate(f"({FIGURE_JS})()")
+    return result
+
+
+def login(page: Page, server: ServerProcess, token: str) -> None:
+    page.goto(f"{server.url}/login?token={token}")
+    page.wait_for_selector("table.runs")
+
+
+def test_overlay_red_blue_twin_axes_with_event(
+    page: Page, pg_server: ServerProcess, artifacts: Path
+) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    run_id = seed_run(pg_server, tenant)
+    login(page, pg_server, tenant.read)
+    assert "overlay-run" in page.inner_text("table.runs")
+    page.click("a.run-link")
+    page.wait_for_url(f"**/runs/{run_id}")
+    fig = figure(page)
+
+    by_axis = {t["yaxis"]: t for t in fig["data"]}
+    assert by_axis["y"]["name"] == "grad/norm/total"
+    assert by_axis["y"]["color"] == "#d62728"  # red
+    assert by_axis["y2"]["name"] == "params/norm/final_norm.weight"
+    assert by_axis["y2"]["color"] == "#1f77b4"  # blue
+    assert fig["layout"]["y2"]["overlaying"] == "y" and fig["layout"]["y2"]["side"] == "right"
+    assert [s["x0"] for s in fig["layout"]["shapes"]] == [1000]
+    assert "near-dropless EP routing" in fig["layout"]["annotations"][0]["text"]
+    assert page.locator("#overlay .shapelayer path").count() >= 1  # the event line is drawn
+    page.screenshot(path=str(artifacts / "overlay.png"), full_page=True)
+
+
+def test_live_refresh_zoom_and_deep_link(
+    page: Page, pg_server: ServerProcess, artifacts: Path
+) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    run_id = seed_run(pg_server, tenant)
+    login(page, pg_server, tenant.read)
+    page.goto(f"{pg_server.url}/runs/{run_id}")
+    figure(page)
+
+    # Live: new points show up without a reload.
+    with httpx.Client(base_url=pg_server.url, headers=tenant.headers("ingest")) as api:
+        body = {"steps": [2000, 2001], "metrics": {"grad/norm/total": [4.0, 5.5],
+                                                    "params/norm/final_norm.weight": [400, 401]}}
+        assert api.post(f"/api/v1/runs/{run_id}/metrics", json=body).status_code == 202
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURE_JS})(); return f && f.data[0].x.includes(2001); }}",
+        timeout=5000,
+    )
+
+    # Zoom: the range lands in the URL and the series is re-queried at full detail.
+    page.evaluate(
+        f"Plotly.relayout(document.querySelector('{GRAPH}'), "
+        "{'xaxis.range[0]': 900, 'xaxis.range[1]': 1100})"
+    )
+    page.wait_for_function("() => location.search.includes('start=900')")
+    query = parse_qs(urlsplit(page.url).query)
+    assert query["start"] == ["900"] and query["end"] == ["1100"]
+    assert query["left"] == ["grad/norm/total"]
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURE_JS})(); return f && f.data[0].x.length === 201; }}"
+    )
+    assert figure(page)["data"][0]["x"] == list(range(900, 1101))
+
+    # A deep link reproduces the view: metrics, range and log scale.
+    deep = (f"{pg_server.url}/runs/{run_id}?left=train/loss&right=params/norm/layers.0.attn.wq"
+            "&start=100&end=300&log=1")
+    page.goto(deep)
+    fig = figure(page)
+    names = {t["yaxis"]: t["name"] for t in fig["data"]}
+    assert names == {"y": "train/loss", "y2": "params/norm/layers.0.attn.wq"}
+    assert [round(v) for v in fig["layout"]["xrange"]] == [100, 300]
+    assert page.evaluate(f"document.querySelector('{GRAPH}').layout.yaxis.type") == "log"
+    page.screenshot(path=str(artifacts / "deep-link.png"), full_page=True)
+
+
+def test_login_required_and_projects_isolated(page: Page, pg_server: ServerProcess) -> None:
+    mine = make_tenant(pg_server.database_url)
+    theirs = make_tenant(pg_server.database_url)
+    their_run = seed_run(pg_server, theirs)
+    page.goto(f"{pg_server.url}/runs/{their_run}")
+    assert "/login" in page.url
+    page.fill("#token", mine.ingest)
+    page.click("#login")
+    assert "needs a read or admin token" in page.inner_text("body")
+    page.fill("#token", mine.read)
+    page.click("#login")
+    page.wait_for_selector("main h2")
+    assert "Not found" in page.inner_text("main")
+    page.goto(f"{pg_server.url}/")
+    page.wait_for_selector("main .card")
+    assert "overlay-run" not in page.inner_text("main")
+    # The dashboard's callback endpoint refuses anonymous callers.
+    r = httpx.post(f"{pg_server.url}/_dash-update-component", content=json.dumps({}))
+    assert r.status_code == 401
