@@ -1,0 +1,130 @@
+"""``normwatch demo``: a server on a fresh SQLite file with a simulated run streaming live.
+
+The simulated run (`normwatch.simulate`) goes through the real trainer client over HTTP:
+its history up to shortly before the config change at step 81k is backfilled fast, then
+steps arrive live, so the grad-norm surge after 81k happens in front of the viewer. The
+llm.c GPT-2 log shipped in ``normwatch/data`` is imported as a second run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+PROJECT = "demo"
+RUN_NAME = "48L-moe-ep-routing"
+HISTORY_END = 78_500
+LIVE_END = 95_000
+LLMC_LOG = Path(__file__).resolve().parent / "data" / "llmc_gpt2_124M_modded-nanogpt.log"
+
+
+def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
+    from normwatch.server.auth import create_token
+    from normwatch.server.db import build_engine, session_factory
+    from normwatch.server.migrate import upgrade
+
+    db = Path(db_path).resolve()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    url = f"sqlite:///{db}"
+    port = port or int(os.environ.get("NORMWATCH_PORT", "8000"))
+    base = f"http://127.0.0.1:{port}"
+
+    engine = build_engine(url)
+    upgrade(engine)
+    with session_factory(engine)() as session, session.begin():
+        admin, _ = create_token(session, PROJECT, "admin", "demo admin")
+        ingest, _ = create_token(session, PROJECT, "ingest", "demo trainer")
+    engine.dispose()
+
+    env = {**os.environ, "NORMWATCH_DATABASE_URL": url, "NORMWATCH_HOST": "127.0.0.1",
+           "NORMWATCH_PORT": str(port)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "normwatch", "serve", "--no-migrate"], env=env
+    )
+    try:
+        if not _wait_healthy(base, server):
+            print(f"error: the server did not start on {base}; is the port free?", file=sys.stderr)
+            return 1
+        print()
+        print(f"  dashboard   {base}/login?token={admin}")
+        print(f"  API docs    {base}/docs")
+        print(f"  admin token {admin}")
+        print(f"  database    {db}")
+        print()
+        print("Backfilling history, then streaming live past step 81,000 (Ctrl-C stops).")
+        stream_simulated_run(base, ingest, steps_per_second=steps_per_second)
+        print("Simulated run finished; still serving (Ctrl-C stops).")
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    return 0
+
+
+def _wait_healthy(base: str, server: subprocess.Popen[bytes], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            return False
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> None:
+    """Backfill the history fast, import the llm.c log, then stream steps in real time."""
+    from normwatch.client import Run
+    from normwatch.client.llmc import import_llmc
+    from normwatch.simulate import SimulatedRun
+
+    sim = SimulatedRun(seed=0)
+    config = {"layers": sim.n_layers, "z_loss": 1e-4, "final_norm_weight_decay": 0.0}
+    events = sorted(sim.events())
+    with Run(base, token=token, project=PROJECT, name=RUN_NAME, config=config,
+             tags=["simulated", "moe"], start_step=0, max_batch_points=200_000) as run:
+        started = time.monotonic()
+        for step, metrics in sim.iter_steps(0, HISTORY_END, layer_every=100):
+            run.log(metrics, step=step)
+        for step, kind, text in events:
+            if step < HISTORY_END:
+                run.event(text, step=step, kind=kind)
+        print(f"  history: steps 0–{HISTORY_END - 1:,} queued in {time.monotonic() - started:.1f} s")
+
+        with Run(base, token=token, project=PROJECT, name="llmc-gpt2-124M",
+                 tags=["llm.c", "real"], start_step=0) as llmc:
+            steps = import_llmc(LLMC_LOG, llmc)
+        print(f"  llm.c GPT-2 124M log: {steps:,} steps imported")
+
+        interval = 1.0 / steps_per_second
+        next_at = time.monotonic()
+        pending = [e for e in events if e[0] >= HISTORY_END]
+        for step, metrics in sim.iter_steps(HISTORY_END, LIVE_END, layer_every=10, chunk=500):
+            while pending and pending[0][0] <= step:
+                ev_step, kind, text = pending.pop(0)
+                run.event(text, step=ev_step, kind=kind)
+                print(f"  step {ev_step:,}: event '{text}'")
+            run.log(metrics, step=step)
+            if step % 1000 == 0:
+                print(f"  live: step {step:,}  grad/norm/total={metrics['grad/norm/total']:.3f}  "
+                      f"final_norm={metrics['params/norm/final_norm.weight']:.1f}")
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
