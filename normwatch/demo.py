@@ -43,11 +43,15 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
         ingest, _ = create_token(session, PROJECT, "ingest", "demo trainer")
     engine.dispose()
 
-    env = {**os.environ, "NORMWATCH_DATABASE_URL": url, "NORMWATCH_HOST": "127.0.0.1",
-           "NORMWATCH_PORT": str(port)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "normwatch", "serve", "--no-migrate"], env=env
-    )
+    env = {
+        **os.environ,
+        "NORMWATCH_DATABASE_URL": url,
+        "NORMWATCH_HOST": "127.0.0.1",
+        "NORMWATCH_PORT": str(port),
+    }
+    server = subprocess.Popen([sys.executable, "-m", "normwatch", "serve", "--no-migrate"], env=env)
+    # A plain `kill` must also stop the server child: turn SIGTERM into a clean exit.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         if not _wait_healthy(base, server):
             print(f"error: the server did not start on {base}; is the port free?", file=sys.stderr)
@@ -97,18 +101,33 @@ def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> N
     sim = SimulatedRun(seed=0)
     config = {"layers": sim.n_layers, "z_loss": 1e-4, "final_norm_weight_decay": 0.0}
     events = sorted(sim.events())
-    with Run(base, token=token, project=PROJECT, name=RUN_NAME, config=config,
-             tags=["simulated", "moe"], start_step=0, max_batch_points=200_000) as run:
+    with Run(
+        base,
+        token=token,
+        project=PROJECT,
+        name=RUN_NAME,
+        config=config,
+        tags=["simulated", "moe"],
+        start_step=0,
+        max_batch_points=200_000,
+    ) as run:
         started = time.monotonic()
         for step, metrics in sim.iter_steps(0, HISTORY_END, layer_every=100):
             run.log(metrics, step=step)
         for step, kind, text in events:
             if step < HISTORY_END:
                 run.event(text, step=step, kind=kind)
-        print(f"  history: steps 0–{HISTORY_END - 1:,} queued in {time.monotonic() - started:.1f} s")
+        elapsed = time.monotonic() - started
+        print(f"  history: steps 0–{HISTORY_END - 1:,} queued in {elapsed:.1f} s")
 
-        with Run(base, token=token, project=PROJECT, name="llmc-gpt2-124M",
-                 tags=["llm.c", "real"], start_step=0) as llmc:
+        with Run(
+            base,
+            token=token,
+            project=PROJECT,
+            name="llmc-gpt2-124M",
+            tags=["llm.c", "real"],
+            start_step=0,
+        ) as llmc:
             steps = import_llmc(LLMC_LOG, llmc)
         print(f"  llm.c GPT-2 124M log: {steps:,} steps imported")
 
@@ -122,8 +141,10 @@ def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> N
                 print(f"  step {ev_step:,}: event '{text}'")
             run.log(metrics, step=step)
             if step % 1000 == 0:
-                print(f"  live: step {step:,}  grad/norm/total={metrics['grad/norm/total']:.3f}  "
-                      f"final_norm={metrics['params/norm/final_norm.weight']:.1f}")
+                print(
+                    f"  live: step {step:,}  grad/norm/total={metrics['grad/norm/total']:.3f}  "
+                    f"final_norm={metrics['params/norm/final_norm.weight']:.1f}"
+                )
             next_at += interval
             delay = next_at - time.monotonic()
             if delay > 0:
