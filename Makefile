@@ -29,7 +29,7 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy -p normwatch
+	$(PY) scripts/typecheck
 
 clean:
 	rm -rf $(VENV) *.egg-info normwatch-demo.db* test-artifacts

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import math
 import operator
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ import httpx
 
 from ._batch import dumps, jsonable
 from ._queue import EventRecord, Record, SendQueue
-from ._sender import Sender, WarnOnce, logger
+from ._sender import FINAL_STATUSES, FinalStatus, Sender, WarnOnce, logger
 from ._transport import IngestApi
 
 EXIT_FLUSH_TIMEOUT = 10.0
@@ -46,6 +47,9 @@ class Run:
     The same ``name`` (within ``project``) resumes the run; a ``start_step`` below the run's
     last step opens a new segment, for a restart from a checkpoint. ``transport`` is handed
     to `httpx.Client` (tests pass `httpx.MockTransport`).
+
+    `finish` marks the run finished on the server; used as a context manager, a block left
+    by an exception marks it failed instead.
     """
 
     def __init__(
@@ -129,17 +133,21 @@ class Run:
             return
         self._enqueue(record, 0)
 
-    def finish(self, timeout: float = 30.0) -> None:
-        """Send what is queued and stop the sender, waiting at most ``timeout`` seconds.
+    def finish(self, timeout: float = 30.0, status: FinalStatus = "finished") -> None:
+        """Send what is queued, mark the run ``status`` ("finished" or "failed") on the server
+        and stop the sender, waiting at most ``timeout`` seconds.
 
-        Points still unsent when the time is up stay counted in `pending_points`. Calling
-        it again does nothing; `log` after `finish` drops its metrics with a warning.
+        Points still unsent when the time is up stay counted in `pending_points`; a status
+        the server did not confirm in time is only logged. Calling it again does nothing;
+        `log` after `finish` drops its metrics with a warning.
         """
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(FINAL_STATUSES)}, got {status!r}")
         if not self._queue.close():
             return
         try:
             timeout = max(float(timeout), 0.0)
-            self._sender.stop(timeout)
+            self._sender.stop(timeout, status)
             if self._thread is not threading.current_thread():
                 self._thread.join(timeout)
             atexit.unregister(self._flush_at_exit)
@@ -162,7 +170,7 @@ class Run:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.finish()
+        self.finish(status="finished" if exc_type is None else "failed")
 
     def __repr__(self) -> str:
         return (
@@ -219,4 +227,7 @@ class Run:
         )
 
     def _flush_at_exit(self) -> None:
-        self.finish(timeout=EXIT_FLUSH_TIMEOUT)
+        # Python stores an uncaught exception in sys.last_exc (3.12+) / sys.last_value before
+        # it runs atexit handlers, so a trainer that crashed is not reported as finished.
+        crashed = any(getattr(sys, name, None) is not None for name in ("last_exc", "last_value"))
+        self.finish(timeout=EXIT_FLUSH_TIMEOUT, status="failed" if crashed else "finished")

@@ -7,6 +7,8 @@ events interleaved exactly as they were logged.
 
 Stopping: `Sender.stop` sets a deadline; from then on back-off sleeps and request timeouts
 are cut so that the thread gives up (leaving the rest counted as pending) by that time.
+After the last metrics it reports the run's final status (``finished`` or ``failed``), in
+the time that is left.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ import logging
 import math
 import threading
 import time
+from typing import Literal
 
 from ._batch import ColumnarBatch, dumps, fetch_from_device, gzip_json, merge_records
 from ._queue import EventRecord, Record, SendQueue
 from ._transport import Delivery, IngestApi
 
 logger = logging.getLogger("normwatch.client")
+
+FinalStatus = Literal["finished", "failed"]
+"""What the run is marked as on the server when it ends."""
+FINAL_STATUSES: tuple[FinalStatus, ...] = ("finished", "failed")
 
 
 class WarnOnce:
@@ -68,6 +75,7 @@ class Sender:
         self._stop_requested = threading.Event()
         self._wake = threading.Event()
         self._deadline = math.inf
+        self._final_status: FinalStatus = "finished"
         self.run_id: str | None = None
         self.segment: int | None = None
         self.failed = False
@@ -77,8 +85,9 @@ class Sender:
         """Send now instead of at the next tick (a full batch is waiting)."""
         self._wake.set()
 
-    def stop(self, timeout: float) -> None:
-        """Flush what is queued, giving up ``timeout`` seconds from now."""
+    def stop(self, timeout: float, status: FinalStatus = "finished") -> None:
+        """Flush what is queued, then mark the run ``status``; give up ``timeout`` s from now."""
+        self._final_status = status
         self._deadline = time.monotonic() + timeout
         self._stop_requested.set()
         self._wake.set()
@@ -88,6 +97,7 @@ class Sender:
         try:
             if self._create_run():
                 self._send_loop()
+                self._report_status()
         except Exception:
             logger.exception(
                 "run %r: the sender stopped; later metrics are dropped", self._run_name
@@ -199,6 +209,21 @@ class Sender:
                 delivery.message,
             )
         return delivery.outcome != "abandoned"
+
+    def _report_status(self) -> None:
+        """Best effort: the run is left "running" on the server when this cannot get through."""
+        assert self.run_id is not None
+        status = self._final_status
+        delivery = self._api.update_run(
+            self.run_id, dumps({"status": status}), pause=self._pause, budget=self._budget
+        )
+        if delivery.outcome == "delivered":
+            return
+        if delivery.outcome == "rejected":
+            reason = f"the server refused (HTTP {delivery.status_code}): {delivery.message}"
+        else:
+            reason = "no answer before the finish timeout"
+        logger.warning("run %r: could not mark the run %s: %s", self._run_name, status, reason)
 
     def _budget(self) -> float | None:
         """Timeout for the next request: the full one, or what is left before the deadline."""

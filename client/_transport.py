@@ -90,7 +90,7 @@ def is_retryable(status_code: int) -> bool:
 
 
 class IngestApi:
-    """The three ingest endpoints over one `httpx.Client`.
+    """The ingest endpoints over one `httpx.Client`.
 
     ``transport`` is passed straight to httpx, so tests hand in `httpx.MockTransport`.
     """
@@ -118,13 +118,20 @@ class IngestApi:
 
     def create_run(self, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
         """``POST /api/v1/runs``: create or resume the run."""
-        return self._post("/api/v1/runs", document, {}, pause=pause, budget=budget)
+        return self._send("POST", "/api/v1/runs", document, {}, pause=pause, budget=budget)
+
+    def update_run(self, run_id: str, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
+        """``PATCH /api/v1/runs/{id}``: change the run's status."""
+        return self._send(
+            "PATCH", f"/api/v1/runs/{run_id}", document, {}, pause=pause, budget=budget
+        )
 
     def post_metrics(
         self, run_id: str, gzipped: bytes, *, pause: Pause, budget: Budget
     ) -> Delivery:
         """``POST /api/v1/runs/{id}/metrics`` with a gzip-compressed columnar batch."""
-        return self._post(
+        return self._send(
+            "POST",
             f"/api/v1/runs/{run_id}/metrics",
             gzipped,
             {"Content-Encoding": "gzip"},
@@ -134,10 +141,13 @@ class IngestApi:
 
     def post_event(self, run_id: str, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
         """``POST /api/v1/runs/{id}/events``."""
-        return self._post(f"/api/v1/runs/{run_id}/events", document, {}, pause=pause, budget=budget)
+        return self._send(
+            "POST", f"/api/v1/runs/{run_id}/events", document, {}, pause=pause, budget=budget
+        )
 
-    def _post(
+    def _send(
         self,
+        method: str,
         path: str,
         content: bytes,
         headers: dict[str, str],
@@ -154,8 +164,8 @@ class IngestApi:
             wait: float | None = None
             status_code: int | None = None
             try:
-                response = self._client.post(
-                    path, content=content, headers=headers, timeout=request_timeout
+                response = self._client.request(
+                    method, path, content=content, headers=headers, timeout=request_timeout
                 )
             except httpx.TransportError:
                 pass

@@ -33,9 +33,10 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     """Mount the dashboard at ``/`` of ``server`` (login at ``/login``)."""
     sessions = server.state.sessions
     data = DashboardData(sessions)
+    # Dash's annotation predates its FastAPI backend, which takes the app instance.
     app = dash.Dash(
         __name__,
-        server=server,
+        server=server,  # type: ignore[arg-type]
         title="normwatch",
         update_title="",
         suppress_callback_exceptions=True,

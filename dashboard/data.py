@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normwatch.server.auth import Principal
+from normwatch.server.models import Run
 from normwatch.server.schemas import EventOut, MetricOut, RunOut
 from normwatch.server.services import query, runs
 from sqlalchemy.orm import Session, sessionmaker
@@ -65,7 +66,7 @@ class DashboardData:
         return [Marker(e.step, e.text, e.kind) for e in self.events(who, run_id)]
 
     @staticmethod
-    def _owned(session: Session, who: Principal, run_id: str):  # type: ignore[no-untyped-def]
+    def _owned(session: Session, who: Principal, run_id: str) -> tuple[Run, str]:
         found = runs.get_run(session, run_id)
         if found is None or found[0].project_id != who.project_id:
             raise RunNotFound(run_id)

@@ -10,6 +10,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from normwatch.server.config import Settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_and_engine():  # type: ignore[no-untyped-def]
+def _settings_and_engine() -> tuple[Settings, Engine]:
     from normwatch.server.config import Settings
     from normwatch.server.db import engine_from_settings
 

@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     app.state.ingest_capacity = max(4, settings.db_pool_size * 2)
 
     @app.exception_handler(OperationalError)
-    async def database_unavailable(_request: Request, exc: OperationalError) -> JSONResponse:
+    async def database_unavailable(_request: Request, exc: DBAPIError) -> JSONResponse:
         log.warning("database unavailable: %s", exc.orig)
         return JSONResponse(
             {"detail": "database unavailable; retry shortly"},
@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     @app.exception_handler(DBAPIError)
     async def database_error(_request: Request, exc: DBAPIError) -> JSONResponse:
         if exc.connection_invalidated:
-            return await database_unavailable(_request, exc)  # type: ignore[arg-type]
+            return await database_unavailable(_request, exc)
         log.exception("database error", exc_info=exc)
         return JSONResponse({"detail": "internal database error"}, status_code=500)
 

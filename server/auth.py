@@ -11,7 +11,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, cast
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -88,7 +88,7 @@ def authenticate(session: Session, token: str) -> Principal | None:
         or (now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo))) > _TOUCH_EVERY
     ):
         session.execute(update(ApiToken).where(ApiToken.id == tok.id).values(last_used_at=now))
-    return Principal(tok.id, tok.project_id, project_name, tok.scope)  # type: ignore[arg-type]
+    return Principal(tok.id, tok.project_id, project_name, cast(Scope, tok.scope))
 
 
 def principal_for_token_id(session: Session, token_id: int) -> Principal | None:
@@ -101,7 +101,7 @@ def principal_for_token_id(session: Session, token_id: int) -> Principal | None:
     if row is None:
         return None
     tok, project_name = row
-    return Principal(tok.id, tok.project_id, project_name, tok.scope)  # type: ignore[arg-type]
+    return Principal(tok.id, tok.project_id, project_name, cast(Scope, tok.scope))
 
 
 def instance_secret(session: Session, name: str) -> str:

@@ -47,8 +47,10 @@ def default_metrics(names: list[str]) -> tuple[str | None, str | None]:
 
 
 def _int_or_none(value: str | None) -> int | None:
+    if not value:
+        return None
     try:
-        return None if value in (None, "") else int(float(value))  # type: ignore[arg-type]
+        return int(float(value))
     except ValueError:
         return None
 

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import statistics
+import sys
 import threading
 import time
 from collections import Counter
@@ -25,8 +26,13 @@ Fault = Callable[[httpx.Request, dict[str, object] | None], httpx.Response | Non
 """Returns a response to answer instead of the normal one, or None to answer normally."""
 
 
+def endpoint(request: httpx.Request) -> str:
+    """``runs``, ``metrics``, ``events``, or ``update`` for ``PATCH /runs/{id}``."""
+    return "update" if request.method == "PATCH" else request.url.path.rsplit("/", 1)[-1]
+
+
 class FakeIngest:
-    """The three ingest endpoints, in memory, with faults injected per endpoint."""
+    """The ingest endpoints, in memory, with faults injected per endpoint."""
 
     def __init__(self, *, segment: int = 1) -> None:
         self.segment = segment
@@ -35,6 +41,7 @@ class FakeIngest:
         self.created: list[dict[str, object]] = []
         self.batches: list[dict[str, Any]] = []
         self.events: list[dict[str, object]] = []
+        self.updates: list[dict[str, object]] = []
         self.points: dict[tuple[int, str], object] = {}
         self.arrivals: Counter[tuple[int, str]] = Counter()
         self.faults: dict[str, Fault] = {}
@@ -51,16 +58,20 @@ class FakeIngest:
         if request.headers.get("content-encoding") == "gzip":
             raw = gzip.decompress(raw)
         document = json.loads(raw)
-        endpoint = request.url.path.rsplit("/", 1)[-1]
-        fault = self.faults.get(endpoint)
+        name = endpoint(request)
+        fault = self.faults.get(name)
         if fault is not None and (answer := fault(request, document)) is not None:
             return answer
         with self.lock:
-            if endpoint == "runs":
+            if name == "runs":
                 self.created.append(document)
                 return httpx.Response(200, json={"id": "run-1", "segment": self.segment})
-            if endpoint == "metrics":
+            if name == "metrics":
                 return self._store(document)
+            if name == "update":
+                assert request.url.path == "/api/v1/runs/run-1"
+                self.updates.append(document)
+                return httpx.Response(200, json={"id": "run-1", **document})
             self.events.append(document)
             return httpx.Response(201, json={"id": len(self.events)})
 
@@ -191,8 +202,8 @@ def test_events_arrive_in_order_with_the_metrics_around_them(
     run.event("looked fine", step=81_001)
     run.finish(timeout=5.0)
 
-    sequence = [r.url.path.rsplit("/", 1)[-1] for r in server.requests]
-    assert sequence == ["runs", "metrics", "events", "metrics", "events"]
+    sequence = [endpoint(r) for r in server.requests]
+    assert sequence == ["runs", "metrics", "events", "metrics", "events", "update"]
     assert server.events == [
         {"step": 81_000, "kind": "config", "text": "near-dropless EP routing"},
         {"step": 81_001, "kind": "note", "text": "looked fine"},
@@ -367,6 +378,7 @@ def test_finish_returns_in_time_while_the_server_keeps_failing(
     assert elapsed < 1.5
     assert (run.sent_points, run.pending_points) == (0, 200)
     assert run.run_id is None
+    assert server.updates == [], "a run that was never created has no status to set"
 
 
 def test_finish_returns_in_time_when_the_server_is_unreachable(
@@ -430,6 +442,7 @@ def test_a_refused_run_drops_its_metrics_with_an_error(
 
     assert (run.dropped_points, run.pending_points, run.sent_points) == (2, 0, 0)
     assert "bad token" in caplog.text
+    assert not any(r.method == "PATCH" for r in server.requests)
 
 
 def test_context_manager_flushes_on_exit(server: FakeIngest) -> None:
@@ -438,6 +451,7 @@ def test_context_manager_flushes_on_exit(server: FakeIngest) -> None:
         run.log({"a": 1.0}, step=0)
     assert server.points == {(0, "a"): 1.0}
     assert run.pending_points == 0
+    assert server.updates == [{"status": "finished"}]
 
 
 def test_log_after_finish_is_dropped_quietly(
@@ -507,3 +521,110 @@ def test_a_full_batch_is_sent_before_the_timer(
         run.log({"a": 1.0, "b": 2.0}, step=step)
     assert wait_for(lambda: run.sent_points == 10)
     assert run.pending_points == 0
+
+
+def test_finish_marks_the_run_finished_once_after_all_metrics(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=30.0, max_batch_points=10)
+    for step in range(50):
+        run.log({"a": float(step), "b": 1.0}, step=step)
+    run.event("last words", step=49)
+    run.finish(timeout=5.0)
+    run.finish(timeout=5.0)
+
+    assert server.updates == [{"status": "finished"}]
+    sequence = [endpoint(r) for r in server.requests]
+    assert sequence.count("update") == 1
+    assert sequence[-1] == "update", "the status must follow every metric and event"
+    assert len(server.points) == 100 and server.events[-1]["text"] == "last words"
+    (patch,) = [r for r in server.requests if r.method == "PATCH"]
+    assert patch.url.path == "/api/v1/runs/run-1"
+    assert patch.headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_a_block_left_by_an_exception_marks_the_run_failed(server: FakeIngest) -> None:
+    transport = server.transport()
+    with (
+        pytest.raises(RuntimeError, match="loss is NaN"),
+        Run(URL, token=TOKEN, name="exp1", flush_interval=30.0, transport=transport) as run,
+    ):
+        run.log({"a": 1.0}, step=0)
+        raise RuntimeError("loss is NaN")
+
+    assert server.points == {(0, "a"): 1.0}
+    assert server.updates == [{"status": "failed"}]
+    assert [endpoint(r) for r in server.requests] == ["runs", "metrics", "update"]
+
+
+def test_finish_can_mark_the_run_failed_and_refuses_other_statuses(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run()
+    bad_status: Any = "done"
+    with pytest.raises(ValueError, match="finished, failed"):
+        run.finish(timeout=5.0, status=bad_status)
+    run.finish(timeout=5.0, status="failed")
+    assert server.updates == [{"status": "failed"}]
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean-exit", "uncaught-exception"])
+def test_exit_without_finish_marks_the_run_by_how_the_interpreter_ends(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    crashed: bool,
+) -> None:
+    for name in ("last_exc", "last_value"):
+        monkeypatch.delattr(sys, name, raising=False)
+    if crashed:
+        monkeypatch.setattr(sys, "last_value", RuntimeError("boom"), raising=False)
+    run = make_run()
+    run.log({"a": 1.0}, step=0)
+    run._flush_at_exit()
+
+    assert server.points == {(0, "a"): 1.0}
+    assert server.updates == [{"status": "failed" if crashed else "finished"}]
+
+
+def _refuse_connection(
+    request: httpx.Request, document: dict[str, object] | None
+) -> httpx.Response | None:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(failing(10**9, unavailable), id="503"),
+        pytest.param(
+            failing(10**9, lambda: httpx.Response(429, headers={"Retry-After": "120"})), id="429"
+        ),
+        pytest.param(_refuse_connection, id="unreachable"),
+        pytest.param(
+            failing(10**9, lambda: httpx.Response(405, json={"detail": "Method Not Allowed"})),
+            id="405",
+        ),
+    ],
+)
+def test_finish_returns_in_time_when_the_status_update_fails(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    caplog: pytest.LogCaptureFixture,
+    fault: Fault,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    server.faults["update"] = fault
+    run = make_run()
+    for step in range(10):
+        run.log({"a": 1.0}, step=step)
+    started = time.monotonic()
+    run.finish(timeout=0.5)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 1.5
+    assert (run.sent_points, run.pending_points, run.dropped_points) == (10, 0, 0)
+    assert server.updates == []
+    assert any(r.method == "PATCH" for r in server.requests)
+    # The sender may log just after finish() has stopped waiting for it.
+    assert wait_for(lambda: "could not mark the run finished" in caplog.text)

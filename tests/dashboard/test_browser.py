@@ -44,7 +44,9 @@ def seed_run(server: ServerProcess, tenant: Tenant, steps: int = 2000) -> str:
 
 
 def figure(page: Page) -> dict[str, Any]:
-    page.wait_for_function(f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.length >= 2; }}")
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.length >= 2; }}"
+    )
     result: dict[str, Any] = page.evaluate(f"({FIGURE_JS})()")
     return result
 
