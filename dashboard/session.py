@@ -8,15 +8,18 @@ sessions. The viewer is published to Dash callbacks through a context variable.
 from __future__ import annotations
 
 import html
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, urlsplit
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from normwatch.server.auth import Principal, authenticate, principal_for_token_id
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 COOKIE = "normwatch_session"
@@ -32,6 +35,9 @@ PUBLIC_PREFIXES = (
     "/assets/",
     "/_favicon.ico",
 )
+
+# A revoked token's sessions end within this many seconds.
+RECHECK_S = 5.0
 
 current_viewer: ContextVar[Principal | None] = ContextVar("normwatch_viewer", default=None)
 
@@ -70,14 +76,20 @@ class SessionMiddleware:
         self.app = app
         self.signer = signer
         self.sessions = sessions
+        # token id → (principal or None, recheck after): one lookup per token per few seconds.
+        self._recent: dict[int, tuple[Principal | None, float]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(PUBLIC_PREFIXES):
+        if scope["type"] not in ("http", "websocket") or scope["path"].startswith(PUBLIC_PREFIXES):
             await self.app(scope, receive, send)
             return
-        request = Request(scope)
-        who = self._resolve(request.cookies.get(COOKIE))
+        cookie = HTTPConnection(scope).cookies.get(COOKIE)
+        who = await anyio.to_thread.run_sync(self._resolve, cookie)
+        if who is None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 4401})
+            return
         if who is None:
+            request = Request(scope)
             if scope["method"] in ("GET", "HEAD"):
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 response: Response = RedirectResponse(
@@ -101,8 +113,16 @@ class SessionMiddleware:
         token_id = self.signer.load(cookie)
         if token_id is None:
             return None
+        now = time.monotonic()
+        cached = self._recent.get(token_id)
+        if cached is not None and cached[1] > now:
+            return cached[0]
         with self.sessions() as session:
-            return principal_for_token_id(session, token_id)
+            who = principal_for_token_id(session, token_id)
+        if len(self._recent) > 10_000:
+            self._recent.clear()
+        self._recent[token_id] = (who, now + RECHECK_S)
+        return who
 
 
 def _safe_next(target: str | None) -> str:

@@ -113,15 +113,18 @@ def _token_create(args: argparse.Namespace) -> int:
     from normwatch.server.auth import create_token
     from normwatch.server.db import session_factory
 
-    _, engine = _settings_and_engine()
+    settings, engine = _settings_and_engine()
     with session_factory(engine)() as session, session.begin():
         secret, row = create_token(session, args.project, args.scope, args.name)
+    engine.dispose()
     print(secret)
     print(
         f"{args.scope} token for project {args.project!r} (id {row.id}); "
         "it is shown only once, store it now.",
         file=sys.stderr,
     )
+    if args.scope in ("read", "admin"):
+        print(f"dashboard login: {settings.base_url}/login?token={secret}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,8 @@ from datetime import timedelta
 from typing import Literal, cast
 
 from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from .models import ApiToken, InstanceSecret, Project, utcnow
@@ -105,12 +107,17 @@ def principal_for_token_id(session: Session, token_id: int) -> Principal | None:
 
 
 def instance_secret(session: Session, name: str) -> str:
-    """A random secret generated on first use and shared by every worker via the database."""
+    """A random secret generated on first use and shared by every worker via the database.
+
+    Workers starting together may race to create it; the insert ignores a conflict and
+    everyone reads back the one row that won.
+    """
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    insert_stmt = insert(InstanceSecret)
+    session.execute(
+        insert_stmt.values(name=name, value=secrets.token_urlsafe(48)).on_conflict_do_nothing()
+    )
     value = session.scalar(select(InstanceSecret.value).where(InstanceSecret.name == name))
-    if value is not None:
-        return value
-    candidate = secrets.token_urlsafe(48)
-    with session.begin_nested():
-        session.merge(InstanceSecret(name=name, value=candidate))
-    stored = session.scalar(select(InstanceSecret.value).where(InstanceSecret.name == name))
-    return stored or candidate
+    assert value is not None
+    return value
