@@ -152,6 +152,8 @@ def update_latest(
             {"mid": metric_ids[col.name], "step": int(batch.steps[i]), "val": None if v != v else v}
         )
     if latest:
+        # A fixed lock order: concurrent batches of one run must not deadlock on metric rows.
+        latest.sort(key=lambda row: row["mid"])  # type: ignore[arg-type,return-value]
         session.connection().execute(
             text(
                 "UPDATE metrics SET last_step = :step, last_value = :val "
@@ -160,6 +162,13 @@ def update_latest(
             latest,
         )
     return int(batch.steps.max())
+
+
+def forget_latest(session: Session, run_key: int) -> None:
+    """A new segment starts the run's "latest values" afresh."""
+    session.execute(
+        update(Metric).where(Metric.run_key == run_key).values(last_step=None, last_value=None)
+    )
 
 
 def touch_run(session: Session, run_key: int, last_step: int | None, now: datetime) -> None:

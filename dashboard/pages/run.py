@@ -154,14 +154,8 @@ def view_from_relayout(view: dict[str, Any], relayout: dict[str, Any] | None) ->
     """The new view after a zoom, pan or autoscale on the chart; unchanged otherwise."""
     if not relayout:
         return view
-    if (
-        relayout.get("xaxis.autorange")
-        or relayout.get("autosize")
-        and "xaxis.range[0]" not in relayout
-    ):
-        if relayout.get("xaxis.autorange"):
-            return {**view, "start": None, "end": None}
-        return view
+    if relayout.get("xaxis.autorange"):
+        return {**view, "start": None, "end": None}
     lo = relayout.get("xaxis.range[0]")
     hi = relayout.get("xaxis.range[1]")
     if lo is None and isinstance(relayout.get("xaxis.range"), list):

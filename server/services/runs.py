@@ -69,6 +69,7 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
         run.segment += 1
         session.add(Segment(run_key=run.key, segment=run.segment, start_step=body.start_step))
         run.last_step = None
+        storage.forget_latest(session, run.key)
     if body.config:
         run.config = {**(run.config or {}), **body.config}
     if body.tags:

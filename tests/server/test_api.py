@@ -195,6 +195,12 @@ def test_resume_with_lower_start_step_opens_segment(api: httpx.Client, tenant: T
     got = series(api, tenant, run["id"], "loss")["loss"]
     assert got["steps"] == list(range(80))
     assert got["values"] == [1.0] * 60 + [2.0] * 20
+    listed = api.get(f"/api/v1/runs/{run['id']}/metrics", headers=tenant.headers("read")).json()
+    assert listed == [{"name": "loss", "last_step": 79, "last_value": 2.0}]
+    assert (
+        api.get(f"/api/v1/runs/{run['id']}", headers=tenant.headers("read")).json()["last_step"]
+        == 79
+    )
     # Nothing of segment 1 was dropped or overwritten: it is still readable as such.
     old = {"steps": [99], "metrics": {"loss": [7.0]}, "segment": 1}
     assert api.post(url, json=old, headers=tenant.headers("ingest")).status_code == 202
