@@ -1,0 +1,195 @@
+"""Shared pieces of the benchmarks: scratch databases, a real server process, timing.
+
+Not a benchmark itself. The scripts next to it import it by its bare name, which works
+because Python puts a script's own folder first on ``sys.path``
+(``python benchmarks/series_read.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import psycopg
+from normwatch.server.auth import create_token
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.migrate import upgrade
+from sqlalchemy import make_url
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+T = TypeVar("T")
+
+
+def say(message: str) -> None:
+    """Progress line, flushed at once so a long run shows where it is."""
+    print(message, flush=True)
+
+
+def base_pg_url() -> str:
+    """The Postgres the scratch databases are created in (the test suite's variable)."""
+    return os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
+
+
+def admin_dsn(url: str) -> str:
+    """A plain libpq DSN for a SQLAlchemy URL (psycopg does not read ``+psycopg``)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextmanager
+def scratch_postgres(prefix: str) -> Iterator[str]:
+    """A freshly created and migrated Postgres database, dropped on the way out."""
+    base = base_pg_url()
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(admin_dsn(base), autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    try:
+        engine = build_engine(url, pool_size=1)
+        upgrade(engine)
+        engine.dispose()
+        yield url
+    finally:
+        with psycopg.connect(admin_dsn(base), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def scratch_sqlite() -> Iterator[str]:
+    """A migrated SQLite file in a temporary folder, removed on the way out."""
+    with tempfile.TemporaryDirectory(prefix="normwatch-bench-") as folder:
+        url = f"sqlite:///{Path(folder) / 'bench.db'}"
+        engine = build_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url
+
+
+def make_ingest_token(database_url: str, project: str) -> str:
+    """An ingest-scoped token of a new project."""
+    engine = build_engine(database_url, pool_size=1)
+    try:
+        with session_factory(engine)() as session, session.begin():
+            secret, _ = create_token(session, project, "ingest")
+    finally:
+        engine.dispose()
+    return secret
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """A real ``normwatch serve`` process (one uvicorn worker)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+@contextmanager
+def running_server(database_url: str, log_dir: Path) -> Iterator[Server]:
+    """``python -m normwatch serve --no-migrate`` on a free port, stopped on the way out."""
+    port = _free_port()
+    log_path = log_dir / f"server-{port}.log"
+    env = {
+        **os.environ,
+        "NORMWATCH_DATABASE_URL": database_url,
+        "NORMWATCH_HOST": "127.0.0.1",
+        "NORMWATCH_PORT": str(port),
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "normwatch", "serve", "--no-migrate"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not become healthy in 60 s:\n{server.log()}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median (and spread) of repeated calls, in milliseconds, with the last result."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+
+
+def timed(fn: Callable[[], T], *, repeat: int, warmup: int = 1) -> tuple[Timing, T]:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times; median wall time."""
+    result = fn()
+    for _ in range(warmup - 1):
+        result = fn()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return Timing(statistics.median(samples), min(samples), max(samples)), result
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (``q`` in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), math.ceil(q / 100 * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, so the output can be pasted into ``docs/benchmarks.md``."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    return "\n".join(lines)
