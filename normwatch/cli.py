@@ -28,7 +28,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in _SERVER_MODULES:
+            raise
+        print(
+            f"error: this command needs the server (missing module {exc.name!r}); "
+            "install it with: pip install 'normwatch[dashboard]'",
+            file=sys.stderr,
+        )
+        return 2
     return result
+
+
+# Modules of the [server] and [dashboard] extras; the client-only install lacks them.
+_SERVER_MODULES = frozenset(
+    {
+        "fastapi",
+        "uvicorn",
+        "sqlalchemy",
+        "alembic",
+        "psycopg",
+        "pydantic",
+        "pydantic_settings",
+        "orjson",
+        "numpy",
+        "itsdangerous",
+        "dash",
+        "plotly",
+        "starlette",
+        "anyio",
+    }
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
