@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -22,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import psycopg
 from normwatch.server.auth import create_token
 from normwatch.server.db import build_engine, session_factory
@@ -86,71 +82,6 @@ def make_ingest_token(database_url: str, project: str) -> str:
     finally:
         engine.dispose()
     return secret
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class Server:
-    """A real ``normwatch serve`` process (one uvicorn worker)."""
-
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-
-
-@contextmanager
-def running_server(database_url: str, log_dir: Path) -> Iterator[Server]:
-    """``python -m normwatch serve --no-migrate`` on a free port, stopped on the way out."""
-    port = _free_port()
-    log_path = log_dir / f"server-{port}.log"
-    env = {
-        **os.environ,
-        "NORMWATCH_DATABASE_URL": database_url,
-        "NORMWATCH_HOST": "127.0.0.1",
-        "NORMWATCH_PORT": str(port),
-    }
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "normwatch", "serve", "--no-migrate"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(f"http://127.0.0.1:{port}", process, log_path)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
-            try:
-                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not become healthy in 60 s:\n{server.log()}")
-            time.sleep(0.1)
-        yield server
-    finally:
-        server.stop()
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,12 @@ from _harness import (
     admin_dsn,
     make_ingest_token,
     percentile,
-    running_server,
     say,
     scratch_postgres,
     table,
 )
+
+from normwatch.testing import running_server
 
 STEPS_PER_BATCH = 25
 # Bodies are pre-built for a rate no server here reaches; a sender that runs out stops early.

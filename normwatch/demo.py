@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from normwatch.testing import wait_healthy
 
 PROJECT = "demo"
 RUN_NAME = "48L-moe-ep-routing"
@@ -53,7 +53,7 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
     # A plain `kill` must also stop the server child: turn SIGTERM into a clean exit.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        if not _wait_healthy(base, server):
+        if not wait_healthy(base, server, timeout=30):
             print(f"error: the server did not start on {base}; is the port free?", file=sys.stderr)
             return 1
         print()
@@ -76,20 +76,6 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
     return 0
-
-
-def _wait_healthy(base: str, server: subprocess.Popen[bytes], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            return False
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    return False
 
 
 def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> None:

@@ -75,6 +75,8 @@ class EventCreate(BaseModel):
 
 
 class EventOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     id: int
     step: int
     segment: int

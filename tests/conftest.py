@@ -9,10 +9,6 @@ tests that talk HTTP to a real server create their own project, so no two share 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +22,8 @@ from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
+
+from normwatch.testing import ServerProcess, start_server
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -91,67 +89,6 @@ def db_session(db_engine: Engine) -> Iterator[Session]:
         finally:
             session.close()
             outer.rollback()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class ServerProcess:
-    """A real ``uvicorn`` process serving the app factory."""
-
-    url: str
-    database_url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-
-
-def start_server(database_url: str, log_dir: Path, **env: str) -> ServerProcess:
-    port = free_port()
-    log_path = log_dir / f"server-{port}.log"
-    environment = {
-        **os.environ,
-        "NORMWATCH_DATABASE_URL": database_url,
-        "NORMWATCH_HOST": "127.0.0.1",
-        "NORMWATCH_PORT": str(port),
-        **env,
-    }
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "normwatch", "serve", "--no-migrate"],
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = ServerProcess(f"http://127.0.0.1:{port}", database_url, process, log_path)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"server did not become healthy in 60 s:\n{server.log()}")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ServerProcess, free_port, make_tenant
+from normwatch.testing import ServerProcess, free_port
+from tests.conftest import make_tenant
 
 LLMC_LOG = Path(__file__).resolve().parent.parent / "normwatch" / "data"
 LLMC_LOG = LLMC_LOG / "llmc_gpt2_124M_modded-nanogpt.log"

@@ -32,11 +32,4 @@ def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:
     event = Event(run_key=run.key, segment=segment, step=body.step, kind=body.kind, text=body.text)
     session.add(event)
     session.flush()
-    return EventOut(
-        id=event.id,
-        step=event.step,
-        segment=event.segment,
-        kind=event.kind,
-        text=event.text,
-        created_at=event.created_at,
-    )
+    return EventOut.model_validate(event)

@@ -97,14 +97,4 @@ def read_series(
 
 
 def list_events(session: Session, run: Run) -> list[EventOut]:
-    return [
-        EventOut(
-            id=e.id,
-            step=e.step,
-            segment=e.segment,
-            kind=e.kind,
-            text=e.text,
-            created_at=e.created_at,
-        )
-        for e in storage.events_of(session, run.key)
-    ]
+    return [EventOut.model_validate(e) for e in storage.events_of(session, run.key)]

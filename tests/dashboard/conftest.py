@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.conftest import ServerProcess, start_server
+from normwatch.testing import ServerProcess, start_server
 
 CHROMIUM_FLAGS = [
     "--headless",

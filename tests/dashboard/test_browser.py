@@ -90,8 +90,10 @@ def test_live_refresh_zoom_and_deep_link(
 
     # Live: new points show up without a reload.
     with httpx.Client(base_url=pg_server.url, headers=tenant.headers("ingest")) as api:
-        body = {"steps": [2000, 2001], "metrics": {"grad/norm/total": [4.0, 5.5],
-                                                    "params/norm/final_norm.weight": [400, 401]}}
+        body = {
+            "steps": [2000, 2001],
+            "metrics": {"grad/norm/total": [4.0, 5.5], "params/norm/final_norm.weight": [400, 401]},
+        }
         assert api.post(f"/api/v1/runs/{run_id}/metrics", json=body).status_code == 202
     page.wait_for_function(
         f"() => {{ const f = ({FIGURE_JS})(); return f && f.data[0].x.includes(2001); }}",
@@ -113,8 +115,10 @@ def test_live_refresh_zoom_and_deep_link(
     assert figure(page)["data"][0]["x"] == list(range(900, 1101))
 
     # A deep link reproduces the view: metrics, range and log scale.
-    deep = (f"{pg_server.url}/runs/{run_id}?left=train/loss&right=params/norm/layers.0.attn.wq"
-            "&start=100&end=300&log=1")
+    deep = (
+        f"{pg_server.url}/runs/{run_id}?left=train/loss&right=params/norm/layers.0.attn.wq"
+        "&start=100&end=300&log=1"
+    )
     page.goto(deep)
     fig = figure(page)
     names = {t["yaxis"]: t["name"] for t in fig["data"]}

@@ -1,0 +1,108 @@
+"""Run a real normwatch server process, for integration tests and benchmarks.
+
+>>> with running_server("sqlite:///t.db", Path("/tmp")) as server:  # doctest: +SKIP
+...     httpx.get(f"{server.url}/healthz")
+
+The database must already be migrated (`normwatch db upgrade`); the process is started
+with ``--no-migrate`` so tests control the schema.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+__all__ = ["ServerProcess", "free_port", "running_server", "start_server", "wait_healthy"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> bool:
+    """Poll ``url``/healthz until it answers 200; False if ``process`` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+@dataclass
+class ServerProcess:
+    """A ``normwatch serve`` process and where its output goes."""
+
+    url: str
+    database_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def start_server(database_url: str, log_dir: Path, **env: str) -> ServerProcess:
+    """Start ``python -m normwatch serve --no-migrate`` on a free port; wait until healthy.
+
+    Extra ``NORMWATCH_*`` settings go in ``env``. Raises ``RuntimeError`` with the server's
+    output when it exits or is not healthy within 60 s.
+    """
+    port = free_port()
+    log_path = log_dir / f"server-{port}.log"
+    environment = {
+        **os.environ,
+        "NORMWATCH_DATABASE_URL": database_url,
+        "NORMWATCH_HOST": "127.0.0.1",
+        "NORMWATCH_PORT": str(port),
+        **env,
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "normwatch", "serve", "--no-migrate"],
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = ServerProcess(f"http://127.0.0.1:{port}", database_url, process, log_path)
+    if not wait_healthy(server.url, process):
+        server.stop()
+        raise RuntimeError(f"server did not become healthy:\n{server.log()}")
+    return server
+
+
+@contextmanager
+def running_server(database_url: str, log_dir: Path, **env: str) -> Iterator[ServerProcess]:
+    """`start_server` as a context manager that stops the process on the way out."""
+    server = start_server(database_url, log_dir, **env)
+    try:
+        yield server
+    finally:
+        server.stop()
