@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     app.state.engine = engine
     app.state.sessions = session_factory(engine)
     app.state.ingest_inflight = 0
-    app.state.ingest_capacity = max(4, settings.db_pool_size * 2)
+    app.state.ingest_capacity = settings.ingest_concurrency
 
     @app.exception_handler(OperationalError)
     async def database_unavailable(_request: Request, exc: DBAPIError) -> JSONResponse:

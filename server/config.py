@@ -39,6 +39,11 @@ class Settings(BaseSettings):
         default=2_000_000, description="Largest number of points one metrics batch may carry."
     )
     db_pool_size: int = 8
+    ingest_concurrency: int = Field(
+        default=16,
+        ge=1,
+        description="Metric batches handled at once per worker; more get 503 with Retry-After.",
+    )
     session_max_age_s: int = 14 * 24 * 3600
 
     @property

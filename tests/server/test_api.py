@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import time
 
 import httpx
 import pytest
@@ -278,3 +279,46 @@ def test_million_step_spike_survives_downsampling(api: httpx.Client, tenant: Ten
     )["grad/norm/total"]
     assert zoom["downsampled"] is False
     assert zoom["steps"] == list(range(max(0, spike - 500), min(n, spike + 501)))
+
+
+def test_overload_answers_503_with_retry_after(tmp_path, sqlite_url: str) -> None:  # type: ignore[no-untyped-def]
+    """With every ingest slot taken, a batch is refused at once and nothing is lost."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from normwatch.testing import running_server
+    from tests.conftest import make_tenant
+
+    with running_server(sqlite_url, tmp_path, NORMWATCH_INGEST_CONCURRENCY="1") as srv:
+        tenant = make_tenant(sqlite_url)
+        with httpx.Client(base_url=srv.url, timeout=30) as api:
+            run = create_run(api, tenant)
+            url = f"/api/v1/runs/{run['id']}/metrics"
+            body = json.dumps({"steps": [1], "metrics": {"loss": [0.5]}}).encode()
+            # Hold the only slot: headers and half a body, then nothing.
+            parts = urlsplit(srv.url)
+            slow = socket.create_connection((parts.hostname, parts.port))
+            slow.sendall(
+                (
+                    f"POST {url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Authorization: Bearer {tenant.ingest}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                + body[:10]
+            )
+            try:
+                deadline = time.monotonic() + 10
+                while True:
+                    r = api.post(url, content=body, headers=tenant.headers("ingest"))
+                    if r.status_code == 503 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+                assert r.status_code == 503
+                assert r.headers["Retry-After"] == "1"
+                slow.sendall(body[10:])
+                assert b" 202 " in slow.recv(4096)
+            finally:
+                slow.close()
+            assert api.post(url, content=body, headers=tenant.headers("ingest")).status_code == 202
+            got = series(api, tenant, run["id"], "loss")["loss"]
+            assert (got["steps"], got["values"]) == ([1], [0.5])
