@@ -281,7 +281,8 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         who = viewer()
         fig = await anyio.to_thread.run_sync(lambda: build_figure(data, who, view))
         markers = await anyio.to_thread.run_sync(lambda: data.markers(who, view["run"]))
-        new_shape = figure_shape(fig)
+        # Traces and events make the shape; a change of either redraws instead of patching.
+        new_shape = figure_shape(fig) + [f"event@{m.step}" for m in markers]
         info = range_text(fig)
         if ctx.triggered_id != "tick" or shape != new_shape:
             return fig, new_shape, info, event_list(markers)

@@ -99,6 +99,15 @@ def test_live_refresh_zoom_and_deep_link(
         f"() => {{ const f = ({FIGURE_JS})(); return f && f.data[0].x.includes(2001); }}",
         timeout=5000,
     )
+    # An event posted while the page is open shows on the chart and in the list.
+    with httpx.Client(base_url=pg_server.url, headers=tenant.headers("ingest")) as api:
+        event = {"step": 1500, "kind": "restart", "text": "resumed from checkpoint"}
+        assert api.post(f"/api/v1/runs/{run_id}/events", json=event).status_code == 201
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURE_JS})(); return f && f.layout.shapes.length === 2; }}",
+        timeout=5000,
+    )
+    page.wait_for_selector("#event-list :text('resumed from checkpoint')", timeout=5000)
 
     # Zoom: the range lands in the URL and the series is re-queried at full detail.
     page.evaluate(
