@@ -101,15 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--name", default="", help="a label to recognise it by")
     create.set_defaults(handler=_token_create)
 
-    imp = sub.add_parser("import", help="import a training log through the client")
-    imp_sub = imp.add_subparsers(metavar="format")
-    llmc = imp_sub.add_parser("llmc", help="an llm.c training log (s:<step> trl:... norm:...)")
-    llmc.add_argument("path")
-    llmc.add_argument("--url", default=os.environ.get("NORMWATCH_URL", "http://127.0.0.1:8000"))
-    llmc.add_argument("--token", default=os.environ.get("NORMWATCH_TOKEN"))
-    llmc.add_argument("--project", default=None)
-    llmc.add_argument("--name", default=None, help="run name (default: the file name)")
-    llmc.set_defaults(handler=_import_llmc)
+    from normwatch import cli_client
+
+    cli_client.add_commands(sub)
     return parser
 
 
@@ -190,23 +184,3 @@ def _demo(args: argparse.Namespace) -> int:
     from normwatch.demo import run_demo
 
     return run_demo(db_path=args.db, port=args.port, steps_per_second=args.steps_per_second)
-
-
-def _import_llmc(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from normwatch.client import Run
-    from normwatch.client.llmc import import_llmc
-
-    if not args.token:
-        print("error: pass --token or set NORMWATCH_TOKEN (an ingest token)", file=sys.stderr)
-        return 2
-    path = Path(args.path)
-    if not path.is_file():
-        print(f"error: no such file: {path}", file=sys.stderr)
-        return 2
-    name = args.name or path.stem
-    with Run(args.url, token=args.token, project=args.project, name=name) as run:
-        steps = import_llmc(path, run)
-    print(f"imported {steps} steps into run {name!r}")
-    return 0
