@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-migrate", action="store_true", help="do not upgrade the schema on start"
     )
+    serve.add_argument(
+        "--log-level",
+        default=os.environ.get("NORMWATCH_LOG_LEVEL", "warning"),
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="server log level; 'info' adds one line per request (NORMWATCH_LOG_LEVEL)",
+    )
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo", help="serve on an SQLite file with a simulated live run")
@@ -174,7 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         workers=args.workers,
-        log_level="warning",
+        log_level=args.log_level,
         timeout_graceful_shutdown=10,
     )
     return 0
