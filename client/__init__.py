@@ -7,11 +7,14 @@
 >>> run.finish()  # doctest: +SKIP
 
 `Run.log` and `Run.event` never block on the network and never raise: problems are
-reported through the ``normwatch.client`` logger and counted on the `Run`.
+reported through the ``normwatch.client`` logger and counted on the `Run`. What the server
+cannot take yet waits in an on-disk spool; `sync_spool` (``normwatch sync``) delivers spools
+that a finished or killed trainer left behind.
 """
 
 from __future__ import annotations
 
 from ._run import Run
+from ._sync import SyncReport, sync_spool
 
-__all__ = ["Run"]
+__all__ = ["Run", "SyncReport", "sync_spool"]

@@ -124,15 +124,6 @@ class ColumnarBatch:
         """Number of (step, metric) values in the batch."""
         return sum(len(row) for row in self.rows.values())
 
-    def split(self) -> tuple[ColumnarBatch, ColumnarBatch]:
-        """Two halves by step, for a server that finds the whole batch too large."""
-        steps = sorted(self.rows)
-        middle = len(steps) // 2
-        return (
-            ColumnarBatch({step: self.rows[step] for step in steps[:middle]}),
-            ColumnarBatch({step: self.rows[step] for step in steps[middle:]}),
-        )
-
     def body(self, segment: int | None) -> dict[str, object]:
         """The JSON document: ascending steps, one column per metric name, null padded."""
         steps = sorted(self.rows)
@@ -186,7 +177,33 @@ def dumps(document: object) -> bytes:
 
 def gzip_json(document: object) -> bytes:
     """JSON then gzip; level 1 because the sender should stay cheap on CPU."""
-    return gzip.compress(dumps(document), compresslevel=1, mtime=0)
+    return gzip_bytes(dumps(document))
+
+
+def gzip_bytes(raw: bytes) -> bytes:
+    """gzip at level 1, without a timestamp (the same input gives the same bytes)."""
+    return gzip.compress(raw, compresslevel=1, mtime=0)
+
+
+def split_document(
+    document: Mapping[str, Any],
+) -> tuple[tuple[dict[str, Any], int], tuple[dict[str, Any], int]] | None:
+    """Cut a wire batch in two halves by step, each with its point count; None when it
+    holds a single step and cannot be cut. Columns that are all null in a half are left out.
+    """
+    steps = document["steps"]
+    if len(steps) < 2:
+        return None
+    middle = len(steps) // 2
+    halves: list[tuple[dict[str, Any], int]] = []
+    for part in (slice(0, middle), slice(middle, None)):
+        columns = {name: column[part] for name, column in document["metrics"].items()}
+        kept = {
+            name: column for name, column in columns.items() if column.count(None) < len(column)
+        }
+        points = sum(len(column) - column.count(None) for column in kept.values())
+        halves.append(({"steps": steps[part], "metrics": kept}, points))
+    return halves[0], halves[1]
 
 
 def jsonable(value: object, depth: int = 0) -> object:

@@ -1,13 +1,18 @@
 """The bounded in-memory queue between the training thread and the sender thread.
 
 The training thread only ever calls `SendQueue.put`: an append and a few integer updates
-under one lock. When the server falls behind for long enough that more than ``max_points``
-values wait, the oldest steps are shed (events are kept) so memory stays bounded and the
-trainer is never blocked.
+under one lock. The spool writer thread empties the queue into the on-disk spool every
+flush interval, whatever the server does; only if that falls behind (a stalled disk) so far
+that more than ``max_points`` values wait are the oldest steps shed (events are kept), so
+memory stays bounded and the trainer is never blocked.
 
 Point accounting, where a point is one (step, metric) value::
 
-    logged = queued + in flight + sent + dropped   (up to same-step merges)
+    logged = queued + in flight + spooled + sent + dead-lettered + dropped
+             (up to same-step merges)
+
+"in flight" is taken by the writer and not yet spooled; "spooled" is in the spool and not
+yet accepted by the server.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ class SendQueue:
         # Plain ints, read without the lock: a stale read by a property is harmless.
         self.queued_points = 0
         self.inflight_points = 0
+        self.spooled_points = 0
         self.sent_points = 0
+        self.dead_points = 0
         self.dropped_points = 0
 
     @property
@@ -89,7 +96,7 @@ class SendQueue:
             return was_open
 
     def discard(self) -> None:
-        """Close and drop everything waiting or in flight (nowhere left to send it)."""
+        """Close and drop everything waiting or in flight (nowhere left to write it)."""
         with self._lock:
             self.closed = True
             self.dropped_points += self.queued_points + self.inflight_points
@@ -130,9 +137,18 @@ class SendQueue:
                 self.inflight_points += taken
             return records
 
-    def settle(self, *, taken: int = 0, sent: int = 0, dropped: int = 0) -> None:
-        """Account for a finished delivery: ``taken`` leave flight, as sent or dropped."""
+    def settle(self, *, taken: int = 0, spooled: int = 0, dropped: int = 0) -> None:
+        """The writer is done with ``taken`` values: ``spooled`` of them went to the spool
+        (fewer when same-step logs merged), ``dropped`` could not be converted."""
         with self._lock:
             self.inflight_points -= taken
+            self.spooled_points += spooled
+            self.dropped_points += dropped
+
+    def unspool(self, *, sent: int = 0, dead: int = 0, dropped: int = 0) -> None:
+        """Spooled values left the spool: accepted, dead-lettered, or dropped for room."""
+        with self._lock:
+            self.spooled_points -= sent + dead + dropped
             self.sent_points += sent
+            self.dead_points += dead
             self.dropped_points += dropped

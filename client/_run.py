@@ -1,9 +1,12 @@
-"""The trainer-facing `Run`: queue on the training thread, send on a background thread.
+"""The trainer-facing `Run`: queue on the training thread, spool and send in the background.
 
 ``log`` and ``event`` only append to an in-memory queue under a lock, so a slow or dead
-server never stalls a training step and never raises into it; the sender thread
-(`normwatch.client._sender`) does all conversion and network work. Failures it cannot fix
-are reported through the ``normwatch.client`` logger and counted in `Run.dropped_points`.
+server never stalls a training step and never raises into it. Two daemon threads do the
+rest: the spool writer (`normwatch.client._writer`) converts what was logged and appends it
+to an on-disk spool every flush interval; the sender (`normwatch.client._sender`) delivers
+the spool to the server, retrying through outages. What the server has not taken when the
+process ends stays in the spool for the next `Run` of the same name or ``normwatch sync``.
+Problems are reported through the ``normwatch.client`` logger and counted on the `Run`.
 """
 
 from __future__ import annotations
@@ -11,21 +14,28 @@ from __future__ import annotations
 import atexit
 import math
 import operator
+import os
 import sys
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 
 import httpx
 
-from ._batch import dumps, jsonable
+from ._batch import jsonable
 from ._queue import EventRecord, Record, SendQueue
-from ._sender import FINAL_STATUSES, FinalStatus, Sender, WarnOnce, logger
+from ._reporting import WarnOnce, logger
+from ._sender import Sender
+from ._streams import default_spool_dir, run_folder
 from ._transport import IngestApi
+from ._writer import FINAL_STATUSES, FinalStatus, SpoolWriter
 
 EXIT_FLUSH_TIMEOUT = 10.0
 """Seconds the interpreter waits at exit for unsent metrics when `Run.finish` was not called."""
+
+MIN_SPOOL_BYTES = 4096
 
 _SHED_WARNING_INTERVAL = 10.0
 
@@ -48,6 +58,11 @@ class Run:
     last step opens a new segment, for a restart from a checkpoint. ``transport`` is handed
     to `httpx.Client` (tests pass `httpx.MockTransport`).
 
+    Everything logged goes through a spool in ``spool_dir`` (default ``$NORMWATCH_SPOOL_DIR``
+    or ``./normwatch-spool``), bounded by ``spool_max_bytes``: the oldest data is dropped,
+    with a warning, only when the server stays away long enough to fill it. A spool that an
+    earlier process of this run left behind is replayed before this run's own data.
+
     `finish` marks the run finished on the server; used as a context manager, a block left
     by an exception marks it failed instead.
     """
@@ -66,6 +81,8 @@ class Run:
         max_batch_points: int = 50_000,
         max_queue_points: int = 5_000_000,
         timeout: float = 10.0,
+        spool_dir: str | os.PathLike[str] | None = None,
+        spool_max_bytes: int = 2**30,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
@@ -79,6 +96,11 @@ class Run:
             )
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if spool_max_bytes < MIN_SPOOL_BYTES:
+            raise ValueError(
+                f"spool_max_bytes must be >= {MIN_SPOOL_BYTES}, got {spool_max_bytes}; "
+                "the default is 2**30 (1 GiB)"
+            )
         document: dict[str, object] = {
             "name": name,
             "config": jsonable(dict(config or {})),
@@ -89,23 +111,47 @@ class Run:
         if start_step is not None:
             document["start_step"] = _as_step(start_step)
 
+        spool_root = Path(os.path.abspath(spool_dir)) if spool_dir else default_spool_dir()
+        metadata: dict[str, object] = {
+            "version": 1,
+            "url": url,
+            "project": project,
+            "name": name,
+            "create": document,
+            "run_id": None,
+            "segment": None,
+        }
+
         self._name = name
         self._max_queue_points = max_queue_points
         self._queue = SendQueue(max_points=max_queue_points, batch_points=max_batch_points)
         self._warn_once = WarnOnce()
         self._last_shed_warning = -math.inf
+        self._writer = SpoolWriter(
+            self._queue,
+            run_folder=run_folder(spool_root, project, name),
+            metadata=metadata,
+            max_bytes=spool_max_bytes,
+            flush_interval=float(flush_interval),
+            run_name=name,
+            warn_once=self._warn_once,
+        )
         self._sender = Sender(
             IngestApi(url, token=token, timeout=timeout, transport=transport),
             self._queue,
+            self._writer,
             run_name=name,
-            create_document=dumps(document),
             flush_interval=float(flush_interval),
             timeout=float(timeout),
             warn_once=self._warn_once,
         )
+        self._writer_thread = threading.Thread(
+            target=self._writer.run, name=f"normwatch-spool-{name}", daemon=True
+        )
         self._thread = threading.Thread(
             target=self._sender.run, name=f"normwatch-sender-{name}", daemon=True
         )
+        self._writer_thread.start()
         self._thread.start()
         atexit.register(self._flush_at_exit)
 
@@ -135,11 +181,11 @@ class Run:
 
     def finish(self, timeout: float = 30.0, status: FinalStatus = "finished") -> None:
         """Send what is queued, mark the run ``status`` ("finished" or "failed") on the server
-        and stop the sender, waiting at most ``timeout`` seconds.
+        and stop the background threads, waiting at most ``timeout`` seconds.
 
-        Points still unsent when the time is up stay counted in `pending_points`; a status
-        the server did not confirm in time is only logged. Calling it again does nothing;
-        `log` after `finish` drops its metrics with a warning.
+        Points the server has not taken when the time is up stay in the spool (and counted
+        in `pending_points`), for the next `Run` of this name or ``normwatch sync``. Calling
+        it again does nothing; `log` after `finish` drops its metrics with a warning.
         """
         if status not in FINAL_STATUSES:
             raise ValueError(f"status must be one of {', '.join(FINAL_STATUSES)}, got {status!r}")
@@ -147,16 +193,22 @@ class Run:
             return
         try:
             timeout = max(float(timeout), 0.0)
-            self._sender.stop(timeout, status)
-            if self._thread is not threading.current_thread():
-                self._thread.join(timeout)
+            deadline = time.monotonic() + timeout
+            self._writer.stop(status)
+            self._sender.stop(timeout)
+            for thread in (self._writer_thread, self._thread):
+                if thread is not threading.current_thread():
+                    thread.join(max(deadline - time.monotonic(), 0.0))
             atexit.unregister(self._flush_at_exit)
             if self.pending_points:
                 logger.warning(
-                    "run %r: %d points were not delivered within finish(timeout=%s)",
+                    "run %r: %d points were not delivered within finish(timeout=%s); they are "
+                    "kept in the spool at %s for the next run of this name or: normwatch sync %s",
                     self._name,
                     self.pending_points,
                     timeout,
+                    self._writer.run_folder,
+                    self._writer.run_folder,
                 )
         except Exception:
             logger.exception("run %r: finish() failed", self._name)
@@ -195,19 +247,30 @@ class Run:
 
     @property
     def dropped_points(self) -> int:
-        """Values given up on: invalid, refused by the server, or shed from a full queue."""
+        """Values given up on: invalid, or dropped from a full spool or queue."""
         return self._queue.dropped_points
 
     @property
+    def dead_lettered_points(self) -> int:
+        """Values the server refused for good, kept in the run's ``deadletter.jsonl``."""
+        return self._queue.dead_points
+
+    @property
     def pending_points(self) -> int:
-        """Values logged but not yet accepted by the server (queued or in flight)."""
-        return self._queue.queued_points + self._queue.inflight_points
+        """Values logged but not yet accepted by the server (in memory or in the spool)."""
+        queue = self._queue
+        return queue.queued_points + queue.inflight_points + queue.spooled_points
+
+    @property
+    def spool_folder(self) -> Path:
+        """This run's folder in the spool: its streams and its dead-letter file."""
+        return self._writer.run_folder
 
     def _enqueue(self, record: Record | EventRecord, points: int) -> None:
         shed = self._queue.put(record, points)
         if self._queue.batch_ready:
-            self._sender.wake()
-        if shed is None and not self._sender.failed:
+            self._writer.wake()
+        if shed is None and not self._writer.failed:
             self._warn_once("closed", "run %r is finished; dropped data logged after", self._name)
         elif shed:
             self._warn_shed(shed)
@@ -218,8 +281,8 @@ class Run:
             return
         self._last_shed_warning = now
         logger.warning(
-            "run %r: more than max_queue_points=%d values waiting (server slow or unreachable); "
-            "dropped the oldest %d, %d dropped in all",
+            "run %r: more than max_queue_points=%d values waiting to be spooled (logged faster "
+            "than they can be written); dropped the oldest %d, %d dropped in all",
             self._name,
             self._max_queue_points,
             shed,

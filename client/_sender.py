@@ -1,229 +1,177 @@
-"""The background side of a `Run`: create the run on the server, then drain the queue.
+"""The delivery thread of a `Run`: replays old streams, then sends this one's spool.
 
-One daemon thread runs `Sender.run`. It first creates (or resumes) the run, retrying until
-the server answers, while the trainer keeps queuing. Then every ``flush_interval`` seconds,
-or as soon as a full batch waits, it sends everything queued, in order: metric batches and
-events interleaved exactly as they were logged.
+One daemon thread runs `Sender.run`. It waits for the writer to open the spool, replays
+streams that earlier processes of the same run left in the run's spool folder (oldest
+first, so that segments open in the order the trainers started), creates or resumes the
+run, and then sends the spooled records as the writer appends them: metric batches and
+events interleaved exactly as they were logged, the final status last. A server that is
+down only delays it; the writer keeps spooling meanwhile.
 
 Stopping: `Sender.stop` sets a deadline; from then on back-off sleeps and request timeouts
-are cut so that the thread gives up (leaving the rest counted as pending) by that time.
-After the last metrics it reports the run's final status (``finished`` or ``failed``), in
-the time that is left.
+are cut so that the thread gives up by that time, leaving the rest in the spool.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
-from typing import Literal
+from pathlib import Path
 
-from ._batch import ColumnarBatch, dumps, fetch_from_device, gzip_json, merge_records
-from ._queue import EventRecord, Record, SendQueue
-from ._transport import Delivery, IngestApi
-
-logger = logging.getLogger("normwatch.client")
-
-FinalStatus = Literal["finished", "failed"]
-"""What the run is marked as on the server when it ends."""
-FINAL_STATUSES: tuple[FinalStatus, ...] = ("finished", "failed")
-
-
-class WarnOnce:
-    """Log a WARNING the first time a key is seen and DEBUG afterwards, so a trainer that
-    repeats the same mistake every step does not flood its own logs."""
-
-    def __init__(self) -> None:
-        self._seen: set[str] = set()
-
-    def __call__(self, key: str, message: str, *args: object) -> None:
-        level = logging.DEBUG if key in self._seen else logging.WARNING
-        self._seen.add(key)
-        logger.log(level, message, *args)
-
-
-def _parse_created(body: object) -> tuple[str, int | None] | None:
-    """``(run id, segment)`` from the answer to ``POST /runs``, or None if it has no id."""
-    if not isinstance(body, dict) or not isinstance(body.get("id"), str | int):
-        return None
-    segment = body.get("segment")
-    return str(body["id"]), segment if isinstance(segment, int) else None
+from ._delivery import Outcome, StreamDelivery, Tally, deliver_all
+from ._queue import SendQueue
+from ._reporting import WarnOnce, logger
+from ._spool import Spool, SpoolBusy
+from ._streams import stream_dirs
+from ._transport import IngestApi
+from ._writer import SpoolWriter
 
 
 class Sender:
-    """Moves queued metrics and events to the server; owns the `IngestApi`."""
+    """Moves spooled records to the server; owns the `IngestApi`."""
 
     def __init__(
         self,
         api: IngestApi,
         queue: SendQueue,
+        writer: SpoolWriter,
         *,
         run_name: str,
-        create_document: bytes,
         flush_interval: float,
         timeout: float,
         warn_once: WarnOnce,
     ) -> None:
         self._api = api
         self._queue = queue
+        self._writer = writer
         self._run_name = run_name
-        self._create_document = create_document
         self._flush_interval = flush_interval
         self._timeout = timeout
         self._warn_once = warn_once
         self._stop_requested = threading.Event()
-        self._wake = threading.Event()
         self._deadline = math.inf
-        self._final_status: FinalStatus = "finished"
         self.run_id: str | None = None
         self.segment: int | None = None
-        self.failed = False
-        """True once the data can never be sent (run refused, or an internal fault)."""
+        self.blocked = False
+        """True once the server refused the token: the rest stays in the spool."""
 
-    def wake(self) -> None:
-        """Send now instead of at the next tick (a full batch is waiting)."""
-        self._wake.set()
-
-    def stop(self, timeout: float, status: FinalStatus = "finished") -> None:
-        """Flush what is queued, then mark the run ``status``; give up ``timeout`` s from now."""
-        self._final_status = status
+    def stop(self, timeout: float) -> None:
+        """Deliver what is spooled; give up ``timeout`` seconds from now."""
         self._deadline = time.monotonic() + timeout
         self._stop_requested.set()
-        self._wake.set()
+        self._writer.written.set()
 
     def run(self) -> None:
         """Thread body; never raises."""
         try:
-            if self._create_run():
-                self._send_loop()
-                self._report_status()
+            self._deliver()
         except Exception:
             logger.exception(
-                "run %r: the sender stopped; later metrics are dropped", self._run_name
+                "run %r: the sender stopped; unsent metrics stay in the spool at %s",
+                self._run_name,
+                self._writer.run_folder,
             )
-            self._give_up()
         finally:
             self._api.close()
+            self._writer.release()
 
-    def _create_run(self) -> bool:
-        delivery = self._api.create_run(
-            self._create_document, pause=self._pause, budget=self._budget
-        )
-        if delivery.outcome == "delivered":
-            created = _parse_created(delivery.body)
-            if created is not None:
-                self.run_id, self.segment = created
-                return True
-            delivery = Delivery(
-                "rejected", delivery.status_code, message=f"answer without an id: {delivery.body!r}"
-            )
-        if delivery.outcome == "rejected":
-            logger.error(
-                "run %r: the server refused to create the run (HTTP %s): %s; its metrics are "
-                "dropped",
-                self._run_name,
-                delivery.status_code,
-                delivery.message,
-            )
-            self._give_up()
-        return False
-
-    def _give_up(self) -> None:
-        self.failed = True
-        self._queue.discard()
-
-    def _send_loop(self) -> None:
-        while True:
-            finishing = self._stop_requested.is_set()
-            if not finishing and not self._queue.batch_ready:
-                self._wake.wait(self._flush_interval)
-                self._wake.clear()
-                finishing = self._stop_requested.is_set()
-            while (item := self._queue.take()) is not None:
-                if isinstance(item, EventRecord):
-                    delivered = self._send_event(item)
-                else:
-                    delivered = self._send_records(item)
-                if not delivered:
-                    return
-            if finishing:
+    def _deliver(self) -> None:
+        while not self._writer.ready.wait(self._flush_interval):
+            if self._time_is_up():
                 return
+        spool = self._writer.spool
+        if spool is None or not self._replay_leftovers(spool):
+            return
+        delivery = self._delivery(spool)
+        if not self._settle(delivery.open_run()):
+            return
+        self.run_id, self.segment = delivery.run_id, delivery.segment
+        while True:
+            # Read before looking for records: once the writer is done, nothing new comes.
+            writer_done = self._writer.done.is_set()
+            self._writer.written.clear()
+            outcome = delivery.deliver_next()
+            if outcome is not None:
+                if not self._settle(outcome):
+                    return
+                continue
+            if writer_done or self._time_is_up():
+                return
+            self._writer.written.wait(self._flush_interval)
 
-    def _send_records(self, records: list[Record]) -> bool:
-        """Convert, merge and send records; False when the deadline cut it short."""
-        taken = sum(len(metrics) for _, metrics in records)
-        fetch_from_device(records)
-        merged = merge_records(records)
-        for name, reason in merged.rejected.items():
-            self._warn_once(
-                f"value:{name}", "run %r: dropped values of %s: %s", self._run_name, name, reason
-            )
-        if not self._deliver(merged.batch):
-            return False
-        self._queue.settle(taken=taken, dropped=merged.rejected_points)
+    def _replay_leftovers(self, own: Spool) -> bool:
+        """Deliver streams left by earlier processes of this run; False if that had to stop
+        (this stream must wait: its run may open a segment only after theirs)."""
+        if own.directory is None:
+            return True
+        for directory in stream_dirs(self._writer.run_folder):
+            if directory == own.directory:
+                continue
+            try:
+                spool = Spool.open(directory)
+            except (SpoolBusy, FileNotFoundError):
+                continue  # another live process owns it, or it was just delivered
+            except (OSError, ValueError) as exc:
+                self._warn_once(
+                    f"leftover:{directory}", "cannot read the spool at %s: %s", directory, exc
+                )
+                continue
+            tally = Tally()
+            try:
+                outcome = deliver_all(self._delivery(spool), tally)
+            except Exception:
+                # This stream stays for `normwatch sync`; it must not hold back new data.
+                logger.exception(
+                    "run %r: replaying the spool at %s failed; it is left there",
+                    self._run_name,
+                    directory,
+                )
+                spool.close()
+                continue
+            if outcome.state == "done":
+                spool.destroy()
+                logger.info(
+                    "run %r: replayed %d points left in the spool by an earlier process",
+                    self._run_name,
+                    tally.points,
+                )
+            else:
+                spool.close()
+                self._settle(outcome)
+                return False
         return True
 
-    def _deliver(self, batch: ColumnarBatch) -> bool:
-        if not batch.rows:
-            return True
-        assert self.run_id is not None
-        delivery = self._api.post_metrics(
-            self.run_id,
-            gzip_json(batch.body(self.segment)),
+    def _delivery(self, spool: Spool) -> StreamDelivery:
+        folder: Path | None = self._writer.run_folder if spool.directory is not None else None
+        return StreamDelivery(
+            self._api,
+            spool,
+            dead_letter_folder=folder,
             pause=self._pause,
             budget=self._budget,
+            report=self._warn_once,
         )
-        if delivery.outcome == "delivered":
-            self._queue.settle(sent=batch.points)
+
+    def _settle(self, outcome: Outcome) -> bool:
+        """Count a record's fate; False when delivery has to stop."""
+        if outcome.state == "done":
+            self._queue.unspool(sent=outcome.sent_points, dead=outcome.dead_points)
             return True
-        if delivery.outcome == "abandoned":
-            return False
-        if delivery.status_code == 413 and len(batch.rows) > 1:
-            return all(self._deliver(half) for half in batch.split())
-        self._warn_once(
-            f"metrics:{delivery.status_code}:{delivery.message}",
-            "run %r: the server refused a batch of %d points (HTTP %s): %s; batch dropped",
-            self._run_name,
-            batch.points,
-            delivery.status_code,
-            delivery.message,
-        )
-        self._queue.settle(dropped=batch.points)
-        return True
-
-    def _send_event(self, event: EventRecord) -> bool:
-        assert self.run_id is not None
-        document = {"step": event.step, "kind": event.kind, "text": event.text}
-        delivery = self._api.post_event(
-            self.run_id, dumps(document), pause=self._pause, budget=self._budget
-        )
-        if delivery.outcome == "rejected":
-            self._warn_once(
-                f"event:{delivery.status_code}:{delivery.message}",
-                "run %r: the server refused event %r at step %d (HTTP %s): %s",
+        if outcome.state == "blocked" and not self.blocked:
+            self.blocked = True
+            logger.error(
+                "run %r: the server refused this token (%s); nothing more is sent. What was "
+                "logged is kept in the spool at %s; deliver it with: normwatch sync %s "
+                "--token <an ingest token>",
                 self._run_name,
-                event.text,
-                event.step,
-                delivery.status_code,
-                delivery.message,
+                outcome.message,
+                self._writer.run_folder,
+                self._writer.run_folder,
             )
-        return delivery.outcome != "abandoned"
+        return False
 
-    def _report_status(self) -> None:
-        """Best effort: the run is left "running" on the server when this cannot get through."""
-        assert self.run_id is not None
-        status = self._final_status
-        delivery = self._api.update_run(
-            self.run_id, dumps({"status": status}), pause=self._pause, budget=self._budget
-        )
-        if delivery.outcome == "delivered":
-            return
-        if delivery.outcome == "rejected":
-            reason = f"the server refused (HTTP {delivery.status_code}): {delivery.message}"
-        else:
-            reason = "no answer before the finish timeout"
-        logger.warning("run %r: could not mark the run %s: %s", self._run_name, status, reason)
+    def _time_is_up(self) -> bool:
+        return self._stop_requested.is_set() and time.monotonic() >= self._deadline
 
     def _budget(self) -> float | None:
         """Timeout for the next request: the full one, or what is left before the deadline."""

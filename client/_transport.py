@@ -7,8 +7,9 @@ Outcome of one delivery, never an exception:
   understood); retrying would fail the same way, so the caller drops the payload.
 * ``abandoned`` - still failing when the caller ran out of time (``finish`` deadline).
 
-Transport errors, 408, 429 and 5xx are retried with exponential backoff and full jitter,
-capped at `MAX_BACKOFF` seconds, honouring the server's ``Retry-After``.
+Transport errors (anything the HTTP stack raises), 408, 429 and 5xx are retried with
+exponential backoff and full jitter, capped at `MAX_BACKOFF` seconds, honouring the
+server's ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -163,12 +164,15 @@ class IngestApi:
                 return Delivery("abandoned")
             wait: float | None = None
             status_code: int | None = None
+            message = ""
             try:
                 response = self._client.request(
                     method, path, content=content, headers=headers, timeout=request_timeout
                 )
-            except httpx.TransportError:
-                pass
+            except Exception as exc:
+                # Whatever the HTTP stack raises (a network error, a proxy, a custom
+                # transport), this attempt failed and nothing was stored twice by trying again.
+                message = f"{type(exc).__name__}: {exc}"
             else:
                 status_code = response.status_code
                 if response.is_success:
@@ -179,7 +183,7 @@ class IngestApi:
             if wait is None:
                 wait = backoff_delay(attempt, self._rng)
             if not pause(wait):
-                return Delivery("abandoned", status_code)
+                return Delivery("abandoned", status_code, message=message)
             attempt += 1
 
 

@@ -69,14 +69,18 @@ class ServerProcess:
                 self.process.wait(5)
 
 
-def start_server(database_url: str, log_dir: Path, **env: str) -> ServerProcess:
-    """Start ``python -m normwatch serve --no-migrate`` on a free port; wait until healthy.
+def start_server(
+    database_url: str, log_dir: Path, *, port: int | None = None, **env: str
+) -> ServerProcess:
+    """Start ``python -m normwatch serve --no-migrate`` on ``port`` (default: a free one);
+    wait until healthy.
 
-    Extra ``NORMWATCH_*`` settings go in ``env``. Raises ``RuntimeError`` with the server's
-    output when it exits or is not healthy within 60 s.
+    Passing the port of a server that was killed restarts "the same" server for a client
+    that keeps its URL. Extra ``NORMWATCH_*`` settings go in ``env``. Raises
+    ``RuntimeError`` with the server's output when it exits or is not healthy within 60 s.
     """
-    port = free_port()
-    log_path = log_dir / f"server-{port}.log"
+    port = port or free_port()
+    log_path = log_dir / f"server-{port}-{time.time_ns()}.log"
     environment = {
         **os.environ,
         "NORMWATCH_DATABASE_URL": database_url,
@@ -99,9 +103,11 @@ def start_server(database_url: str, log_dir: Path, **env: str) -> ServerProcess:
 
 
 @contextmanager
-def running_server(database_url: str, log_dir: Path, **env: str) -> Iterator[ServerProcess]:
+def running_server(
+    database_url: str, log_dir: Path, *, port: int | None = None, **env: str
+) -> Iterator[ServerProcess]:
     """`start_server` as a context manager that stops the process on the way out."""
-    server = start_server(database_url, log_dir, **env)
+    server = start_server(database_url, log_dir, port=port, **env)
     try:
         yield server
     finally:

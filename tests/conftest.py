@@ -25,6 +25,20 @@ from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, start_server
 
+
+@pytest.fixture(scope="session", autouse=True)
+def spool_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every client of the session (and the processes it starts) spools to a scratch folder."""
+    path = tmp_path_factory.mktemp("spool")
+    previous = os.environ.get("NORMWATCH_SPOOL_DIR")
+    os.environ["NORMWATCH_SPOOL_DIR"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("NORMWATCH_SPOOL_DIR", None)
+    else:
+        os.environ["NORMWATCH_SPOOL_DIR"] = previous
+
+
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 

@@ -1,4 +1,8 @@
-"""`normwatch.client.Run` against an in-memory emulation of the ingest API."""
+"""`normwatch.client.Run` against an in-memory emulation of the ingest API.
+
+Every test has a spool folder of its own (``tmp_path``), so that streams one test leaves
+behind are not replayed by the next.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +16,17 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from normwatch.client import Run
+from normwatch.client import Run, sync_spool
+from normwatch.client._frames import Kind
+from normwatch.client._queue import EventRecord, SendQueue
+from normwatch.client._spool import Spool
+from normwatch.client._streams import new_stream_dir, run_folder
 
 TOKEN = "nw_ingest_test"
 URL = "http://normwatch.test"
@@ -114,7 +123,12 @@ def server() -> FakeIngest:
 
 
 @pytest.fixture
-def make_run(server: FakeIngest) -> Iterator[Callable[..., Run]]:
+def spool(tmp_path: Path) -> Path:
+    return tmp_path / "spool"
+
+
+@pytest.fixture
+def make_run(server: FakeIngest, spool: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
     def make(**options: Any) -> Run:
@@ -122,6 +136,7 @@ def make_run(server: FakeIngest) -> Iterator[Callable[..., Run]]:
             "name": "exp1",
             "flush_interval": 0.05,
             "transport": server.transport(),
+            "spool_dir": spool,
         }
         options = defaults | options
         run = Run(URL, token=TOKEN, **options)
@@ -155,6 +170,7 @@ def test_every_point_arrives_exactly_once_through_transient_failures(
     assert max(batch_sizes) <= 500
     assert (run.sent_points, run.pending_points, run.dropped_points) == (len(expected), 0, 0)
     assert run.run_id == "run-1" and run.segment == 1
+    assert list(run.spool_folder.parent.iterdir()) == [], "nothing left once delivered"
 
 
 def test_batch_is_columnar_null_padded_gzipped_with_non_finite_spelled_out(
@@ -205,8 +221,8 @@ def test_events_arrive_in_order_with_the_metrics_around_them(
     sequence = [endpoint(r) for r in server.requests]
     assert sequence == ["runs", "metrics", "events", "metrics", "events", "update"]
     assert server.events == [
-        {"step": 81_000, "kind": "config", "text": "near-dropless EP routing"},
-        {"step": 81_001, "kind": "note", "text": "looked fine"},
+        {"step": 81_000, "kind": "config", "text": "near-dropless EP routing", "segment": 1},
+        {"step": 81_001, "kind": "note", "text": "looked fine", "segment": 1},
     ]
     assert [b["steps"] for b in server.batches] == [[80_999], [81_000]]
 
@@ -297,7 +313,7 @@ def test_log_never_raises_and_drops_only_the_bad_values(
         assert fragment in text
 
 
-def test_a_permanent_4xx_drops_the_batch_and_warns_once(
+def test_a_permanent_4xx_dead_letters_the_batch_and_warns_once(
     server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="normwatch.client")
@@ -311,13 +327,14 @@ def test_a_permanent_4xx_drops_the_batch_and_warns_once(
         return None
 
     server.faults["metrics"] = reject_early_steps
-    run = make_run(flush_interval=30.0, max_batch_points=1)
+    run = make_run(flush_interval=30.0, max_batch_points=1, project="marin")
     for step in (1, 2, 3, 4):
         run.log({"x": float(step)}, step=step)
     run.finish(timeout=5.0)
 
     assert server.points == {(3, "x"): 3.0, (4, "x"): 4.0}
-    assert (run.sent_points, run.dropped_points, run.pending_points) == (2, 2, 0)
+    assert (run.sent_points, run.dead_lettered_points, run.pending_points) == (2, 2, 0)
+    assert run.dropped_points == 0
     warnings = [
         r for r in caplog.records if r.levelno == logging.WARNING and "out of range" in r.message
     ]
@@ -325,6 +342,42 @@ def test_a_permanent_4xx_drops_the_batch_and_warns_once(
     assert "HTTP 400" in warnings[0].getMessage()
     metric_requests = [r for r in server.requests if r.url.path.endswith("/metrics")]
     assert len(metric_requests) == 4, "a permanent 4xx must not be retried"
+    lines = (run.spool_folder / "deadletter.jsonl").read_text().splitlines()
+    letters = [json.loads(line) for line in lines]
+    assert [(d["kind"], d["points"], d["body"]) for d in letters] == [
+        ("metrics", 1, {"steps": [1], "metrics": {"x": [1.0]}}),
+        ("metrics", 1, {"steps": [2], "metrics": {"x": [2.0]}}),
+    ]
+    assert {d["message"] for d in letters} == {"HTTP 400: metrics.x[0]: value out of range"}
+    assert {(d["project"], d["name"], d["run_id"], d["segment"]) for d in letters} == {
+        ("marin", "exp1", "run-1", 1)
+    }
+    assert [p.name for p in run.spool_folder.iterdir()] == ["deadletter.jsonl"]
+
+
+def test_a_run_the_server_refuses_to_create_is_dead_lettered_whole(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+
+    def invalid_name() -> httpx.Response:
+        return httpx.Response(422, json={"detail": "name: string does not match pattern"})
+
+    server.faults["runs"] = failing(10**9, invalid_name)
+    run = make_run()
+    run.log({"a": 1.0, "b": 2.0}, step=0)
+    run.event("note", step=0)
+    run.finish(timeout=5.0)
+
+    assert (run.dead_lettered_points, run.pending_points, run.sent_points) == (2, 0, 0)
+    letters = [
+        json.loads(line)
+        for line in (run.spool_folder / "deadletter.jsonl").read_text().splitlines()
+    ]
+    assert [d["kind"] for d in letters] == ["metrics", "event"]
+    assert letters[0]["run"] == {"name": "exp1", "config": {}, "tags": []}
+    assert "does not match pattern" in caplog.text
+    assert [endpoint(r) for r in server.requests] == ["runs"]
 
 
 def test_a_batch_too_large_for_the_server_is_split(
@@ -379,6 +432,13 @@ def test_finish_returns_in_time_while_the_server_keeps_failing(
     assert (run.sent_points, run.pending_points) == (0, 200)
     assert run.run_id is None
     assert server.updates == [], "a run that was never created has no status to set"
+    assert server.points == {}
+
+    server.faults.clear()
+    report = sync_spool(run.spool_folder, token=TOKEN, transport=server.transport())
+    assert (report.ok, report.tally.batches, report.tally.points) == (True, 1, 200)
+    assert len(server.points) == 200 and set(server.arrivals.values()) == {1}
+    assert server.updates == [{"status": "finished"}]
 
 
 def test_finish_returns_in_time_when_the_server_is_unreachable(
@@ -396,8 +456,24 @@ def test_finish_returns_in_time_when_the_server_is_unreachable(
     assert run.pending_points == 1
 
 
-def test_a_full_queue_sheds_the_oldest_steps_and_keeps_events(
-    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+def test_a_full_queue_sheds_the_oldest_steps_and_keeps_events() -> None:
+    queue = SendQueue(max_points=10, batch_points=5)
+    assert queue.put(EventRecord(0, "note", "early note"), 0) == 0
+    shed = [queue.put((step, {"x": float(step)}), 1) for step in range(100)]
+
+    assert sum(s or 0 for s in shed) == 90
+    assert (queue.dropped_points, queue.queued_points) == (90, 10)
+    assert queue.take() == EventRecord(0, "note", "early note")
+    assert queue.take() == [(step, {"x": float(step)}) for step in range(90, 95)]
+    assert queue.take() == [(step, {"x": float(step)}) for step in range(95, 100)]
+    assert queue.take() is None
+
+
+def test_a_full_spool_drops_the_oldest_with_a_counted_warning(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    spool: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="normwatch.client")
     server_up = threading.Event()
@@ -405,26 +481,32 @@ def test_a_full_queue_sheds_the_oldest_steps_and_keeps_events(
     def down_until_released(
         request: httpx.Request, document: dict[str, object] | None
     ) -> httpx.Response | None:
-        if server_up.is_set():
-            return None
-        return httpx.Response(503, headers={"Retry-After": "0.01"})
+        return None if server_up.is_set() else unavailable()
 
     server.faults["runs"] = down_until_released
-    run = make_run(max_batch_points=5, max_queue_points=10)
-    run.event("early note", step=0)
-    for step in range(100):
-        run.log({"x": float(step)}, step=step)
-    assert (run.dropped_points, run.pending_points) == (90, 10)
+    run = make_run(spool_max_bytes=8192, max_batch_points=10)
+    for step in range(1000):
+        run.log({"x": float(step), "y": 1.0}, step=step)
+    queue = run._queue
+    assert wait_for(lambda: queue.queued_points + queue.inflight_points == 0)
+    dropped = run.dropped_points
+    assert 0 < dropped < 2000 and run.pending_points == 2000 - dropped
+    assert "the spool is full (spool_max_bytes=8192)" in caplog.text
+    assert sum(f.stat().st_size for f in spool.rglob("*.nws")) <= 8192
+
     server_up.set()
     run.finish(timeout=5.0)
+    kept = sorted({step for step, _ in server.points})
+    assert kept == list(range(1000 - len(kept), 1000)), "the oldest steps go first"
+    assert len(server.points) == 2000 - dropped == run.sent_points
+    assert set(server.arrivals.values()) == {1}
 
-    assert server.points == {(step, "x"): float(step) for step in range(90, 100)}
-    assert server.events == [{"step": 0, "kind": "note", "text": "early note"}]
-    assert "max_queue_points=10" in caplog.text
 
-
-def test_a_refused_run_drops_its_metrics_with_an_error(
-    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+def test_a_refused_token_keeps_the_metrics_in_the_spool_for_sync(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    spool: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="normwatch.client")
 
@@ -434,20 +516,95 @@ def test_a_refused_run_drops_its_metrics_with_an_error(
     server.faults["runs"] = failing(10**9, bad_token)
     run = make_run()
     run.log({"a": 1.0}, step=0)
-    deadline = time.monotonic() + 5.0
-    while run.dropped_points == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert wait_for(lambda: "bad token" in caplog.text)
     run.log({"a": 2.0}, step=1)
-    run.finish(timeout=1.0)
+    started = time.monotonic()
+    run.finish(timeout=5.0)
 
-    assert (run.dropped_points, run.pending_points, run.sent_points) == (2, 0, 0)
-    assert "bad token" in caplog.text
-    assert not any(r.method == "PATCH" for r in server.requests)
+    assert time.monotonic() - started < 1.0, "nothing to wait for once the token is refused"
+    assert (run.dropped_points, run.pending_points, run.sent_points) == (0, 2, 0)
+    assert f"normwatch sync {run.spool_folder}" in caplog.text
+    assert [endpoint(r) for r in server.requests] == ["runs"]
+
+    del server.faults["runs"]
+    report = sync_spool(spool, token=TOKEN, transport=server.transport())
+    assert report.ok and (report.tally.points, report.delivered) == (2, 1)
+    assert server.points == {(0, "a"): 1.0, (1, "a"): 2.0}
+    assert server.updates == [{"status": "finished"}]
+    assert not any(spool.rglob("*.nws"))
 
 
-def test_context_manager_flushes_on_exit(server: FakeIngest) -> None:
+def test_a_spool_left_by_an_earlier_process_is_replayed_before_the_new_run(
+    server: FakeIngest, make_run: Callable[..., Run], spool: Path
+) -> None:
+    server.faults["runs"] = failing(10**9, unavailable)
+    first = make_run(start_step=0)
+    for step in range(50):
+        first.log({"loss": float(step)}, step=step)
+    first.finish(timeout=0.3)
+    assert (first.pending_points, first.sent_points) == (50, 0)
+    assert server.points == {}
+
+    del server.faults["runs"]
+    second = make_run(start_step=40)
+    for step in range(40, 60):
+        second.log({"loss": -float(step)}, step=step)
+    second.finish(timeout=5.0)
+
+    assert [document.get("start_step") for document in server.created] == [0, 40]
+    served = [endpoint(r) for r in server.requests[len(server.requests) - 6 :]]
+    assert served == ["runs", "metrics", "update", "runs", "metrics", "update"], (
+        "the old stream is delivered, status included, before the new run opens"
+    )
+    assert second.sent_points == 20 and second.pending_points == 0
+    assert set(server.arrivals.values()) == {1, 2}  # steps 40..49 were logged by both
+    assert list(spool.iterdir()) == [], "both streams delivered: nothing is left"
+
+
+def test_a_leftover_stream_that_cannot_be_replayed_does_not_hold_back_the_new_run(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    spool: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    folder = run_folder(spool, None, "exp1")
+    broken = Spool.create(
+        new_stream_dir(folder), {"name": "exp1", "create": {"name": "exp1"}}, max_bytes=2**20
+    )
+    broken.append(Kind.EVENT, 0, b"not json")
+    broken.close()
+    run = make_run()
+    run.log({"a": 1.0}, step=0)
+    run.finish(timeout=5.0)
+
+    assert server.points == {(0, "a"): 1.0}
+    assert "replaying the spool at" in caplog.text
+    assert broken.directory is not None and broken.directory.exists(), "kept for inspection"
+
+
+def test_an_unwritable_spool_folder_falls_back_to_memory(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    run = make_run(spool_dir=not_a_folder)
+    run.log({"a": 1.0}, step=0)
+    run.finish(timeout=5.0)
+
+    assert server.points == {(0, "a"): 1.0}
+    assert "kept in memory only" in caplog.text
+
+
+def test_context_manager_flushes_on_exit(server: FakeIngest, spool: Path) -> None:
     transport = server.transport()
-    with Run(URL, token=TOKEN, name="exp1", flush_interval=30.0, transport=transport) as run:
+    with Run(
+        URL, token=TOKEN, name="exp1", flush_interval=30.0, transport=transport, spool_dir=spool
+    ) as run:
         run.log({"a": 1.0}, step=0)
     assert server.points == {(0, "a"): 1.0}
     assert run.pending_points == 0
@@ -470,6 +627,8 @@ def test_invalid_settings_are_refused_with_the_fix() -> None:
         Run(URL, token=TOKEN, name="x", max_batch_points=10, max_queue_points=5)
     with pytest.raises(ValueError, match="name"):
         Run(URL, token=TOKEN, name="")
+    with pytest.raises(ValueError, match="spool_max_bytes"):
+        Run(URL, token=TOKEN, name="x", spool_max_bytes=100)
 
 
 def test_log_costs_the_training_thread_microseconds(make_run: Callable[..., Run]) -> None:
@@ -543,11 +702,13 @@ def test_finish_marks_the_run_finished_once_after_all_metrics(
     assert patch.headers["authorization"] == f"Bearer {TOKEN}"
 
 
-def test_a_block_left_by_an_exception_marks_the_run_failed(server: FakeIngest) -> None:
+def test_a_block_left_by_an_exception_marks_the_run_failed(server: FakeIngest, spool: Path) -> None:
     transport = server.transport()
     with (
         pytest.raises(RuntimeError, match="loss is NaN"),
-        Run(URL, token=TOKEN, name="exp1", flush_interval=30.0, transport=transport) as run,
+        Run(
+            URL, token=TOKEN, name="exp1", flush_interval=30.0, transport=transport, spool_dir=spool
+        ) as run,
     ):
         run.log({"a": 1.0}, step=0)
         raise RuntimeError("loss is NaN")
