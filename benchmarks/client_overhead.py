@@ -1,0 +1,280 @@
+"""What the trainer client costs the training loop, against baselines measured in the same run.
+
+(a) ``Run.log`` on the training thread. One dict of ``--metrics`` Python floats (per-layer
+norm names) is logged ``--calls`` times to a `normwatch.client.Run` whose transport is an
+`httpx.MockTransport` answering at once, so only the client is measured. Each call is timed
+alone; reported: median and p99. Baseline: ``dict(metrics)``, the copy of the same dict,
+timed the same way (``log`` has to take a copy at least); beside it the same copy kept in a
+list, as a queue keeps it until the background thread takes it (fresh memory every call).
+Two patterns: back to back (the background threads converting, spooling and sending
+earlier steps compete for the GIL, and the queue grows), and paced, with ``--pace`` ms of
+sleep between calls as a training step would leave. The client spools to a temporary
+folder.
+
+(b) A jitted AdamW train step of a 6-layer residual MLP of about 11M parameters (layers
+stacked and run with ``lax.scan``) on the CPU, with and without
+`normwatch.client.jax.stability_metrics` (grads, params, updates, Adam moments), and with
+``every=10``. The three run in turn, one step each, so that other load on the machine
+slows them alike; median step time over ``--steps`` steps each after warm-up; ratio to off.
+
+(c) Cost of many scalar outputs: a 48-layer stack of 10 small leaves gives about 1,600
+metrics (grads, params, updates); compile time and per-call host time of the jitted function
+returning them, with ``per_leaf=False`` (totals and per-layer norms only), and the same
+values returned as one vector.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/client_overhead.py            # ~1.5 min
+    .venv/bin/python benchmarks/client_overhead.py --quick    # fewer calls and steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import jax
+import jax.numpy as jnp
+import optax
+from _harness import percentile, say, table
+from normwatch.client import Run
+from normwatch.client.jax import stability_metrics
+
+
+def answer_at_once(request: httpx.Request) -> httpx.Response:
+    if request.method == "PATCH":
+        return httpx.Response(200, json={"id": "run-1"})
+    if request.url.path.endswith("/runs"):
+        return httpx.Response(200, json={"id": "run-1", "segment": 1})
+    return httpx.Response(202, json={"accepted": 0, "segment": 1})
+
+
+def time_calls(fn: Callable[[int], object], calls: int, pace_s: float) -> list[float]:
+    """Seconds per call of ``fn(i)``, each timed alone."""
+    samples = []
+    for i in range(calls):
+        if pace_s:
+            time.sleep(pace_s)
+        started = time.perf_counter()
+        fn(i)
+        samples.append(time.perf_counter() - started)
+    return sorted(samples)
+
+
+def bench_log(n_metrics: int, calls: int, pace_ms: float) -> list[list[str]]:
+    metrics = {f"grad/norm/layers.{i // 10}.w{i % 10}": 0.1 + i * 1e-4 for i in range(n_metrics)}
+    rows = []
+    for label, pace_s in (("back to back", 0.0), (f"{pace_ms:g} ms apart", pace_ms / 1e3)):
+        copies = time_calls(lambda i: dict(metrics), calls, pace_s)
+        kept: list[dict[str, float]] = []
+        kept_copies = time_calls(lambda i, kept=kept: kept.append(dict(metrics)), calls, pace_s)
+        kept.clear()
+        run = Run(
+            "http://normwatch.test",
+            token="nw_bench",
+            name=f"bench-{pace_s}",
+            transport=httpx.MockTransport(answer_at_once),
+            max_queue_points=n_metrics * calls * 2,
+        )
+        logs = time_calls(lambda i, run=run: run.log(metrics, step=i), calls, pace_s)
+        run.finish(timeout=300)
+        log_median = statistics.median(logs)
+        rows.append(
+            [
+                label,
+                f"{log_median * 1e6:.1f} µs",
+                f"{percentile(logs, 99) * 1e6:.1f} µs",
+                f"{statistics.median(copies) * 1e6:.1f} µs",
+                f"**{log_median / statistics.median(copies):.2f}**",
+                f"{statistics.median(kept_copies) * 1e6:.1f} µs",
+                f"{log_median / statistics.median(kept_copies):.2f}",
+                f"{run.sent_points:,} / {run.dropped_points:,}",
+            ]
+        )
+        say(f"  {label}: log median {log_median * 1e6:.1f} µs")
+    return rows
+
+
+def mlp_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
+    inputs, targets = batch
+    x = inputs @ params["w_in"]
+
+    def layer(x: jax.Array, weights: dict[str, jax.Array]) -> tuple[jax.Array, None]:
+        return x + jax.nn.gelu(x @ weights["w"] + weights["b"]), None
+
+    x, _ = jax.lax.scan(layer, x, params["layers"])
+    return jnp.mean((x @ params["w_out"] - targets) ** 2)
+
+
+def bench_train_step(width: int, batch_size: int, steps: int) -> list[list[str]]:
+    keys = jax.random.split(jax.random.key(0), 6)
+    n_layers = 6
+    params = {
+        "w_in": jax.random.normal(keys[0], (64, width)) / 8,
+        "layers": {
+            "w": jax.random.normal(keys[1], (n_layers, width, width)) / width**0.5 / 4,
+            "b": jnp.zeros((n_layers, width)),
+        },
+        "w_out": jax.random.normal(keys[2], (width, 16)) / width**0.5,
+    }
+    n_params = sum(leaf.size for leaf in jax.tree_util.tree_leaves(params))
+    batch = (
+        jax.random.normal(keys[3], (batch_size, 64)),
+        jax.random.normal(keys[4], (batch_size, 16)),
+    )
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3))
+
+    def make_step(mode: str) -> Callable[..., Any]:
+        def step_fn(params: Any, opt_state: Any, step: jax.Array) -> Any:
+            loss, grads = jax.value_and_grad(mlp_loss)(params, batch)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            metrics = {"train/loss": loss}
+            if mode != "off":
+                every = 10 if mode == "every=10" else 1
+                metrics |= stability_metrics(
+                    grads, params, updates, opt_state, every=every, step=step
+                )
+            return optax.apply_updates(params, updates), opt_state, step + 1, metrics
+
+        return jax.jit(step_fn, donate_argnums=(0, 1))
+
+    modes = ("off", "on", "every=10")
+    step_fns = {mode: make_step(mode) for mode in modes}
+    states: dict[str, tuple[Any, ...]] = {}
+    outputs: dict[str, int] = {}
+    for mode in modes:
+        state: tuple[Any, ...] = (
+            jax.tree_util.tree_map(jnp.copy, params),
+            tx.init(params),
+            jnp.int32(0),
+        )
+        started = time.perf_counter()
+        for _ in range(3):  # compile, then settle
+            *state_list, metrics = step_fns[mode](*state)
+            state = tuple(state_list)
+            jax.block_until_ready(metrics)
+        states[mode] = state
+        outputs[mode] = len(metrics)
+        say(f"  {mode}: compiled and warmed up in {time.perf_counter() - started:.1f} s")
+    # Round robin, so that anything else running on the machine slows all modes alike.
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(steps):
+        for mode in modes:
+            started = time.perf_counter()
+            *state_list, metrics = step_fns[mode](*states[mode])
+            states[mode] = tuple(state_list)
+            jax.block_until_ready((states[mode], metrics))
+            samples[mode].append(time.perf_counter() - started)
+    medians = {mode: statistics.median(samples[mode]) for mode in modes}
+    for mode in modes:
+        say(f"  {mode}: median {medians[mode] * 1e3:.1f} ms")
+    base = medians["off"]
+    return [
+        [
+            mode,
+            f"{n_params / 1e6:.1f}M",
+            str(outputs[mode]),
+            f"{medians[mode] * 1e3:.1f} ms",
+            f"**{medians[mode] / base:.3f}**",
+        ]
+        for mode in medians
+    ]
+
+
+def bench_outputs(n_layers: int, repeat: int) -> list[list[str]]:
+    tree = {
+        "layers": {f"p{i}": jnp.ones((n_layers, 16, 16)) for i in range(10)},
+        "embed": jnp.ones((100, 16)),
+    }
+
+    def as_vector(g: Any, p: Any) -> jax.Array:
+        return jnp.stack(list(stability_metrics(g, p, g).values()))
+
+    variants = {
+        "dict of scalars": jax.jit(lambda g, p: stability_metrics(g, p, g)),
+        "dict, per_leaf=False": jax.jit(lambda g, p: stability_metrics(g, p, g, per_leaf=False)),
+        "one vector (same values as the first)": jax.jit(as_vector),
+    }
+    rows = []
+    for label, fn in variants.items():
+        started = time.perf_counter()
+        compiled = fn.lower(tree, tree).compile()
+        compile_s = time.perf_counter() - started
+        out = compiled(tree, tree)
+        jax.block_until_ready(out)
+        samples = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            out = compiled(tree, tree)
+            samples.append(time.perf_counter() - started)
+            jax.block_until_ready(out)
+        n_out = len(out) if isinstance(out, dict) else int(out.shape[0])
+        rows.append(
+            [
+                label,
+                f"{n_out:,}",
+                f"{compile_s:.1f} s",
+                f"{statistics.median(samples) * 1e3:.2f} ms",
+            ]
+        )
+        say(f"  {label}: {n_out} values, compile {compile_s:.1f} s")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--metrics", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--pace", type=float, default=2.0, help="ms between paced log calls")
+    parser.add_argument("--width", type=int, default=1344, help="MLP width (6 layers)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.calls, args.steps, args.width = 500, 5, 512
+
+    say(f"(a) Run.log of {args.metrics:,} floats, {args.calls:,} calls")
+    with tempfile.TemporaryDirectory(prefix="normwatch-bench-spool-") as spool:
+        os.environ["NORMWATCH_SPOOL_DIR"] = spool  # the client spools here, not in the cwd
+        log_rows = bench_log(args.metrics, args.calls, args.pace)
+    say(f"(b) train step, width {args.width}, batch {args.batch_size}, {args.steps} steps")
+    step_rows = bench_train_step(args.width, args.batch_size, args.steps)
+    say("(c) many scalar outputs")
+    output_rows = bench_outputs(n_layers=48 if not args.quick else 8, repeat=50)
+
+    print()
+    print(
+        table(
+            [
+                f"Run.log, {args.metrics:,} floats",
+                "log median",
+                "log p99",
+                "dict() median",
+                "ratio log / dict()",
+                "dict() kept, median",
+                "ratio log / kept",
+                "points sent / dropped",
+            ],
+            log_rows,
+        )
+    )
+    print()
+    print(
+        table(
+            ["train step", "parameters", "outputs", "median step", "ratio to off"],
+            step_rows,
+        )
+    )
+    print()
+    print(table(["returned as", "values", "compile", "host time per call"], output_rows))
+
+
+if __name__ == "__main__":
+    main()
