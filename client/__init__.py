@@ -6,15 +6,43 @@
 >>> run.event("near-dropless EP routing", step=81000, kind="config")  # doctest: +SKIP
 >>> run.finish()  # doctest: +SKIP
 
+Or, like ``wandb``, one global run: ``normwatch.client.init(name=...)``, then
+``normwatch.client.log(metrics, step=step)`` and ``normwatch.client.finish()``.
+
 `Run.log` and `Run.event` never block on the network and never raise: problems are
 reported through the ``normwatch.client`` logger and counted on the `Run`. What the server
 cannot take yet waits in an on-disk spool; `sync_spool` (``normwatch sync``) delivers spools
-that a finished or killed trainer left behind.
+that a finished or killed trainer left behind. `Tracker` is the interface every backend
+here satisfies (`Run`, `NoopTracker`, `MemoryTracker`, `CompositeTracker`).
 """
 
 from __future__ import annotations
 
 from ._run import Run
 from ._sync import SyncReport, sync_spool
+from ._tracker import (
+    CompositeTracker,
+    MemoryTracker,
+    NoopTracker,
+    Tracker,
+    event,
+    finish,
+    init,
+    log,
+    process_index,
+)
 
-__all__ = ["Run", "SyncReport", "sync_spool"]
+__all__ = [
+    "CompositeTracker",
+    "MemoryTracker",
+    "NoopTracker",
+    "Run",
+    "SyncReport",
+    "Tracker",
+    "event",
+    "finish",
+    "init",
+    "log",
+    "process_index",
+    "sync_spool",
+]

@@ -1,0 +1,113 @@
+"""Trackers and the module-level API, the latter against a real server."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import httpx
+import pytest
+
+import normwatch.client as nw
+from normwatch.client import CompositeTracker, MemoryTracker, NoopTracker, Run, Tracker
+from normwatch.testing import ServerProcess
+from tests.conftest import make_tenant
+
+
+class Exploding:
+    def log(self, metrics: Mapping[str, object], *, step: int) -> None:
+        raise RuntimeError("backend down")
+
+    def event(self, text: str, *, step: int, kind: str = "note") -> None:
+        raise RuntimeError("backend down")
+
+    def finish(self, timeout: float = 30.0, status: str = "finished") -> None:
+        raise RuntimeError("backend down")
+
+
+def test_memory_tracker_keeps_floats_and_drops_garbage(caplog: pytest.LogCaptureFixture) -> None:
+    mem = MemoryTracker()
+    mem.log({"loss": 2.5, "gnorm": 1, "bad": "x"}, step=1)
+    mem.log({"loss": float("nan")}, step=2)
+    mem.event("lr drop", step=2, kind="config")
+    mem.finish(status="failed")
+    assert mem.series("loss")[0] == [1, 2]
+    assert mem.history[0] == (1, {"loss": 2.5, "gnorm": 1.0})
+    assert math.isnan(mem.last("loss")) and math.isnan(mem.last("never"))
+    assert mem.events == [(2, "config", "lr drop")]
+    assert mem.status == "failed"
+    assert "dropped bad='x'" in caplog.text
+
+
+def test_composite_survives_a_failing_tracker(caplog: pytest.LogCaptureFixture) -> None:
+    mem = MemoryTracker()
+    both = CompositeTracker(Exploding(), mem)  # type: ignore[arg-type]
+    both.log({"loss": 1.0}, step=7)
+    both.event("restart", step=7)
+    both.finish()
+    assert mem.history == [(7, {"loss": 1.0})] and mem.status == "finished"
+    assert [r.getMessage().split(" failed in ")[1] for r in caplog.records] == [
+        "log(); continuing",
+        "event(); continuing",
+        "finish(); continuing",
+    ]
+
+
+def test_every_backend_is_a_tracker() -> None:
+    for tracker in (NoopTracker(), MemoryTracker(), CompositeTracker()):
+        assert isinstance(tracker, Tracker)
+    run = Run(
+        "http://127.0.0.1:9",
+        token="t",
+        name="x",
+        transport=httpx.MockTransport(lambda r: httpx.Response(503)),
+    )
+    try:
+        assert isinstance(run, Tracker)
+    finally:
+        run.finish(timeout=0.2)
+
+
+def test_init_log_finish_reach_the_server(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = make_tenant(server.database_url)
+    monkeypatch.setenv("NORMWATCH_URL", server.url)
+    monkeypatch.setenv("NORMWATCH_TOKEN", tenant.ingest)
+    run = nw.init("module-api", config={"lr": 1e-3}, start_step=0)
+    assert isinstance(run, Run)
+    for step in range(5):
+        nw.log({"train/loss": 1.0 / (step + 1)}, step=step)
+    nw.event("warmup done", step=4)
+    nw.finish()
+    with httpx.Client(base_url=server.url, headers=tenant.headers("read")) as api:
+        [listed] = api.get("/api/v1/runs").json()
+        assert (listed["name"], listed["status"], listed["last_step"]) == (
+            "module-api",
+            "finished",
+            4,
+        )
+        got = api.get(
+            f"/api/v1/runs/{listed['id']}/series", params={"metric": "train/loss"}
+        ).json()["series"][0]
+        assert got["steps"] == [0, 1, 2, 3, 4]
+        assert got["values"] == [1.0, 0.5, 1.0 / 3, 0.25, 0.2]
+        events = api.get(f"/api/v1/runs/{listed['id']}/events").json()
+        assert [(e["step"], e["text"]) for e in events] == [(4, "warmup done")]
+
+
+def test_init_outside_process_zero_or_disabled_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NORMWATCH_URL", raising=False)
+    monkeypatch.delenv("NORMWATCH_TOKEN", raising=False)
+    monkeypatch.setenv("NORMWATCH_MODE", "disabled")
+    assert isinstance(nw.init("x"), NoopTracker)
+    monkeypatch.delenv("NORMWATCH_MODE")
+    if "jax" not in __import__("sys").modules:
+        monkeypatch.setenv("RANK", "3")
+        assert nw.process_index() == 3
+        assert isinstance(nw.init("x"), NoopTracker)
+        monkeypatch.delenv("RANK")
+    with pytest.raises(ValueError, match="NORMWATCH_TOKEN"):
+        nw.init("x")
+    nw.log({"loss": 1.0}, step=0)  # after a failed init: a no-op, not an error
+    nw.finish()
