@@ -182,3 +182,34 @@ def empty_figure(message: str) -> go.Figure:
         ],
     )
     return fig
+
+
+def depth_figure(
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    family: str,
+    step: int | None,
+    log_y: bool = False,
+) -> go.Figure:
+    """Latest per-layer norms against depth: the U across depth at a glance."""
+    fig = go.Figure(
+        go.Bar(
+            x=list(labels),
+            y=[v if math.isfinite(v) else None for v in values],
+            marker={"color": GRAD_RED if family.startswith("grad") else PARAM_BLUE},
+            hovertemplate="%{x}<br>%{y:.6g}<extra></extra>",
+            name=family,
+        )
+    )
+    at = f" at step {step:,}" if step is not None else ""
+    fig.update_layout(
+        template="plotly_white",
+        height=320,
+        margin={"l": 70, "r": 30, "t": 40, "b": 80},
+        title={"text": f"{family} by depth{at}", "font": {"size": 14}},
+        xaxis={"title": {"text": "depth (embedding → lm_head)"}, "tickangle": -45},
+        yaxis={"type": "log" if log_y else "linear"},
+        uirevision=family,
+    )
+    return fig

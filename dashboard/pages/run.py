@@ -21,6 +21,7 @@ from normwatch.server.schemas import MetricOut
 from ..data import DashboardData
 from ..figures import OverlayView, empty_figure, overlay_figure
 from ..session import viewer
+from . import run_layers
 
 ROUTES = ("/runs/{run_id}",)
 _PATH = re.compile(r"^/runs/([0-9A-Za-z_-]+)/?$")
@@ -139,6 +140,7 @@ def layout(
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="range-info", className="muted"),
+            run_layers.section(names),
             html.H3("Events"),
             html.Div(id="event-list"),
             dcc.Store(id="view", data=view),
@@ -231,6 +233,8 @@ def event_list(markers: list[Any]) -> Any:
 
 
 def register(app: dash.Dash, data: DashboardData) -> None:
+    run_layers.register(app, data)
+
     @app.callback(
         Output("view", "data"),
         Input("left-metric", "value"),

@@ -35,6 +35,9 @@ def seed_run(server: ServerProcess, tenant: Tenant, steps: int = 2000) -> str:
                 "params/norm/final_norm.weight": [78.4 + 0.13 * s for s in xs],
                 "params/norm/layers.0.attn.wq": [20.0 + 0.01 * s for s in xs],
                 "train/loss": [10.0 / math.sqrt(s + 1) for s in xs],
+                "grad/norm/embed": [6.0] * steps,
+                **{f"grad/norm/layers.{i}": [1.0 + 0.1 * i] * steps for i in range(4)},
+                "grad/norm/lm_head": [9.0] * steps,
             },
         }
         assert api.post(f"/api/v1/runs/{run['id']}/metrics", json=body).status_code == 202
@@ -76,6 +79,18 @@ def test_overlay_red_blue_twin_axes_with_event(
     assert [s["x0"] for s in fig["layout"]["shapes"]] == [1000]
     assert "near-dropless EP routing" in fig["layout"]["annotations"][0]["text"]
     assert page.locator("#overlay .shapelayer path").count() >= 1  # the event line is drawn
+    # The per-layer view: latest grad norms by depth, embedding to lm_head.
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#depth .js-plotly-plot');"
+        " return g && g.data && g.data.length === 1 && g.data[0].type === 'bar'; }"
+    )
+    bars = page.evaluate(
+        "(() => { const t = document.querySelector('#depth .js-plotly-plot').data[0];"
+        " return {x: Array.from(t.x), y: Array.from(t.y)}; })()"
+    )
+    assert bars["x"] == ["embed", "layers.0", "layers.1", "layers.2", "layers.3", "lm_head"]
+    assert bars["y"] == [6.0, 1.0, 1.1, 1.2, 1.3, 9.0]
+    assert "ends / middle" in page.inner_text("#depth-info")
     page.screenshot(path=str(artifacts / "overlay.png"), full_page=True)
 
 
