@@ -85,6 +85,9 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     app.backend._setup_catchall = lambda: None  # type: ignore[attr-defined]
 
     async def serve_index(request: Request) -> HTMLResponse:
+        # Dash finishes its setup (assets, scripts) on its first own request; a deep link
+        # may be the first request of all, so make sure that setup happened.
+        app._setup_server()
         token = set_current_request(request)
         try:
             return HTMLResponse(app.index())

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 FAMILIES = ("grad/norm", "updates/norm", "params/norm")
 _LAYER = re.compile(r"^(?P<family>.+)/layers\.(?P<index>\d+)$")
-# Names around the stack, in the order data flows through a decoder.
-_BOTTOM = ("embed", "embedding", "wte", "tok_embeddings")
-_TOP = ("final_norm", "final_norm.weight", "ln_f", "lm_head")
+# Modules around the stack (a name's first segment), in the order data flows through a decoder.
+_BOTTOM = ("embed", "embedding", "embeddings", "wte", "wpe", "tok_embeddings")
+_TOP = ("final_norm", "norm_f", "ln_f", "lm_head", "unembed")
 
 
 @dataclass(frozen=True)
@@ -58,16 +58,16 @@ def depth_profile(latest: Iterable[tuple[str, float | None]], family: str) -> De
         if not name.startswith(family + "/"):
             continue
         rest = name[len(family) + 1 :]
-        if rest in _BOTTOM:
+        head = rest.split(".", 1)[0]
+        if head in _BOTTOM:
             bottom[rest] = v
-        elif rest in _TOP:
+        elif head in _TOP:
             top[rest] = v
-    labels = [*bottom, *(f"layers.{i}" for i in sorted(layers)), *sorted(top, key=_TOP.index)]
-    values = [
-        *bottom.values(),
-        *(layers[i] for i in sorted(layers)),
-        *(top[k] for k in sorted(top, key=_TOP.index)),
-    ]
+    below = sorted(bottom, key=lambda r: (_BOTTOM.index(r.split(".", 1)[0]), r))
+    above = sorted(top, key=lambda r: (_TOP.index(r.split(".", 1)[0]), r))
+    stack = sorted(layers)
+    labels = [*below, *(f"layers.{i}" for i in stack), *above]
+    values = [*(bottom[k] for k in below), *(layers[i] for i in stack), *(top[k] for k in above)]
     return DepthProfile(family, labels, values)
 
 

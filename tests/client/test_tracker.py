@@ -6,10 +6,10 @@ import math
 from collections.abc import Mapping
 
 import httpx
-import pytest
-
 import normwatch.client as nw
+import pytest
 from normwatch.client import CompositeTracker, MemoryTracker, NoopTracker, Run, Tracker
+
 from normwatch.testing import ServerProcess
 from tests.conftest import make_tenant
 

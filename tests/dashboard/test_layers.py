@@ -32,3 +32,20 @@ def test_end_to_middle_ratio() -> None:
     latest += [("grad/norm/lm_head", values[-1])]
     assert depth_profile(latest, "grad/norm").end_to_middle == 8.0
     assert depth_profile(latest[:3], "grad/norm").end_to_middle is None
+
+
+def test_module_leaves_around_the_stack() -> None:
+    latest = [
+        ("grad/norm/lm_head.kernel", 5.0),
+        ("grad/norm/final_norm.scale", 0.1),
+        ("grad/norm/layers.0", 1.0),
+        ("grad/norm/embed.embedding", 4.0),
+        ("grad/norm/wpe.weight", 0.5),
+    ]
+    assert depth_profile(latest, "grad/norm").labels == [
+        "embed.embedding",
+        "wpe.weight",
+        "layers.0",
+        "final_norm.scale",
+        "lm_head.kernel",
+    ]
