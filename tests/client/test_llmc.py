@@ -5,12 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import pytest
-from normwatch.client import Run
+from normwatch.client import MemoryTracker, Run
 from normwatch.client.llmc import import_llmc, parse_llmc_log
 
 import normwatch
@@ -73,33 +72,25 @@ def test_a_malformed_step_line_raises_naming_its_line_number(bad_line: str) -> N
         list(parse_llmc_log(lines))
 
 
-class RecordingRun:
-    """Stands in for `Run`: import_llmc only needs ``log``."""
-
-    def __init__(self) -> None:
-        self.logged: list[tuple[int, dict[str, float]]] = []
-
-    def log(self, metrics: Mapping[str, float], *, step: int) -> None:
-        self.logged.append((step, dict(metrics)))
-
-
 def test_import_streams_every_step_through_log(tmp_path: Path) -> None:
-    run = RecordingRun()
+    run = MemoryTracker()
     assert import_llmc(LOG, run) == 19_561
-    assert run.logged[0][0] == 0 and run.logged[-1] == (19_560, {"val/loss": 3.2722})
+    assert run.history[0][0] == 0 and run.history[-1] == (19_560, {"val/loss": 3.2722})
 
     bad = tmp_path / "main.log"
     bad.write_text("s:0 trl:3.0 lr:0.1 norm:1.0\ns:oops\n")
     with pytest.raises(ValueError, match="line 2"):
-        import_llmc(bad, RecordingRun())
+        import_llmc(bad, MemoryTracker())
 
 
-def test_the_shipped_log_imports_through_a_real_run() -> None:
+def test_the_shipped_log_imports_through_a_real_run(tmp_path: Path) -> None:
     received: dict[tuple[int, str], object] = {}
 
     def ingest(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/v1/runs":
             return httpx.Response(200, json={"id": "llmc", "segment": 1})
+        if request.method == "PATCH":  # the final status
+            return httpx.Response(200, json={"id": "llmc", "status": "finished"})
         batch = json.loads(gzip.decompress(request.content))
         for name, column in batch["metrics"].items():
             for step, value in zip(batch["steps"], column, strict=True):
@@ -108,7 +99,11 @@ def test_the_shipped_log_imports_through_a_real_run() -> None:
         return httpx.Response(202, json={"accepted": 0})
 
     run = Run(
-        "http://normwatch.test", token="t", name="gpt2-124M", transport=httpx.MockTransport(ingest)
+        "http://normwatch.test",
+        token="t",
+        name="gpt2-124M",
+        transport=httpx.MockTransport(ingest),
+        spool_dir=tmp_path,
     )
     assert import_llmc(LOG, run) == 19_561
     run.finish(timeout=10.0)
