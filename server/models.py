@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Double,
     ForeignKey,
@@ -165,3 +166,96 @@ class InstanceSecret(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(256))
+
+
+class AlertRule(Base):
+    """A project's rule: which runs and metrics, the condition, and where to notify.
+
+    Channel secrets are kept as given (they sign outgoing requests) and masked in every
+    response.
+    """
+
+    __tablename__ = "alert_rules"
+    __table_args__ = (UniqueConstraint("project_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    metric: Mapped[str] = mapped_column(String(512))
+    condition: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    channels: Mapped[list[dict[str, Any]]] = mapped_column(JsonDoc, default=list)
+    run_name: Mapped[str] = mapped_column(String(256), default="*")
+    run_tags: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AlertState(Base):
+    """Evaluation state of one rule on one metric of one run (metric 0: the run itself)."""
+
+    __tablename__ = "alert_states"
+
+    run_key: Mapped[int] = mapped_column(
+        ForeignKey("runs.key", ondelete="CASCADE"), primary_key=True
+    )
+    rule_id: Mapped[int] = mapped_column(
+        ForeignKey("alert_rules.id", ondelete="CASCADE"), primary_key=True
+    )
+    metric_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    segment: Mapped[int] = mapped_column(SmallInteger)
+    state: Mapped[str] = mapped_column(String(16))
+    data: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Alert(Base):
+    """One state change of a rule on a run's metric: the alert history."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_run_key_id", "run_key", "id"),)
+
+    id: Mapped[int] = mapped_column(BigKey, primary_key=True, autoincrement=True)
+    run_key: Mapped[int] = mapped_column(ForeignKey("runs.key", ondelete="CASCADE"))
+    rule_id: Mapped[int] = mapped_column(ForeignKey("alert_rules.id", ondelete="CASCADE"))
+    metric: Mapped[str] = mapped_column(String(512))
+    state: Mapped[str] = mapped_column(String(16))
+    segment: Mapped[int] = mapped_column(SmallInteger)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    value: Mapped[float | None] = mapped_column(Double)
+    threshold: Mapped[float | None] = mapped_column(Double)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Notification(Base):
+    """The outbox: one row per alert and channel, written with the state change."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (Index("ix_notifications_status_due", "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(BigKey, primary_key=True, autoincrement=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
+    channel_index: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class DeliveryAttempt(Base):
+    """Every try to deliver a notification, successful or not."""
+
+    __tablename__ = "delivery_attempts"
+    __table_args__ = (Index("ix_delivery_attempts_notification_id", "notification_id"),)
+
+    id: Mapped[int] = mapped_column(BigKey, primary_key=True, autoincrement=True)
+    notification_id: Mapped[int] = mapped_column(
+        ForeignKey("notifications.id", ondelete="CASCADE")
+    )
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[float] = mapped_column(Double)
