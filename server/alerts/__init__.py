@@ -1,0 +1,1 @@
+"""Alerting: evaluating rules over ingested steps (``rules``) and guarding where notices go."""

@@ -1,0 +1,680 @@
+"""Alert rule evaluation: exact firing and resolving steps, state round trips, references."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from normwatch.server.alerts.rules import (
+    ForecastCondition,
+    NonFiniteCondition,
+    RuleState,
+    SlopeCondition,
+    SpikeCondition,
+    StaleCondition,
+    StepCondition,
+    ThresholdCondition,
+    Transition,
+    check_stale,
+    evaluate,
+    linear_fit,
+    metric_matches,
+    parse_condition,
+    preview,
+    run_matches,
+    stale_due,
+)
+from pydantic import ValidationError
+
+import normwatch
+
+LLMC_LOG = Path(normwatch.__file__).parent / "data" / "llmc_gpt2_124M_modded-nanogpt.log"
+START = 77_096  # a restart step seen in the wild: step numbers far from zero
+
+
+def brief(transitions: list[Transition]) -> list[tuple[str, int]]:
+    return [(t.state, t.step) for t in transitions]
+
+
+def flat_with(n: int, base: float, **at: float) -> tuple[list[int], list[float]]:
+    """``n`` steps from START with value ``base``, except ``at={"i12": 5.3}`` at index 12."""
+    values = [base] * n
+    for key, value in at.items():
+        values[int(key[1:])] = value
+    return [START + i for i in range(n)], values
+
+
+# --- threshold -------------------------------------------------------------------------
+
+
+def test_threshold_fires_and_resolves_at_exact_steps() -> None:
+    steps, values = flat_with(30, 1.0, i10=5.31, i11=6.0, i12=5.0, i13=4.99)
+    rule = ThresholdCondition(op=">=", value=5.0)
+    state, transitions = evaluate(rule, RuleState(), steps, values)
+    assert transitions == [
+        Transition("firing", START + 10, 5.31, 5.0, 5.31, "5.31 ≥ 5 for 1 step", START + 10),
+        Transition("resolved", START + 13, 4.99, 5.0, 4.99, "4.99 no longer ≥ 5", START + 10),
+    ]
+    assert state.status == "ok" and state.streak == 0 and state.fired_at_step is None
+    assert state.last_step == START + 29 and state.window == []
+
+
+@pytest.mark.parametrize(
+    ("op", "fire_value", "calm_value"),
+    [(">", 5.01, 5.0), (">=", 5.0, 4.99), ("<", 4.99, 5.0), ("<=", 5.0, 5.01)],
+)
+def test_threshold_operators_at_the_boundary(op: str, fire_value: float, calm_value: float) -> None:
+    steps, values = flat_with(6, calm_value, i2=fire_value)
+    rule = parse_condition({"kind": "threshold", "op": op, "value": 5.0})
+    assert brief(preview(rule, steps, values)) == [("firing", START + 2), ("resolved", START + 3)]
+
+
+def test_for_steps_needs_consecutive_logged_steps() -> None:
+    # Two high steps (not enough), a dip, then four high steps: fires on the third of those.
+    values = [1.0, 6.0, 6.0, 1.0, 6.0, 6.0, 6.0, 6.0, 1.0]
+    steps = [START + 10 * i for i in range(len(values))]  # logged every 10 steps
+    rule = ThresholdCondition(op=">", value=5.0, for_steps=3)
+    statuses = []
+    state = RuleState()
+    for step, value in zip(steps, values, strict=True):
+        state, _ = evaluate(rule, state, [step], [value])
+        statuses.append(state.status)
+    assert statuses == [
+        "ok",
+        "pending",
+        "pending",
+        "ok",
+        "pending",
+        "pending",
+        "firing",
+        "firing",
+        "ok",
+    ]
+    transitions = preview(rule, steps, values)
+    assert brief(transitions) == [("firing", START + 60), ("resolved", START + 80)]
+    assert transitions[0].reason == "6 > 5 for 3 steps"
+
+
+def test_cooldown_delays_the_next_firing() -> None:
+    steps, values = flat_with(60, 1.0, i10=9.0, i11=9.0)
+    for i in range(15, 50):
+        values[i] = 9.0
+    no_cooldown = ThresholdCondition(op=">", value=5.0)
+    assert brief(preview(no_cooldown, steps, values)) == [
+        ("firing", START + 10),
+        ("resolved", START + 12),
+        ("firing", START + 15),
+        ("resolved", START + 50),
+    ]
+    cooled = ThresholdCondition(op=">", value=5.0, cooldown_steps=20)
+    transitions = preview(cooled, steps, values)
+    # Resolved at +12, so no firing before +32; the streak kept counting through the wait.
+    assert brief(transitions) == [
+        ("firing", START + 10),
+        ("resolved", START + 12),
+        ("firing", START + 32),
+        ("resolved", START + 50),
+    ]
+    assert transitions[2].reason == "9 > 5 for 18 steps"
+    state, _ = evaluate(cooled, RuleState(), steps[:20], values[:20])
+    assert (state.status, state.cooldown_until_step, state.streak) == ("pending", START + 32, 5)
+
+
+def test_cooldown_that_expires_during_calm_changes_nothing() -> None:
+    steps, values = flat_with(40, 1.0, i5=9.0, i30=9.0)
+    rule = ThresholdCondition(op=">", value=5.0, cooldown_steps=10)
+    assert brief(preview(rule, steps, values)) == [
+        ("firing", START + 5),
+        ("resolved", START + 6),
+        ("firing", START + 30),
+        ("resolved", START + 31),
+    ]
+
+
+def test_nan_breaks_a_pending_streak_but_does_not_resolve() -> None:
+    nan = math.nan
+    rule = ThresholdCondition(op=">=", value=5.0, for_steps=3)
+    values = [6.0, 6.0, nan, 6.0, 6.0, 6.0, nan, nan, 6.0, 4.0]
+    steps = [START + i for i in range(len(values))]
+    transitions = preview(rule, steps, values)
+    assert brief(transitions) == [("firing", START + 5), ("resolved", START + 9)]
+    # Firing stays firing through the NaNs at +6, +7.
+    state, _ = evaluate(rule, RuleState(), steps[:8], values[:8])
+    assert (state.status, state.fired_at_step, state.streak) == ("firing", START + 5, 0)
+    assert math.isnan(state.last_value or 0.0)
+
+
+def test_infinity_compares_as_a_number() -> None:
+    steps, values = flat_with(5, 1.0, i1=math.inf, i3=-math.inf)
+    assert brief(preview(ThresholdCondition(op=">=", value=5.0), steps, values)) == [
+        ("firing", START + 1),
+        ("resolved", START + 2),
+    ]
+    transitions = preview(ThresholdCondition(op="<", value=0.0), steps, values)
+    assert brief(transitions) == [("firing", START + 3), ("resolved", START + 4)]
+    assert transitions[0].reason == "-Inf < 0 for 1 step"
+
+
+# --- non_finite ------------------------------------------------------------------------
+
+
+def test_non_finite_fires_on_nan_or_infinity_and_resolves_on_a_finite_value() -> None:
+    values = [0.3, 0.31, math.nan, math.inf, -math.inf, 0.29, 0.3, math.inf, 0.3]
+    steps = [START + i for i in range(len(values))]
+    transitions = preview(NonFiniteCondition(), steps, values)
+    assert brief(transitions) == [
+        ("firing", START + 2),
+        ("resolved", START + 5),
+        ("firing", START + 7),
+        ("resolved", START + 8),
+    ]
+    assert transitions[0].reason == "NaN, not finite, for 1 step"
+    assert transitions[0].threshold is None
+    assert transitions[1].reason == "0.29, finite again"
+    twice = preview(NonFiniteCondition(for_steps=2), steps, values)
+    assert brief(twice) == [("firing", START + 3), ("resolved", START + 5)]
+
+
+# --- spike -----------------------------------------------------------------------------
+
+
+def spike_reference(
+    values: list[float], factor: float, window: int, min_history: int
+) -> list[tuple[str, int]]:
+    """A straightforward re-implementation with NumPy (finite series, for_steps 1)."""
+    out: list[tuple[str, int]] = []
+    firing = False
+    for i, value in enumerate(values):
+        history = values[max(0, i - window) : i]
+        if len(history) < min_history or np.median(history) <= 0:
+            continue
+        hit = value > factor * float(np.median(history))
+        if hit and not firing:
+            out.append(("firing", i))
+        elif not hit and firing:
+            out.append(("resolved", i))
+        firing = hit
+    return out
+
+
+def test_spike_fires_on_the_spike_step_and_resolves_on_the_next() -> None:
+    rng = np.random.default_rng(0)
+    values = list(1.0 + 0.1 * rng.random(200))
+    values[120] = 3.0
+    steps = [START + 2 * i for i in range(200)]  # logged every other step
+    rule = SpikeCondition(factor=2.0, window=50)
+    transitions = preview(rule, steps, values)
+    assert brief(transitions) == [("firing", START + 240), ("resolved", START + 242)]
+    median = float(np.median(values[70:120]))
+    fired = transitions[0]
+    assert fired.threshold == pytest.approx(2.0 * median, rel=1e-15)
+    assert fired.measured == 3.0
+    assert fired.reason == f"3 > {2 * median:.4g} (2 × median {median:.4g}) for 1 step"
+    # The spike is in the next window; the median barely notices it.
+    assert transitions[1].threshold == pytest.approx(2.0 * float(np.median(values[71:121])))
+
+
+def test_spike_needs_min_history_and_ignores_non_finite_values() -> None:
+    steps, values = flat_with(40, 1.0, i3=5.0, i10=5.0, i20=math.nan, i21=math.inf, i30=5.0)
+    rule = SpikeCondition(factor=2.0, window=20)  # min_history 10: step +3 is not judged
+    assert rule.history_needed == 10
+    assert brief(preview(rule, steps, values)) == [
+        ("firing", START + 10),
+        ("resolved", START + 11),
+        ("firing", START + 21),  # +Inf exceeds any multiple; NaN at +20 is not judged
+        ("resolved", START + 22),
+        ("firing", START + 30),
+        ("resolved", START + 31),
+    ]
+    state, _ = evaluate(rule, RuleState(), steps, values)
+    assert len(state.window) == 20 and all(math.isfinite(v) for _, v in state.window)
+    early = SpikeCondition(factor=2.0, window=20, min_history=3)
+    assert brief(preview(early, steps, values))[:2] == [
+        ("firing", START + 3),
+        ("resolved", START + 4),
+    ]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spike_matches_a_numpy_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = list(np.exp(rng.normal(0.0, 0.4, size=500)))
+    steps = list(range(START, START + 500))
+    rule = SpikeCondition(factor=2.0, window=30, min_history=5)
+    expected = [(state, START + i) for state, i in spike_reference(values, 2.0, 30, 5)]
+    assert len(expected) >= 4
+    assert brief(preview(rule, steps, values)) == expected
+
+
+def test_spike_on_the_real_gpt2_grad_norm() -> None:
+    steps, grad_norm = [], []
+    for line in LLMC_LOG.read_text().splitlines():
+        if match := re.match(r"s:(\d+) trl:\S+ lr:\S+ norm:(\S+)", line):
+            steps.append(int(match[1]))
+            grad_norm.append(float(match[2]))
+    transitions = preview(SpikeCondition(factor=3.0, window=50), steps, grad_norm)
+    # The four one-step spikes of that run, each back to normal on the next step.
+    assert brief(transitions) == [
+        (state, step + offset)
+        for step in (4233, 7435, 9025, 9954)
+        for state, offset in (("firing", 0), ("resolved", 1))
+    ]
+    assert [t.value for t in transitions[::2]] == [0.83, 1.44, 2.02, 0.95]
+
+
+def test_spike_on_one_layer_of_48_selected_by_a_glob() -> None:
+    rng = np.random.default_rng(7)
+    names = [f"grad/norm/layers.{i}" for i in range(48)]
+    names += [f"grad/norm/layers.{i}.mlp.w1" for i in range(48)]
+    names += ["grad/norm/total", "params/norm/layers.3", "grad/norm/layers.3/w1"]
+    n = 300
+    steps = list(range(START, START + n))
+    series = {name: list(0.5 + 0.05 * rng.random(n)) for name in names}
+    series["grad/norm/layers.17.mlp.w1"][200] = 2.0
+    series["params/norm/layers.3"][150] = 50.0  # not selected, so never evaluated
+    selected = [name for name in names if metric_matches("grad/norm/layers.*", name)]
+    assert len(selected) == 96 and "grad/norm/layers.3/w1" not in selected
+    rule = SpikeCondition(factor=2.5, window=64)
+    fired = {name: brief(preview(rule, steps, series[name])) for name in selected}
+    assert {name: t for name, t in fired.items() if t} == {
+        "grad/norm/layers.17.mlp.w1": [("firing", START + 200), ("resolved", START + 201)]
+    }
+
+
+# --- slope and forecast ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_linear_fit_matches_polyfit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 400))
+    steps = np.sort(rng.choice(100_000, size=n, replace=False)) + 10 ** int(rng.integers(0, 7))
+    values = rng.normal(size=n) * 10.0 ** float(rng.integers(-3, 4)) + 1e-4 * steps
+    slope, level = linear_fit(steps.tolist(), values.tolist())
+    reference = np.polyfit(steps.astype(float), values, 1)
+    np.testing.assert_allclose(slope, reference[0], rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(level, np.polyval(reference, steps[-1]), rtol=1e-9, atol=1e-9)
+
+
+def test_linear_fit_rejects_degenerate_input() -> None:
+    with pytest.raises(ValueError, match="at least 2 points"):
+        linear_fit([5], [1.0])
+    with pytest.raises(ValueError, match="must not all be equal"):
+        linear_fit([5, 5], [1.0, 2.0])
+
+
+def final_norm_like(seed: int, n: int = 1500) -> tuple[list[int], list[float]]:
+    """An RMSNorm gain's norm: slow growth, a steeper slope after a config change, noise."""
+    rng = np.random.default_rng(seed)
+    steps = np.cumsum(rng.integers(1, 4, size=n)) + 80_000
+    kink = steps[n // 2]
+    values = 340.0 + 0.004 * (steps - steps[0]) + 0.03 * np.maximum(steps - kink, 0)
+    values = values + rng.normal(0.0, 0.3, size=n)
+    values[n * 3 // 4 :] -= 25.0  # weight decay switched on
+    return steps.tolist(), values.tolist()
+
+
+def verdict_machine(verdicts: list[bool | None], steps: list[int]) -> list[tuple[str, int]]:
+    """for_steps 1, no cooldown: fire on a True, resolve on a False, None holds."""
+    out: list[tuple[str, int]] = []
+    firing = False
+    for verdict, step in zip(verdicts, steps, strict=True):
+        if verdict and not firing:
+            out.append(("firing", step))
+            firing = True
+        elif verdict is False and firing:
+            out.append(("resolved", step))
+            firing = False
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("op", [">", "<"])
+def test_slope_matches_polyfit(seed: int, op: str) -> None:
+    steps, values = final_norm_like(seed)
+    window, x = 60, 20.0 if op == ">" else -5.0
+    verdicts: list[bool | None] = [None] * (window - 1)
+    slopes = []
+    for i in range(window - 1, len(steps)):
+        slope = (
+            1000 * np.polyfit(steps[i - window + 1 : i + 1], values[i - window + 1 : i + 1], 1)[0]
+        )
+        slopes.append(slope)
+        verdicts.append(bool(slope > x) if op == ">" else bool(slope < x))
+    expected = verdict_machine(verdicts, steps)
+    assert expected
+    rule = parse_condition({"kind": "slope", "op": op, "per_1k_steps": x, "window": window})
+    transitions = preview(rule, steps, values)
+    assert brief(transitions) == expected
+    for t in transitions:
+        np.testing.assert_allclose(t.measured, slopes[steps.index(t.step) - window + 1], rtol=1e-7)
+        assert t.threshold == x
+    assert re.fullmatch(
+        rf"slope [+-][\d.e+-]+ per 1k steps {re.escape(op)} {x:.4g} over the last 60 points "
+        r"for 1 step",
+        transitions[0].reason,
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_forecast_matches_polyfit(seed: int) -> None:
+    steps, values = final_norm_like(seed)
+    window, threshold, within = 80, 372.0, 600
+    verdicts: list[bool | None] = [None] * (window - 1)
+    for i in range(window - 1, len(steps)):
+        xs, ys = steps[i - window + 1 : i + 1], values[i - window + 1 : i + 1]
+        slope, intercept = np.polyfit(xs, ys, 1)
+        if values[i] >= threshold:
+            verdicts.append(None)
+        elif slope <= 0:
+            verdicts.append(False)
+        else:
+            crossing = (threshold - intercept) / slope
+            verdicts.append(bool(crossing - steps[i] < within))
+    expected = verdict_machine(verdicts, steps)
+    assert len(expected) >= 2
+    rule = ForecastCondition(value=threshold, within_steps=within, window=window)
+    assert brief(preview(rule, steps, values)) == expected
+
+
+def test_forecast_warns_before_the_crossing_and_holds_while_crossed() -> None:
+    # value = 300 + 0.05 k: 50 per 1k steps; reaches 360.025 at k = 1200.5.
+    k = np.arange(1400)
+    values = (300.0 + 0.05 * k).tolist()
+    values[1300:] = [100.0] * 100  # back down at k = 1300
+    steps = (START + k).tolist()
+    rule = ForecastCondition(op=">=", value=360.025, within_steps=500, window=50)
+    transitions = preview(rule, steps, values)
+    # steps left = 1200.5 - k < 500 from k = 701; crossed from k = 1201 (held, not resolved).
+    assert brief(transitions) == [("firing", START + 701), ("resolved", START + 1300)]
+    fired = transitions[0]
+    assert fired.threshold == 360.025
+    assert fired.measured == pytest.approx(499.5)
+    assert fired.reason == (
+        "projected to reach ≥ 360 in ~499.5 steps "
+        "(slope +50 per 1k steps over the last 50 points) for 1 step"
+    )
+    assert transitions[1].reason == "no longer projected to reach ≥ 360 within 500 steps"
+    falling = ForecastCondition(op="<=", value=-360.025, within_steps=500, window=50)
+    negated = [-v for v in values[:1300]]
+    assert brief(preview(falling, steps[:1300], negated)) == [("firing", START + 701)]
+
+
+def test_slope_and_forecast_wait_for_a_full_window_of_finite_points() -> None:
+    steps = list(range(START, START + 12))
+    values = [float(i) for i in range(12)]
+    values[4] = math.nan
+    rule = SlopeCondition(per_1k_steps=500.0, window=5)  # slope is 1000 per 1k steps
+    # Finite points 0..3 and 5..: the window first holds five at index 5, not 4.
+    assert brief(preview(rule, steps, values)) == [("firing", START + 5)]
+    state, _ = evaluate(rule, RuleState(), steps, values)
+    assert [s - START for s, _ in state.window] == [7, 8, 9, 10, 11]
+
+
+# --- stale -----------------------------------------------------------------------------
+
+
+def test_stale_due_boundary() -> None:
+    assert stale_due(1000.0, 1299.9, 300.0) is False
+    assert stale_due(1000.0, 1300.0, 300.0) is True
+
+
+def test_stale_fires_once_per_stall_and_a_new_step_resolves_it() -> None:
+    rule = StaleCondition(seconds=300.0)
+    state, transitions = evaluate(rule, RuleState(), [5, 6], [0.3, 0.4], now_unix=1000.0)
+    assert transitions == [] and (state.last_step, state.last_seen_unix) == (6, 1000.0)
+    state, transitions = check_stale(rule, state, 1299.0)
+    assert transitions == [] and state.status == "ok"
+    state, transitions = check_stale(rule, state, 1312.0)
+    assert transitions == [
+        Transition("firing", 6, 0.4, 300.0, 312.0, "no new step for 312 s (limit 300 s)", 6)
+    ]
+    state, transitions = check_stale(rule, state, 1500.0)
+    assert transitions == [] and state.status == "firing"
+    # A re-sent batch brings no new step: still stale.
+    state, transitions = evaluate(rule, state, [5, 6], [0.3, 0.4], now_unix=1600.0)
+    assert transitions == [] and state.last_seen_unix == 1000.0
+    state, transitions = evaluate(rule, state, [6, 7, 8], [0.4, 0.5, 0.6], now_unix=1700.0)
+    assert transitions == [
+        Transition("resolved", 7, 0.5, 300.0, 700.0, "new step after 700 s (limit 300 s)", 6)
+    ]
+    assert (state.status, state.last_step, state.last_seen_unix) == ("ok", 8, 1700.0)
+
+
+def test_stale_needs_a_first_step_and_arrival_times() -> None:
+    rule = StaleCondition(seconds=10.0)
+    assert check_stale(rule, RuleState(), 1e12) == (RuleState(), [])
+    with pytest.raises(ValueError, match="needs now_unix"):
+        evaluate(rule, RuleState(), [1], [1.0])
+    with pytest.raises(ValueError, match="arrival times"):
+        preview(rule, [1], [1.0])
+
+
+# --- batches, re-sends and stored state ------------------------------------------------
+
+
+def test_resent_steps_are_ignored() -> None:
+    steps, values = flat_with(20, 1.0, i8=9.0, i9=9.0, i10=9.0)
+    rule = ThresholdCondition(op=">", value=5.0, for_steps=2)
+    state, first = evaluate(rule, RuleState(), steps[:10], values[:10])
+    assert brief(first) == [("firing", START + 9)]
+    again, repeated = evaluate(rule, state, steps[:10], values[:10])
+    assert repeated == [] and again == state
+    # An overlapping batch: only its new steps count (+8, +9 were counted already).
+    state, rest = evaluate(rule, state, steps[8:], values[8:])
+    assert brief(rest) == [("resolved", START + 11)]
+
+
+def test_evaluate_does_not_modify_the_given_state() -> None:
+    rule = SpikeCondition(window=4)
+    state = RuleState(window=[(1, 1.0), (2, 1.0)], last_step=2, last_value=1.0)
+    before = state.to_dict()
+    evaluate(rule, state, [3, 4, 5], [1.0, 9.0, 1.0])
+    assert state.to_dict() == before
+
+
+def test_rejects_unordered_or_mismatched_batches() -> None:
+    rule = ThresholdCondition(op=">", value=1.0)
+    with pytest.raises(ValueError, match=r"steps\[2\]: 3 does not follow 4"):
+        evaluate(rule, RuleState(), [1, 4, 3], [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="differ in length: 2 != 1"):
+        evaluate(rule, RuleState(), [1, 2], [0.0])
+
+
+def noisy_series(seed: int, n: int) -> tuple[list[int], list[float]]:
+    rng = np.random.default_rng(seed)
+    steps = (np.cumsum(rng.integers(1, 5, size=n)) + START).tolist()
+    values = (1.0 + 0.002 * np.arange(n) + 0.2 * rng.normal(size=n)).tolist()
+    for i in rng.choice(n, size=n // 25, replace=False):
+        values[int(i)] *= float(rng.choice([3.0, -1.0, 6.0]))
+    for i in rng.choice(n, size=n // 40, replace=False):
+        values[int(i)] = float(rng.choice([math.nan, math.inf, -math.inf]))
+    return steps, values
+
+
+RULES: list[StepCondition] = [
+    ThresholdCondition(op=">=", value=1.6, for_steps=2, cooldown_steps=7),
+    NonFiniteCondition(cooldown_steps=3),
+    SpikeCondition(factor=2.5, window=20, for_steps=1),
+    SlopeCondition(op=">", per_1k_steps=1.0, window=15, for_steps=2),
+    ForecastCondition(op=">=", value=2.0, within_steps=300, window=25, cooldown_steps=10),
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.kind)
+def test_state_round_trips_through_json_mid_series(seed: int, rule: StepCondition) -> None:
+    steps, values = noisy_series(seed, 600)
+    whole_state, whole = evaluate(rule, RuleState(), steps, values)
+    assert whole, "the series should make every rule change state"
+    rng = np.random.default_rng(1000 + seed)
+    cuts = sorted({0, len(steps), *rng.integers(1, len(steps), size=8).tolist()})
+    state, pieces = RuleState(), []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        resend_from = max(0, a - int(rng.integers(0, 5)))  # overlap: some steps sent twice
+        state, transitions = evaluate(rule, state, steps[resend_from:b], values[resend_from:b])
+        pieces.extend(transitions)
+        stored = json.dumps(state.to_dict(), allow_nan=False)
+        state = RuleState.from_dict(json.loads(stored))
+    assert [t.to_dict() for t in pieces] == [t.to_dict() for t in whole]
+    assert state.to_dict() == whole_state.to_dict()
+
+
+def test_state_document_shape() -> None:
+    state = RuleState(
+        status="firing",
+        streak=3,
+        window=[(10, 1.5), (11, 2.5)],
+        last_step=11,
+        last_value=math.inf,
+        last_seen_unix=1.7e9,
+        fired_at_step=11,
+        cooldown_until_step=None,
+    )
+    doc = state.to_dict()
+    assert doc == {
+        "version": 1,
+        "status": "firing",
+        "streak": 3,
+        "window": [[10, 1.5], [11, 2.5]],
+        "last_step": 11,
+        "last_value": "Infinity",
+        "last_seen_unix": 1.7e9,
+        "fired_at_step": 11,
+        "cooldown_until_step": None,
+    }
+    assert RuleState.from_dict(json.loads(json.dumps(doc))) == state
+    nan_state = RuleState.from_dict({**doc, "last_value": "NaN"})
+    assert math.isnan(nan_state.last_value or 0.0)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"status": "burning"},
+        {"streak": -1},
+        {"window": [[1, "NaN"]]},
+        {"window": [[1]]},
+        {"version": 2},
+        {"surprise": True},
+    ],
+)
+def test_malformed_state_documents_are_refused(doc: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        RuleState.from_dict({**RuleState().to_dict(), **doc})
+
+
+def test_transition_document_encodes_non_finite_values() -> None:
+    (fired,) = preview(NonFiniteCondition(), [1, 2], [1.0, -math.inf])[:1]
+    assert fired.to_dict() == {
+        "state": "firing",
+        "step": 2,
+        "value": "-Infinity",
+        "threshold": None,
+        "measured": "-Infinity",
+        "reason": "-Inf, not finite, for 1 step",
+        "fired_at_step": 2,
+    }
+    json.dumps(fired.to_dict(), allow_nan=False)
+
+
+# --- conditions ------------------------------------------------------------------------
+
+
+def test_parses_the_contract_example_and_every_kind() -> None:
+    rule = parse_condition({"kind": "threshold", "op": ">=", "value": 5.0, "for_steps": 1})
+    assert rule == ThresholdCondition(op=">=", value=5.0, for_steps=1, cooldown_steps=0)
+    assert parse_condition({"kind": "non_finite"}) == NonFiniteCondition()
+    spike = parse_condition({"kind": "spike", "factor": 3, "window": 50})
+    assert isinstance(spike, SpikeCondition) and spike.history_needed == 25
+    slope = parse_condition({"kind": "slope", "per_1k_steps": 2.5})
+    assert slope == SlopeCondition(op=">", per_1k_steps=2.5, window=100)
+    forecast = parse_condition({"kind": "forecast", "value": 5, "within_steps": 2000})
+    assert forecast == ForecastCondition(op=">=", value=5.0, within_steps=2000, window=100)
+    assert parse_condition({"kind": "stale", "seconds": 600}) == StaleCondition(seconds=600.0)
+    assert parse_condition(forecast.model_dump()) == forecast
+
+
+THRESHOLD = {"kind": "threshold", "op": ">", "value": 1}
+GE = "greater than or equal to"
+
+
+@pytest.mark.parametrize(
+    ("doc", "loc", "message"),
+    [
+        ({"op": ">", "value": 1}, (), "Unable to extract tag using discriminator 'kind'"),
+        ({"kind": "median", "value": 1}, (), "'median' found using 'kind' does not match"),
+        ({"kind": "threshold", "value": 1}, ("threshold", "op"), "Field required"),
+        ({**THRESHOLD, "op": "=="}, ("threshold", "op"), "'>', '>=', '<' or '<='"),
+        ({**THRESHOLD, "value": "NaN"}, ("threshold", "value"), "finite number"),
+        ({**THRESHOLD, "for_steps": 0}, ("threshold", "for_steps"), f"{GE} 1"),
+        ({**THRESHOLD, "for_step": 2}, ("threshold", "for_step"), "Extra inputs"),
+        ({"kind": "non_finite", "cooldown_steps": -1}, ("non_finite", "cooldown_steps"), f"{GE} 0"),
+        ({"kind": "spike", "factor": 1.0}, ("spike", "factor"), "greater than 1"),
+        ({"kind": "spike", "window": 10, "min_history": 11}, ("spike",), "exceed window (10)"),
+        ({"kind": "slope", "per_1k_steps": 1, "window": 1}, ("slope", "window"), f"{GE} 2"),
+        ({"kind": "slope", "per_1k_steps": 1, "window": 10**6}, ("slope", "window"), "2000"),
+        ({"kind": "forecast", "value": 5}, ("forecast", "within_steps"), "Field required"),
+        ({"kind": "stale", "seconds": 0}, ("stale", "seconds"), "greater than 0"),
+        ({"kind": "stale", "seconds": 5, "for_steps": 1}, ("stale", "for_steps"), "Extra inputs"),
+    ],
+)
+def test_bad_conditions_are_refused_with_the_field_named(
+    doc: dict[str, Any], loc: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse_condition(doc)
+    assert isinstance(err.value, ValueError)
+    assert message in str(err.value)
+    errors = err.value.errors()
+    assert len(errors) == 1 and tuple(errors[0]["loc"]) == loc
+
+
+# --- selectors -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "expected"),
+    [
+        ("grad/norm/layers.*", "grad/norm/layers.12", True),
+        ("grad/norm/layers.*", "grad/norm/layers.12.mlp.w1", True),
+        ("grad/norm/layers.*", "grad/norm/layers.12/w1", False),
+        ("grad/norm/layers.*", "grad/norm/layersX12", False),  # the dot is literal
+        ("grad/norm/*", "grad/norm/total", True),
+        ("*/norm/total", "grad/norm/total", True),
+        ("*/norm/total", "a/grad/norm/total", False),
+        ("grad/**", "grad/norm/layers.3/w1", True),
+        ("grad/**/w1", "grad/w1", True),
+        ("grad/**/w1", "grad/norm/layers.3/w1", True),
+        ("grad/**/w1", "grad/norm/xw1", False),
+        ("**/total", "total", True),
+        ("**", "anything/at/all", True),
+        ("grad/norm/layers.?", "grad/norm/layers.7", True),
+        ("grad/norm/layers.?", "grad/norm/layers.17", False),
+        ("grad/norm/layers.[0-4]", "grad/norm/layers.3", True),
+        ("grad/norm/layers.[!0-4]", "grad/norm/layers.7", True),
+        ("grad/norm/layers.[!0-4]", "grad/norm/layers.3", False),
+        ("a[!x]b", "a/b", False),
+        ("a[b", "a[b", True),
+        ("a[]]b", "a]b", True),
+        ("loss (z)+", "loss (z)+", True),
+        ("optim/total grad norm", "optim/total grad norm", True),
+        ("grad/norm/total", "grad/norm/total2", False),
+        ("a[&&~~]b", "a&b", True),
+    ],
+)
+def test_metric_matches(pattern: str, name: str, expected: bool) -> None:
+    assert metric_matches(pattern, name) is expected
+
+
+def test_run_matches() -> None:
+    assert run_matches("*", [], "marin/32b-exp1295", ["32b"])  # * crosses / for run names
+    assert run_matches(None, ["32b"], "x", ["32b", "moe"])
+    assert run_matches("32b-exp*", ["32b", "moe"], "32b-exp1295", ["moe", "32b", "prod"])
+    assert not run_matches("32b-exp*", ["32b", "moe"], "32b-exp1295", ["32b"])
+    assert not run_matches("7b-*", [], "32b-exp1295", [])
