@@ -10,9 +10,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from .api import events, health, metrics, runs
+from .alerts.delivery import Deliverer
+from .api import alerts, events, health, metrics, runs
 from .config import Settings
 from .db import engine_from_settings, session_factory
+from .services.dispatcher import Dispatcher
 
 log = logging.getLogger("normwatch.server")
 
@@ -22,9 +24,19 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     settings = settings or Settings()
     engine = engine_from_settings(settings)
 
+    sessions = session_factory(engine)
+    dispatcher = Dispatcher(
+        sessions,
+        Deliverer.from_settings(settings),
+        base_url=settings.base_url,
+        tick_s=settings.dispatch_tick_s,
+    )
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        dispatcher.start()
         yield
+        dispatcher.stop()
         engine.dispose()
 
     app = FastAPI(
@@ -35,7 +47,8 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     )
     app.state.settings = settings
     app.state.engine = engine
-    app.state.sessions = session_factory(engine)
+    app.state.sessions = sessions
+    app.state.dispatcher = dispatcher
     app.state.ingest_inflight = 0
     app.state.ingest_capacity = settings.ingest_concurrency
 
@@ -55,7 +68,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
         log.exception("database error", exc_info=exc)
         return JSONResponse({"detail": "internal database error"}, status_code=500)
 
-    for module in (health, runs, metrics, events):
+    for module in (health, runs, metrics, events, alerts):
         app.include_router(module.router)
 
     if dashboard:

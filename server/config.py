@@ -39,6 +39,11 @@ class Settings(BaseSettings):
         default=2_000_000, description="Largest number of points one metrics batch may carry."
     )
     db_pool_size: int = 8
+    dispatch_tick_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the alert dispatcher looks for due retries and stale runs.",
+    )
     ingest_concurrency: int = Field(
         default=16,
         ge=1,

@@ -252,9 +252,7 @@ class DeliveryAttempt(Base):
     __table_args__ = (Index("ix_delivery_attempts_notification_id", "notification_id"),)
 
     id: Mapped[int] = mapped_column(BigKey, primary_key=True, autoincrement=True)
-    notification_id: Mapped[int] = mapped_column(
-        ForeignKey("notifications.id", ondelete="CASCADE")
-    )
+    notification_id: Mapped[int] = mapped_column(ForeignKey("notifications.id", ondelete="CASCADE"))
     at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)

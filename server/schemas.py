@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .alerts.rules import Condition
+
 NAME_PATTERN = r"^[^\x00-\x1f]+$"
 
 
@@ -104,3 +106,98 @@ class Health(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class RunSelector(BaseModel):
+    """Which runs a rule watches: a name glob and tags that must all be present."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="*", min_length=1, max_length=256)
+    tags: list[str] = Field(default_factory=list, max_length=32)
+
+
+class AlertRuleCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(default=None, max_length=128)
+    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)
+    metric: str = Field(
+        min_length=1,
+        max_length=512,
+        description="Metric name or glob: `*` stays within a path segment, `**` crosses `/`.",
+    )
+    condition: Condition
+    channels: list[dict[str, Any]] = Field(default_factory=list, max_length=10)
+    runs: RunSelector = Field(default_factory=RunSelector)
+    enabled: bool = True
+
+
+class AlertRuleUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=128, pattern=NAME_PATTERN)
+    metric: str | None = Field(default=None, min_length=1, max_length=512)
+    condition: Condition | None = None
+    channels: list[dict[str, Any]] | None = Field(default=None, max_length=10)
+    runs: RunSelector | None = None
+    enabled: bool | None = None
+
+
+class AlertRuleOut(BaseModel):
+    id: int
+    project: str
+    name: str
+    metric: str
+    condition: dict[str, Any]
+    channels: list[dict[str, Any]] = Field(description="Secrets and Slack URLs masked.")
+    runs: RunSelector
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeliveryOut(BaseModel):
+    channel: str
+    status: str
+    attempts: int
+    delivered_at: datetime | None
+    last_error: str | None
+
+
+class AlertOut(BaseModel):
+    id: int
+    rule: dict[str, Any]
+    run: dict[str, Any]
+    metric: str
+    state: str
+    segment: int
+    step: int | None
+    value: float | str | None
+    threshold: float | None
+    reason: str
+    created_at: datetime
+    notifications: list[DeliveryOut]
+
+
+class PreviewTransition(BaseModel):
+    metric: str
+    state: str
+    step: int
+    value: float | str
+    threshold: float | None
+    reason: str
+
+
+class RulePreview(BaseModel):
+    run: str
+    metrics: int
+    transitions: list[PreviewTransition]
+
+
+class TestDelivery(BaseModel):
+    channel: str
+    ok: bool
+    status_code: int | None
+    error: str | None
+    duration_ms: float

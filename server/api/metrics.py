@@ -46,6 +46,7 @@ async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
 
 
 def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[int, int]:
+    """Validate, store and evaluate alerts; wake the dispatcher when notifications are owed."""
     settings = request.app.state.settings
     try:
         batch = parse_batch(loads(body), max_points=settings.max_batch_points)
@@ -62,7 +63,9 @@ def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[
         except BatchError as exc:
             raise HTTPException(422, str(exc)) from None
         session.commit()
-    return result
+    if result.notifications:
+        request.app.state.dispatcher.wake()
+    return result.points, result.segment
 
 
 @router.get("/metrics", response_model=list[MetricOut])

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy.orm import Session
 
 from .. import storage
 from ..batch import BatchError, MetricBatch
 from ..models import Event, Run
 from ..schemas import EventCreate, EventOut
+from . import alerting
 
 
-def ingest_batch(session: Session, run: Run, batch: MetricBatch) -> tuple[int, int]:
-    """Store a validated batch in one transaction; returns (points, segment)."""
+@dataclass(frozen=True)
+class Ingested:
+    points: int
+    segment: int
+    notifications: int
+    """Alert notifications the batch made owed (delivered by the dispatcher)."""
+
+
+def ingest_batch(session: Session, run: Run, batch: MetricBatch) -> Ingested:
+    """Store a validated batch and evaluate alert rules on it, in one transaction.
+
+    The run row is updated before the rules run, so concurrent batches of one run are
+    evaluated one after the other (the row lock is held until commit).
+    """
     segment = batch.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
@@ -22,7 +37,8 @@ def ingest_batch(session: Session, run: Run, batch: MetricBatch) -> tuple[int, i
     if segment == run.segment:
         last = storage.update_latest(session, run.key, batch, metric_ids)
     storage.touch_run(session, run.key, last, storage.now())
-    return points, segment
+    owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids)
+    return Ingested(points, segment, owed)
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:

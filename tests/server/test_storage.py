@@ -38,7 +38,7 @@ def test_ingest_and_read_with_nan_and_restart(db_session: Session) -> None:
     batch = parse_batch(
         {"steps": [0, 1, 2, 3], "metrics": {"g": [1.0, "NaN", None, "Infinity"]}}, max_points=100
     )
-    assert ingest.ingest_batch(db_session, run, batch) == (3, 1)
+    assert ingest.ingest_batch(db_session, run, batch) == ingest.Ingested(3, 1, 0)
     [s] = query.read_series(db_session, run, ["g"])
     assert s.steps.tolist() == [0, 1, 3]
     assert math.isnan(s.values[1]) and s.values[2] == math.inf

@@ -1,0 +1,156 @@
+"""Alert rules (admin to change, read to see), previews, test sends, and alert history."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+
+from ..alerts.delivery import Notification as Message
+from ..alerts.targets import parse_allow
+from ..models import utcnow
+from ..schemas import (
+    AlertOut,
+    AlertRuleCreate,
+    AlertRuleOut,
+    AlertRuleUpdate,
+    RulePreview,
+    TestDelivery,
+)
+from ..services import alert_rules as rules
+from ..services.runs import Forbidden
+from .deps import Admin, Reader, SessionDep, SettingsDep
+
+router = APIRouter(prefix="/api/v1", tags=["alerts"])
+
+
+def _fail(exc: Exception) -> HTTPException:
+    if isinstance(exc, rules.NotFound):
+        return HTTPException(404, str(exc))
+    if isinstance(exc, Forbidden):
+        return HTTPException(403, str(exc))
+    if isinstance(exc, rules.Conflict):
+        return HTTPException(409, str(exc))
+    return HTTPException(422, str(exc))
+
+
+_ERRORS = (rules.NotFound, Forbidden, rules.Conflict, ValueError)
+
+
+@router.post("/alert-rules", status_code=201, response_model=AlertRuleOut)
+def create_rule(
+    body: AlertRuleCreate, session: SessionDep, who: Admin, settings: SettingsDep
+) -> AlertRuleOut:
+    """Create a rule. Channel URLs that resolve to private or loopback addresses are refused
+    unless ``NORMWATCH_WEBHOOK_ALLOW`` lists them; secrets are masked in every response."""
+    try:
+        out = rules.create_rule(session, who, body, parse_allow(settings.webhook_allow))
+    except _ERRORS as exc:
+        raise _fail(exc) from None
+    session.commit()
+    return out
+
+
+@router.get("/alert-rules", response_model=list[AlertRuleOut])
+def list_rules(session: SessionDep, who: Reader) -> list[AlertRuleOut]:
+    return rules.list_rules(session, who)
+
+
+@router.get("/alert-rules/{rule_id}", response_model=AlertRuleOut)
+def get_rule(rule_id: int, session: SessionDep, who: Reader) -> AlertRuleOut:
+    try:
+        return rules.to_out(rules.get_rule(session, who, rule_id), who.project)
+    except _ERRORS as exc:
+        raise _fail(exc) from None
+
+
+@router.patch("/alert-rules/{rule_id}", response_model=AlertRuleOut)
+def update_rule(
+    rule_id: int, body: AlertRuleUpdate, session: SessionDep, who: Admin, settings: SettingsDep
+) -> AlertRuleOut:
+    """Change fields; a new condition, metric or run selector restarts its evaluation."""
+    try:
+        out = rules.update_rule(session, who, rule_id, body, parse_allow(settings.webhook_allow))
+    except _ERRORS as exc:
+        raise _fail(exc) from None
+    session.commit()
+    return out
+
+
+@router.delete("/alert-rules/{rule_id}", status_code=204)
+def delete_rule(rule_id: int, session: SessionDep, who: Admin) -> Response:
+    try:
+        rules.delete_rule(session, who, rule_id)
+    except _ERRORS as exc:
+        raise _fail(exc) from None
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.get("/alert-rules/{rule_id}/preview", response_model=RulePreview)
+def preview_rule(
+    rule_id: int, session: SessionDep, who: Reader, run: Annotated[str, Query()]
+) -> RulePreview:
+    """Where the rule would have fired and resolved on a stored run."""
+    try:
+        return rules.preview_rule(session, who, rule_id, run)
+    except _ERRORS as exc:
+        raise _fail(exc) from None
+
+
+@router.post("/alert-rules/{rule_id}/test", response_model=list[TestDelivery])
+def test_rule(
+    rule_id: int, request: Request, session: SessionDep, who: Admin
+) -> list[TestDelivery]:
+    """Send a sample firing notification to each channel now, and report what happened."""
+    try:
+        rule = rules.get_rule(session, who, rule_id)
+    except _ERRORS as exc:
+        raise _fail(exc) from None
+    settings = request.app.state.settings
+    message = Message(
+        id=f"test-{rule.id}-{int(utcnow().timestamp())}",
+        state="firing",
+        rule_id=str(rule.id),
+        rule_name=rule.name,
+        condition=rule.condition,
+        run_id="test",
+        run_name="(test notification)",
+        project=who.project,
+        metric=rule.metric,
+        step=0,
+        value=0.0,
+        threshold=None,
+        reason="test notification from normwatch",
+        fired_at=utcnow(),
+        url=settings.base_url,
+    )
+    deliverer = request.app.state.dispatcher.deliverer
+    out = []
+    for channel in rule.channels or []:
+        attempt = deliverer.deliver(channel, message)
+        out.append(
+            TestDelivery(
+                channel=str(channel.get("type")),
+                ok=attempt.ok,
+                status_code=attempt.status_code,
+                error=attempt.error,
+                duration_ms=attempt.duration_s * 1000,
+            )
+        )
+    return out
+
+
+@router.get("/alerts", response_model=list[AlertOut])
+def list_alerts(
+    session: SessionDep,
+    who: Reader,
+    project: str | None = None,
+    run: str | None = None,
+    state: Literal["firing", "resolved"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=2000)] = 200,
+) -> list[AlertOut]:
+    """Alert history, newest first: rule, run, metric, state, step, value and deliveries."""
+    if project is not None and project != who.project:
+        raise HTTPException(403, f"this token belongs to project {who.project!r}")
+    return rules.list_alerts(session, who, run_id=run, state=state, limit=limit)

@@ -1,0 +1,247 @@
+"""Alert rules: create, list, edit, delete, preview on a stored run, test-send; history."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from .. import storage
+from ..alerts import delivery
+from ..alerts.rules import StaleCondition, metric_matches, parse_condition, preview
+from ..auth import Principal
+from ..models import Alert, AlertRule, Metric, Notification, Project, Run, utcnow
+from ..schemas import (
+    AlertOut,
+    AlertRuleCreate,
+    AlertRuleOut,
+    AlertRuleUpdate,
+    DeliveryOut,
+    PreviewTransition,
+    RulePreview,
+    RunSelector,
+)
+from .query import encode_value
+from .runs import Forbidden
+
+PREVIEW_MAX_METRICS = 256
+
+
+class Conflict(Exception):
+    """A rule of that name already exists in the project."""
+
+
+class NotFound(LookupError):
+    """No such rule or run in the caller's project."""
+
+
+def to_out(rule: AlertRule, project: str) -> AlertRuleOut:
+    return AlertRuleOut(
+        id=rule.id,
+        project=project,
+        name=rule.name,
+        metric=rule.metric,
+        condition=rule.condition,
+        channels=[delivery.mask_channel(c) for c in rule.channels or []],
+        runs=RunSelector(name=rule.run_name, tags=rule.run_tags or []),
+        enabled=rule.enabled,
+        created_at=rule.created_at,
+        updated_at=rule.updated_at,
+    )
+
+
+def _channels(raw: list[dict[str, Any]], allow: Collection[str]) -> list[dict[str, Any]]:
+    return [delivery.validate_channel(c, allow, field=f"channels[{i}]") for i, c in enumerate(raw)]
+
+
+def create_rule(
+    session: Session, who: Principal, body: AlertRuleCreate, allow: Collection[str]
+) -> AlertRuleOut:
+    project = body.project or who.project
+    if project != who.project:
+        raise Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
+    rule = AlertRule(
+        project_id=who.project_id,
+        name=body.name,
+        metric=body.metric,
+        condition=body.condition.model_dump(mode="json"),
+        channels=_channels(body.channels, allow),
+        run_name=body.runs.name,
+        run_tags=sorted(set(body.runs.tags)),
+        enabled=body.enabled,
+    )
+    try:
+        with session.begin_nested():
+            session.add(rule)
+            session.flush()
+    except IntegrityError:
+        raise Conflict(f"project {project!r} already has a rule named {body.name!r}") from None
+    return to_out(rule, project)
+
+
+def list_rules(session: Session, who: Principal) -> list[AlertRuleOut]:
+    rules = session.scalars(
+        select(AlertRule).where(AlertRule.project_id == who.project_id).order_by(AlertRule.id)
+    )
+    return [to_out(r, who.project) for r in rules]
+
+
+def get_rule(session: Session, who: Principal, rule_id: int) -> AlertRule:
+    rule = session.get(AlertRule, rule_id)
+    if rule is None:
+        raise NotFound(f"no alert rule with id {rule_id}")
+    if rule.project_id != who.project_id:
+        raise Forbidden("this rule belongs to another project")
+    return rule
+
+
+def update_rule(
+    session: Session,
+    who: Principal,
+    rule_id: int,
+    body: AlertRuleUpdate,
+    allow: Collection[str],
+) -> AlertRuleOut:
+    """Apply the given fields; a changed condition, metric or run selector starts afresh."""
+    from .alerting import forget_rule_state
+
+    rule = get_rule(session, who, rule_id)
+    restart = False
+    if body.name is not None:
+        rule.name = body.name
+    if body.metric is not None and body.metric != rule.metric:
+        rule.metric, restart = body.metric, True
+    if body.condition is not None:
+        condition = body.condition.model_dump(mode="json")
+        restart = restart or condition != rule.condition
+        rule.condition = condition
+    if body.channels is not None:
+        rule.channels = _channels(body.channels, allow)
+    if body.runs is not None:
+        rule.run_name, rule.run_tags = body.runs.name, sorted(set(body.runs.tags))
+        restart = True
+    if body.enabled is not None:
+        rule.enabled = body.enabled
+    rule.updated_at = utcnow()
+    if restart:
+        forget_rule_state(session, rule.id)
+    try:
+        with session.begin_nested():
+            session.flush()
+    except IntegrityError:
+        raise Conflict(f"project {who.project!r} already has a rule named {rule.name!r}") from None
+    return to_out(rule, who.project)
+
+
+def delete_rule(session: Session, who: Principal, rule_id: int) -> None:
+    session.delete(get_rule(session, who, rule_id))
+
+
+def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) -> RulePreview:
+    """Where the rule would have fired on a stored run (latest lineage), from scratch."""
+    rule = get_rule(session, who, rule_id)
+    run = session.scalar(select(Run).where(Run.id == run_id))
+    if run is None or run.project_id != who.project_id:
+        raise NotFound(f"no run with id {run_id!r} in project {who.project!r}")
+    condition = parse_condition(rule.condition)
+    if isinstance(condition, StaleCondition):
+        raise ValueError("a stale rule depends on arrival times, which cannot be replayed")
+    metrics = [
+        m
+        for m in session.scalars(select(Metric).where(Metric.run_key == run.key))
+        if metric_matches(rule.metric, m.name)
+    ][:PREVIEW_MAX_METRICS]
+    lineage = storage.lineage_of(storage.segments_of(session, run.key))
+    transitions: list[PreviewTransition] = []
+    for metric in metrics:
+        steps, values = storage.read_points(session, run.key, metric.id, lineage, None, None)
+        for t in preview(condition, steps.tolist(), values.tolist()):
+            transitions.append(
+                PreviewTransition(
+                    metric=metric.name,
+                    state=t.state,
+                    step=t.step,
+                    value=encode_value(t.value),
+                    threshold=t.threshold,
+                    reason=t.reason,
+                )
+            )
+    transitions.sort(key=lambda t: (t.step, t.metric))
+    return RulePreview(run=run.id, metrics=len(metrics), transitions=transitions)
+
+
+def list_alerts(
+    session: Session,
+    who: Principal,
+    *,
+    run_id: str | None = None,
+    state: str | None = None,
+    limit: int = 200,
+) -> list[AlertOut]:
+    """The project's alert history, newest first, with each notification's delivery."""
+    query = (
+        select(Alert, AlertRule, Run)
+        .join(AlertRule, AlertRule.id == Alert.rule_id)
+        .join(Run, Run.key == Alert.run_key)
+        .join(Project, Project.id == Run.project_id)
+        .where(Run.project_id == who.project_id)
+        .order_by(Alert.id.desc())
+        .limit(limit)
+    )
+    if run_id is not None:
+        query = query.where(Run.id == run_id)
+    if state is not None:
+        query = query.where(Alert.state == state)
+    rows = session.execute(query).all()
+    ids = [alert.id for alert, _, _ in rows]
+    by_alert: dict[int, list[Notification]] = {}
+    if ids:
+        for n in session.scalars(
+            select(Notification).where(Notification.alert_id.in_(ids)).order_by(Notification.id)
+        ):
+            by_alert.setdefault(n.alert_id, []).append(n)
+    out = []
+    for alert, rule, run in rows:
+        channels = rule.channels or []
+        out.append(
+            AlertOut(
+                id=alert.id,
+                rule={"id": rule.id, "name": rule.name},
+                run={"id": run.id, "name": run.name},
+                metric=alert.metric,
+                state=alert.state,
+                segment=alert.segment,
+                step=alert.step,
+                value=encode_value(math.nan if alert.value is None else alert.value),
+                threshold=alert.threshold,
+                reason=alert.reason,
+                created_at=alert.created_at,
+                notifications=[
+                    DeliveryOut(
+                        channel=str(channels[n.channel_index].get("type", "?"))
+                        if n.channel_index < len(channels)
+                        else "?",
+                        status=n.status,
+                        attempts=n.attempts,
+                        delivered_at=n.delivered_at,
+                        last_error=n.last_error,
+                    )
+                    for n in by_alert.get(alert.id, [])
+                ],
+            )
+        )
+    return out
+
+
+def firing_now(session: Session, who: Principal) -> list[AlertOut]:
+    """Per rule, run and metric, the latest alert when it is a firing one."""
+    latest: dict[tuple[int, str, str], AlertOut] = {}
+    for alert in reversed(list_alerts(session, who, limit=2000)):
+        latest[(alert.rule["id"], alert.run["id"], alert.metric)] = alert
+    return sorted(
+        (a for a in latest.values() if a.state == "firing"), key=lambda a: a.id, reverse=True
+    )

@@ -1,0 +1,183 @@
+"""The dispatcher: delivers the notification outbox and runs the clock for stale rules.
+
+One daemon thread per worker process. Ingest wakes it after a commit that owed
+notifications, so a crossing point reaches its webhook in well under a second; otherwise it
+polls every ``tick_s`` for retries that came due, other workers' notifications and stale
+runs. Notifications are leased (see `storage.claim_notifications`), so several workers
+never send the same one at the same time, and one that a killed worker had leased is sent
+after the lease expires. Each try is recorded; receivers dedupe on ``X-Normwatch-Delivery``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .. import storage
+from ..alerts import delivery
+from ..models import (
+    Alert,
+    AlertRule,
+    DeliveryAttempt,
+    Notification,
+    Project,
+    Run,
+    utcnow,
+)
+from . import alerting
+
+log = logging.getLogger("normwatch.alerts")
+
+
+class Dispatcher:
+    """Delivers owed notifications with retries and backoff; never raises out of its loop."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        deliverer: delivery.Deliverer,
+        *,
+        base_url: str,
+        tick_s: float = 1.0,
+        batch_size: int = 20,
+        lease_s: float = 60.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._deliverer = deliverer
+        self._base_url = base_url
+        self._tick_s = tick_s
+        self._batch_size = batch_size
+        self._lease = timedelta(seconds=lease_s)
+        self._rng = rng or random.Random()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def deliverer(self) -> delivery.Deliverer:
+        return self._deliverer
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="normwatch-dispatcher", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._deliverer.close()
+
+    def wake(self) -> None:
+        """Deliver now rather than at the next tick."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._tick_s)
+            self._wake.clear()
+            try:
+                self.check_stale()
+                while self.deliver_due() and not self._stop.is_set():
+                    pass
+            except Exception:
+                log.exception("dispatcher pass failed; retrying at the next tick")
+
+    def check_stale(self) -> int:
+        try:
+            with self._sessions() as session, session.begin():
+                owed = alerting.check_stale_runs(session)
+        except SQLAlchemyError as exc:  # e.g. two workers creating the same state row
+            log.debug("stale check skipped: %s", exc)
+            return 0
+        return owed
+
+    def deliver_due(self) -> int:
+        """Lease and try every due notification once; returns how many were tried."""
+        now = utcnow()
+        with self._sessions() as session, session.begin():
+            claimed = storage.claim_notifications(session, now, now + self._lease, self._batch_size)
+        for notification_id in claimed:
+            self._deliver_one(notification_id)
+        return len(claimed)
+
+    def _deliver_one(self, notification_id: int) -> None:
+        with self._sessions() as session:
+            found = self._context(session, notification_id)
+        if found is None:
+            return
+        channel, message = found
+        attempt = self._deliverer.deliver(channel, message)
+        with self._sessions() as session, session.begin():
+            row = session.get(Notification, notification_id)
+            if row is None:
+                return
+            session.add(
+                DeliveryAttempt(
+                    notification_id=notification_id,
+                    status_code=attempt.status_code,
+                    error=attempt.error,
+                    duration_ms=attempt.duration_s * 1000.0,
+                )
+            )
+            row.attempts += 1
+            if attempt.ok:
+                row.status = "delivered"
+                row.delivered_at = utcnow()
+                row.last_error = None
+            elif attempt.retryable:
+                delay = delivery.next_attempt_delay(row.attempts, attempt.retry_after_s, self._rng)
+                row.next_attempt_at = utcnow() + timedelta(seconds=delay)
+                row.last_error = attempt.error or f"HTTP {attempt.status_code}"
+            else:
+                row.status = "failed"
+                row.last_error = attempt.error or f"HTTP {attempt.status_code}"
+                log.warning("notification %d failed for good: %s", notification_id, row.last_error)
+
+    def _context(
+        self, session: Session, notification_id: int
+    ) -> tuple[dict[str, object], delivery.Notification] | None:
+        row = session.execute(
+            select(Notification, Alert, AlertRule, Run, Project.name)
+            .join(Alert, Alert.id == Notification.alert_id)
+            .join(AlertRule, AlertRule.id == Alert.rule_id)
+            .join(Run, Run.key == Alert.run_key)
+            .join(Project, Project.id == Run.project_id)
+            .where(Notification.id == notification_id)
+        ).first()
+        if row is None:
+            return None
+        notification, alert, rule, run, project = row
+        channels = rule.channels or []
+        if notification.channel_index >= len(channels):
+            return None
+        step = alert.step if alert.step is not None else (run.last_step or 0)
+        message = delivery.Notification(
+            id=str(notification.id),
+            state=alert.state,  # type: ignore[arg-type]
+            rule_id=str(rule.id),
+            rule_name=rule.name,
+            condition=rule.condition,
+            run_id=run.id,
+            run_name=run.name,
+            project=project,
+            metric=alert.metric,
+            step=step,
+            value=math.nan if alert.value is None else alert.value,  # NaN is stored as NULL
+            threshold=alert.threshold,
+            reason=alert.reason,
+            fired_at=alert.created_at,
+            url=delivery.dashboard_link(self._base_url, run.id, alert.metric, step),
+        )
+        return dict(channels[notification.channel_index]), message
