@@ -315,3 +315,47 @@ def test_rule_api_guards(alert_server: ServerProcess, receiver: Receiver) -> Non
         )
         assert api.delete(f"/api/v1/alert-rules/{rid}").status_code == 204
         assert api.get(f"/api/v1/alert-rules/{rid}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("condition", "series", "expected"),
+    [
+        # Flat, then rising 0.2 a step (200 per 1k steps) from step 50.
+        (
+            {"kind": "slope", "op": ">", "per_1k_steps": 100.0, "window": 10},
+            [1.0 if s < 50 else 1.0 + 0.2 * (s - 49) for s in range(80)],
+            range(51, 56),
+        ),
+        # Rising 0.01 a step toward 5: fewer than 100 steps to go from step 300 on.
+        (
+            {"kind": "forecast", "op": ">=", "value": 5.0, "within_steps": 100, "window": 20},
+            [1.0 + 0.01 * s for s in range(350)],
+            range(300, 303),
+        ),
+    ],
+    ids=["slope", "forecast"],
+)
+def test_slope_and_forecast_fire_where_the_fit_says(
+    alert_server: ServerProcess,
+    receiver: Receiver,
+    condition: dict[str, Any],
+    series: list[float],
+    expected: range,
+) -> None:
+    tenant = make_tenant(alert_server.database_url)
+    with api_for(alert_server, tenant) as api:
+        rule = make_rule(
+            api,
+            receiver,
+            name=condition["kind"],
+            metric="params/norm/final_norm",
+            condition=condition,
+        )
+        run = new_run(api)
+        for lo in range(0, len(series), 25):  # several batches, as a trainer sends them
+            chunk = series[lo : lo + 25]
+            post(api, run, list(range(lo, lo + len(chunk))), **{"params/norm/final_norm": chunk})
+        [firing] = receiver.wait_for(1)
+        assert firing["state"] == "firing" and firing["step"] in expected
+        preview = api.get(f"/api/v1/alert-rules/{rule['id']}/preview", params={"run": run}).json()
+        assert preview["transitions"][0]["step"] == firing["step"]
