@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from normwatch.testing import wait_healthy
 
 PROJECT = "demo"
@@ -62,6 +64,7 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
         print(f"  admin token {admin}")
         print(f"  database    {db}")
         print()
+        create_demo_rules(base, admin)
         print("Backfilling history, then streaming live past step 81,000 (Ctrl-C stops).")
         stream_simulated_run(base, ingest, steps_per_second=steps_per_second)
         print("Simulated run finished; still serving (Ctrl-C stops).")
@@ -76,6 +79,47 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
     return 0
+
+
+DEMO_RULES = (
+    {
+        "name": "grad norm 5+",
+        "metric": "grad/norm/total",
+        "condition": {
+            "kind": "threshold",
+            "op": ">=",
+            "value": 5.0,
+            "for_steps": 3,
+            "cooldown_steps": 2000,
+        },
+    },
+    {
+        "name": "grad norm heading for 5",
+        "metric": "grad/norm/total",
+        "condition": {
+            "kind": "forecast",
+            "op": ">=",
+            "value": 5.0,
+            "within_steps": 2000,
+            "window": 500,
+        },
+    },
+    {
+        "name": "update-norm spike",
+        "metric": "updates/norm/total",
+        "condition": {"kind": "spike", "factor": 1.6, "window": 50, "cooldown_steps": 200},
+    },
+    {"name": "loss is not finite", "metric": "train/loss", "condition": {"kind": "non_finite"}},
+)
+
+
+def create_demo_rules(base: str, admin_token: str) -> None:
+    """Alert rules without channels: their history shows on the dashboard's alerts page."""
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+        for rule in DEMO_RULES:
+            answer = api.post("/api/v1/alert-rules", json={"runs": {"name": RUN_NAME}, **rule})
+            answer.raise_for_status()
 
 
 def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> None:
