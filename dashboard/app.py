@@ -18,21 +18,29 @@ from dash.backends._fastapi import reset_current_request, set_current_request
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 from itsdangerous import URLSafeTimedSerializer
+from normwatch.server.alerts.targets import parse_allow
 from normwatch.server.auth import instance_secret
 from normwatch.server.config import Settings
 
 from .data import DashboardData, RunNotFound
+from .pages import alerts as alerts_page
+from .pages import rules as rules_page
 from .pages import run as run_page
 from .pages import runs as runs_page
 from .session import SessionSigner, install_login, viewer
 
-PAGES = (runs_page, run_page)
+PAGES = (runs_page, run_page, alerts_page, rules_page)
 
 
 def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     """Mount the dashboard at ``/`` of ``server`` (login at ``/login``)."""
     sessions = server.state.sessions
-    data = DashboardData(sessions)
+    data = DashboardData(
+        sessions,
+        deliverer=server.state.dispatcher.deliverer,
+        webhook_allow=parse_allow(settings.webhook_allow),
+        base_url=settings.base_url,
+    )
     # Dash's annotation predates its FastAPI backend, which takes the app instance.
     app = dash.Dash(
         __name__,
@@ -48,6 +56,9 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
             html.Header(
                 [
                     dcc.Link("normwatch", href="/", className="brand"),
+                    dcc.Link("runs", href="/", className="nav", id="nav-runs"),
+                    dcc.Link("alerts", href="/alerts", className="nav", id="nav-alerts"),
+                    dcc.Link("rules", href="/rules", className="nav", id="nav-rules"),
                     html.Span(id="viewer", className="viewer"),
                     html.A("log out", href="/logout", className="logout"),
                 ],

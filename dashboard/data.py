@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
+from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.auth import Principal
 from normwatch.server.models import Run
-from normwatch.server.schemas import EventOut, MetricOut, RunOut
-from normwatch.server.services import query, runs
+from normwatch.server.schemas import (
+    AlertOut,
+    AlertRuleCreate,
+    AlertRuleOut,
+    AlertRuleUpdate,
+    EventOut,
+    MetricOut,
+    RulePreview,
+    RunOut,
+    TestDelivery,
+)
+from normwatch.server.services import alert_rules, query, runs
+from normwatch.server.services.runs import Forbidden
 from sqlalchemy.orm import Session, sessionmaker
 
-from .figures import Line, Marker
+from .figures import AlertMark, Line, Marker
 
 
 class RunNotFound(LookupError):
     """No such run in the viewer's project."""
+
+
+class RuleRefused(ValueError):
+    """A rule change or preview the service refused; the message says why, for the page."""
+
+
+_REFUSALS = (alert_rules.Conflict, alert_rules.NotFound, Forbidden, ValueError)
 
 
 @dataclass(frozen=True)
@@ -22,6 +42,9 @@ class DashboardData:
     """Reads for one viewer; a run of another project looks exactly like a missing one."""
 
     sessions: sessionmaker[Session]
+    deliverer: Deliverer | None = None
+    webhook_allow: Collection[str] = ()
+    base_url: str = ""
 
     def runs(self, who: Principal) -> list[RunOut]:
         with self.sessions() as session:
@@ -65,9 +88,89 @@ class DashboardData:
     def markers(self, who: Principal, run_id: str) -> list[Marker]:
         return [Marker(e.step, e.text, e.kind) for e in self.events(who, run_id)]
 
+    def alerts(self, who: Principal, run_id: str | None = None, limit: int = 100) -> list[AlertOut]:
+        """The project's alerts, newest first; one run's when ``run_id`` is given."""
+        with self.sessions() as session:
+            return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit)
+
+    def firing(self, who: Principal) -> list[AlertOut]:
+        with self.sessions() as session:
+            return alert_rules.firing_now(session, who)
+
+    def alert_marks(self, who: Principal, run_id: str) -> list[AlertMark]:
+        """The run's alert state changes, oldest first, as chart markers."""
+        return [
+            AlertMark(
+                a.step,
+                a.state,
+                f"{a.rule['name']} · {a.metric} = {_value_text(a.value)} · {a.reason}",
+            )
+            for a in reversed(self.alerts(who, run_id, limit=500))
+            if a.step is not None
+        ]
+
+    def rules(self, who: Principal) -> list[AlertRuleOut]:
+        with self.sessions() as session:
+            return alert_rules.list_rules(session, who)
+
+    def create_rule(self, who: Principal, body: AlertRuleCreate) -> AlertRuleOut:
+        self._admin(who)
+        with self.sessions() as session, session.begin():
+            try:
+                return alert_rules.create_rule(session, who, body, self.webhook_allow)
+            except _REFUSALS as exc:
+                raise RuleRefused(str(exc)) from None
+
+    def set_enabled(self, who: Principal, rule_id: int, enabled: bool) -> AlertRuleOut:
+        self._admin(who)
+        body = AlertRuleUpdate(enabled=enabled)
+        with self.sessions() as session, session.begin():
+            try:
+                return alert_rules.update_rule(session, who, rule_id, body, self.webhook_allow)
+            except _REFUSALS as exc:
+                raise RuleRefused(str(exc)) from None
+
+    def delete_rule(self, who: Principal, rule_id: int) -> None:
+        self._admin(who)
+        with self.sessions() as session, session.begin():
+            try:
+                alert_rules.delete_rule(session, who, rule_id)
+            except _REFUSALS as exc:
+                raise RuleRefused(str(exc)) from None
+
+    def preview(self, who: Principal, rule_id: int, run_id: str) -> RulePreview:
+        with self.sessions() as session:
+            try:
+                return alert_rules.preview_rule(session, who, rule_id, run_id)
+            except _REFUSALS as exc:
+                raise RuleRefused(str(exc)) from None
+
+    def test_rule(self, who: Principal, rule_id: int) -> list[TestDelivery]:
+        """Send the sample notification to each of the rule's channels now."""
+        self._admin(who)
+        if self.deliverer is None:
+            raise RuleRefused("test sends are not available here: no deliverer configured")
+        with self.sessions() as session:
+            try:
+                rule = alert_rules.get_rule(session, who, rule_id)
+            except _REFUSALS as exc:
+                raise RuleRefused(str(exc)) from None
+            return alert_rules.send_test(rule, who.project, self.base_url, self.deliverer)
+
+    @staticmethod
+    def _admin(who: Principal) -> None:
+        if not who.can("admin"):
+            raise RuleRefused("changing alert rules needs an admin token")
+
     @staticmethod
     def _owned(session: Session, who: Principal, run_id: str) -> tuple[Run, str]:
         found = runs.get_run(session, run_id)
         if found is None or found[0].project_id != who.project_id:
             raise RunNotFound(run_id)
         return found
+
+
+def _value_text(value: float | str | None) -> str:
+    if value is None:
+        return "—"
+    return value if isinstance(value, str) else f"{value:.6g}"

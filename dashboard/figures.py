@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 GRAD_RED = "#d62728"
 PARAM_BLUE = "#1f77b4"
 EVENT_GREY = "#555555"
+FIRING_RED = "#c0392b"
+RESOLVED_GREEN = "#2ca02c"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,15 @@ class Marker:
 
 
 @dataclass(frozen=True)
+class AlertMark:
+    """An alert's state change at a step, drawn as a triangle on the chart's top edge."""
+
+    step: int
+    state: str
+    label: str
+
+
+@dataclass(frozen=True)
 class OverlayView:
     left: Line | None
     right: Line | None
@@ -41,6 +52,8 @@ class OverlayView:
     log_y: bool = False
     x_range: tuple[int, int] | None = None
     uirevision: str = "overlay"
+    alerts: Sequence[AlertMark] = field(default_factory=tuple)
+    height: int = 480
 
 
 def _finite(line: Line) -> tuple[list[int], list[float | None]]:
@@ -62,6 +75,8 @@ def overlay_figure(view: OverlayView) -> go.Figure:
 
     Events are dashed vertical lines labelled at the top. Non-finite values break the
     line and are flagged with an ✕ marker on the top edge, so a NaN is never invisible.
+    Alerts are triangles on the top edge: red where a rule fired, green where it resolved.
+    The metric traces come first (left ``y``, then right ``y2``), markers after them.
     """
     fig = go.Figure()
     axis_type = "log" if view.log_y else "linear"
@@ -101,6 +116,21 @@ def overlay_figure(view: OverlayView) -> go.Figure:
                 hovertemplate="step %{x}<br>%{text}<extra></extra>",
             )
         )
+    for state, color, y in (("firing", FIRING_RED, 1.0), ("resolved", RESOLVED_GREEN, 0.97)):
+        marks = [a for a in view.alerts if a.state == state]
+        if marks:
+            fig.add_trace(
+                go.Scatter(
+                    x=[a.step for a in marks],
+                    y=[y] * len(marks),
+                    yaxis="y3",
+                    mode="markers",
+                    marker={"symbol": "triangle-down", "color": color, "size": 12},
+                    name=f"alert {state}",
+                    text=[a.label for a in marks],
+                    hovertemplate="step %{x}<br>%{text}<extra>" + state + "</extra>",
+                )
+            )
     shapes = []
     annotations = []
     for ev in view.events:
@@ -138,7 +168,7 @@ def overlay_figure(view: OverlayView) -> go.Figure:
         uirevision=view.uirevision,
         template="plotly_white",
         margin={"l": 70, "r": 80, "t": 50, "b": 50},
-        height=480,
+        height=view.height,
         hovermode="x unified",
         legend={"orientation": "h", "x": 0, "y": -0.18},
         xaxis=xaxis,

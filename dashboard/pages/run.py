@@ -19,7 +19,7 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
 
 from ..data import DashboardData
-from ..figures import OverlayView, empty_figure, overlay_figure
+from ..figures import AlertMark, OverlayView, empty_figure, overlay_figure
 from ..session import viewer
 from . import run_layers
 
@@ -100,6 +100,9 @@ def layout(
                         className="muted",
                     ),
                     html.Span(id="run-last-step", className="muted"),
+                    dcc.Link(
+                        "alerts for this run", href=f"/alerts?run={run_id}", id="run-alerts-link"
+                    ),
                 ],
                 className="run-title",
             ),
@@ -174,7 +177,12 @@ def event_window(step: int, last_step: int | None) -> tuple[int, int]:
     return max(0, step - half), step + half
 
 
-def build_figure(data: DashboardData, who: Principal, view: dict[str, Any]) -> Any:
+def build_figure(
+    data: DashboardData,
+    who: Principal,
+    view: dict[str, Any],
+    alerts: list[AlertMark] | None = None,
+) -> Any:
     metrics = [m for m in (view.get("left"), view.get("right")) if m]
     if not metrics:
         return empty_figure("This run has no metrics yet.")
@@ -192,6 +200,7 @@ def build_figure(data: DashboardData, who: Principal, view: dict[str, Any]) -> A
             log_y=bool(view.get("log")),
             x_range=x_range,
             uirevision=f"{view['run']}|{view.get('left')}|{view.get('right')}|{view.get('log')}",
+            alerts=alerts or (),
         )
     )
 
@@ -283,10 +292,15 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     )
     async def draw(view: dict[str, Any], _tick: int | None, shape: list[str] | None) -> Any:
         who = viewer()
-        fig = await anyio.to_thread.run_sync(lambda: build_figure(data, who, view))
+        alerts = await anyio.to_thread.run_sync(lambda: data.alert_marks(who, view["run"]))
+        fig = await anyio.to_thread.run_sync(lambda: build_figure(data, who, view, alerts))
         markers = await anyio.to_thread.run_sync(lambda: data.markers(who, view["run"]))
-        # Traces and events make the shape; a change of either redraws instead of patching.
-        new_shape = figure_shape(fig) + [f"event@{m.step}" for m in markers]
+        # Traces, events and alerts make the shape; a change of any redraws, not patches.
+        new_shape = (
+            figure_shape(fig)
+            + [f"event@{m.step}" for m in markers]
+            + [f"alert:{a.state}@{a.step}" for a in alerts]
+        )
         info = range_text(fig)
         if ctx.triggered_id != "tick" or shape != new_shape:
             return fig, new_shape, info, event_list(markers)

@@ -6,9 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from ..alerts.delivery import Notification as Message
 from ..alerts.targets import parse_allow
-from ..models import utcnow
 from ..schemas import (
     AlertOut,
     AlertRuleCreate,
@@ -107,38 +105,12 @@ def test_rule(
         rule = rules.get_rule(session, who, rule_id)
     except _ERRORS as exc:
         raise _fail(exc) from None
-    settings = request.app.state.settings
-    message = Message(
-        id=f"test-{rule.id}-{int(utcnow().timestamp())}",
-        state="firing",
-        rule_id=str(rule.id),
-        rule_name=rule.name,
-        condition=rule.condition,
-        run_id="test",
-        run_name="(test notification)",
-        project=who.project,
-        metric=rule.metric,
-        step=0,
-        value=0.0,
-        threshold=None,
-        reason="test notification from normwatch",
-        fired_at=utcnow(),
-        url=settings.base_url,
+    return rules.send_test(
+        rule,
+        who.project,
+        request.app.state.settings.base_url,
+        request.app.state.dispatcher.deliverer,
     )
-    deliverer = request.app.state.dispatcher.deliverer
-    out = []
-    for channel in rule.channels or []:
-        attempt = deliverer.deliver(channel, message)
-        out.append(
-            TestDelivery(
-                channel=str(channel.get("type")),
-                ok=attempt.ok,
-                status_code=attempt.status_code,
-                error=attempt.error,
-                duration_ms=attempt.duration_s * 1000,
-            )
-        )
-    return out
 
 
 @router.get("/alerts", response_model=list[AlertOut])

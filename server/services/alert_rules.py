@@ -24,6 +24,7 @@ from ..schemas import (
     PreviewTransition,
     RulePreview,
     RunSelector,
+    TestDelivery,
 )
 from .query import encode_value
 from .runs import Forbidden
@@ -172,6 +173,49 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
             )
     transitions.sort(key=lambda t: (t.step, t.metric))
     return RulePreview(run=run.id, metrics=len(metrics), transitions=transitions)
+
+
+def sample_notification(rule: AlertRule, project: str, base_url: str) -> delivery.Notification:
+    """The firing notification a test send delivers: the rule's name and condition on a
+    made-up run, so receivers can check their formatting and signature handling."""
+    now = utcnow()
+    return delivery.Notification(
+        id=f"test-{rule.id}-{int(now.timestamp())}",
+        state="firing",
+        rule_id=str(rule.id),
+        rule_name=rule.name,
+        condition=rule.condition,
+        run_id="test",
+        run_name="(test notification)",
+        project=project,
+        metric=rule.metric,
+        step=0,
+        value=0.0,
+        threshold=None,
+        reason="test notification from normwatch",
+        fired_at=now,
+        url=base_url,
+    )
+
+
+def send_test(
+    rule: AlertRule, project: str, base_url: str, deliverer: delivery.Deliverer
+) -> list[TestDelivery]:
+    """Deliver :func:`sample_notification` to each of the rule's channels once, now."""
+    message = sample_notification(rule, project, base_url)
+    out = []
+    for channel in rule.channels or []:
+        attempt = deliverer.deliver(channel, message)
+        out.append(
+            TestDelivery(
+                channel=str(channel.get("type")),
+                ok=attempt.ok,
+                status_code=attempt.status_code,
+                error=attempt.error,
+                duration_ms=attempt.duration_s * 1000,
+            )
+        )
+    return out
 
 
 def list_alerts(

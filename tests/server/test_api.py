@@ -281,16 +281,24 @@ def test_million_step_spike_survives_downsampling(api: httpx.Client, tenant: Ten
     assert zoom["steps"] == list(range(max(0, spike - 500), min(n, spike + 501)))
 
 
-def test_overload_answers_503_with_retry_after(tmp_path, sqlite_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_overload_answers_503_with_retry_after(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """With every ingest slot taken, a batch is refused at once and nothing is lost."""
     import socket
     from urllib.parse import urlsplit
 
+    from normwatch.server.db import build_engine
+    from normwatch.server.migrate import upgrade
+
     from normwatch.testing import running_server
     from tests.conftest import make_tenant
 
-    with running_server(sqlite_url, tmp_path, NORMWATCH_INGEST_CONCURRENCY="1") as srv:
-        tenant = make_tenant(sqlite_url)
+    # A database of its own: nothing else may hold SQLite's write lock meanwhile.
+    database_url = f"sqlite:///{tmp_path / 'overload.db'}"
+    engine = build_engine(database_url)
+    upgrade(engine)
+    engine.dispose()
+    with running_server(database_url, tmp_path, NORMWATCH_INGEST_CONCURRENCY="1") as srv:
+        tenant = make_tenant(database_url)
         with httpx.Client(base_url=srv.url, timeout=30) as api:
             run = create_run(api, tenant)
             url = f"/api/v1/runs/{run['id']}/metrics"

@@ -1,0 +1,248 @@
+"""Alert pages in real headless Chromium: rules made in the form fire on posted data,
+show on /alerts and as markers on the run chart; a read-only viewer cannot change rules."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page
+
+from normwatch.testing import start_server
+from tests.conftest import ServerProcess, Tenant, make_tenant
+
+GRAPH = "#overlay .js-plotly-plot"
+TRACES_JS = f"""() => {{
+  const gd = document.querySelector('{GRAPH}');
+  if (!gd || !gd.data) return null;
+  return gd.data.map(t => ({{name: t.name, yaxis: t.yaxis || 'y', x: Array.from(t.x || []),
+                             text: t.text ? Array.from(t.text) : null,
+                             symbol: t.marker && t.marker.symbol}}));
+}}"""
+
+
+class Receiver:
+    """A local webhook receiver that answers 200 and keeps every body it gets."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        received = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                received.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    hook = Receiver()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture(scope="module")
+def alert_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = start_server(
+        pg_url,
+        tmp_path_factory.mktemp("alerts-server"),
+        NORMWATCH_WEBHOOK_ALLOW="127.0.0.1",
+        NORMWATCH_DISPATCH_TICK_S="0.2",
+    )
+    yield proc
+    proc.stop()
+
+
+def post_points(
+    server: ServerProcess, tenant: Tenant, run_id: str, values: dict[int, float]
+) -> None:
+    body = {"steps": list(values), "metrics": {"grad/norm/total": list(values.values())}}
+    with httpx.Client(base_url=server.url, headers=tenant.headers("ingest"), timeout=30) as api:
+        assert api.post(f"/api/v1/runs/{run_id}/metrics", json=body).status_code == 202
+
+
+def seed_run(server: ServerProcess, tenant: Tenant) -> str:
+    with httpx.Client(base_url=server.url, headers=tenant.headers("ingest"), timeout=30) as api:
+        run = api.post("/api/v1/runs", json={"name": "alert-run", "start_step": 0}).json()
+    post_points(server, tenant, run["id"], {s: 1.0 for s in range(1000)})
+    return str(run["id"])
+
+
+def login(page: Page, server: ServerProcess, token: str) -> None:
+    page.goto(f"{server.url}/login?token={token}")
+    page.wait_for_selector("main .card")
+
+
+def traces(page: Page) -> list[dict[str, Any]]:
+    page.wait_for_function(f"() => {{ const t = ({TRACES_JS})(); return t && t.length >= 3; }}")
+    result: list[dict[str, Any]] = page.evaluate(f"({TRACES_JS})()")
+    return result
+
+
+def test_rule_from_form_fires_on_alerts_page_and_run_chart(
+    page: Page, alert_server: ServerProcess, receiver: Receiver, artifacts: Path
+) -> None:
+    tenant = make_tenant(alert_server.database_url)
+    run_id = seed_run(alert_server, tenant)
+    login(page, alert_server, tenant.admin)
+    page.click("a#nav-rules")
+    page.wait_for_selector("#rule-form")
+    assert "No alert rules yet." in page.inner_text("#rules-table")
+
+    # A refused channel URL is a readable message, not a crash.
+    page.fill("#rule-name", "grad-high")
+    page.fill("#rule-value", "5")
+    page.fill("#rule-channel-url", "http://10.1.2.3/hook")
+    page.click("#rule-create")
+    page.wait_for_selector("#rule-message .error")
+    refused = page.inner_text("#rule-message")
+    assert refused.startswith("channels[0].url: ") and "10.1.2.3" in refused
+    # A missing threshold names the field.
+    page.fill("#rule-value", "")
+    page.click("#rule-create")
+    page.wait_for_function(
+        "() => document.querySelector('#rule-message').innerText.includes('condition')"
+    )
+    assert "value" in page.inner_text("#rule-message")
+
+    page.fill("#rule-value", "5")
+    page.fill("#rule-channel-url", receiver.url)
+    page.fill("#rule-channel-secret", "s3cret-value")
+    page.click("#rule-create")
+    page.wait_for_selector("#rule-message :text('Created rule grad-high.')")
+    page.wait_for_selector("tr.rule-row")
+    row = page.inner_text("tr.rule-row")
+    assert "grad-high" in row and "grad/norm/total" in row
+    assert "threshold: value > 5" in row and "enabled" in row
+    assert f"webhook: {receiver.url} (signed)" in row
+    assert "s3cret-value" not in page.inner_html("#rules-table")
+    # The same name again is refused by the service.
+    page.click("#rule-create")
+    page.wait_for_selector("#rule-message :text('already has a rule named')")
+
+    # Send test: one delivery to the receiver, reported on the page.
+    page.click("tr.rule-row button:text('Send test')")
+    page.wait_for_selector("#rule-message :text('Test send: webhook: ok (HTTP 200)')")
+    # The API's test send builds the same sample notification.
+    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+        (rule,) = api.get("/api/v1/alert-rules").json()
+        sent = api.post(f"/api/v1/alert-rules/{rule['id']}/test").json()
+    assert [(t["channel"], t["ok"], t["status_code"]) for t in sent] == [("webhook", True, 200)]
+    assert [(b["state"], b["rule"]["name"], b["run"]["name"]) for b in receiver.bodies] == [
+        ("firing", "grad-high", "(test notification)")
+    ] * 2
+
+    # Data crosses the threshold at step 1002: firing now, with a link to the zoomed run.
+    post_points(alert_server, tenant, run_id, {1000: 1.0, 1001: 2.0, 1002: 6.0, 1003: 7.0})
+    page.click("a#nav-alerts")
+    page.wait_for_selector("#alerts-firing tr.alert-row")
+    firing = page.inner_text("#alerts-firing tr.alert-row")
+    assert "grad-high" in firing and "alert-run" in firing and "1,002" in firing
+    assert "firing" in firing and "6 > 5 for 1 step" in firing
+    link = page.get_attribute("#alerts-firing a.alert-run-link", "href")
+    assert link == f"/runs/{run_id}?left=grad%2Fnorm%2Ftotal&start=802&end=1202"
+    assert page.locator("#alerts-firing .badge-firing").count() == 1
+    page.wait_for_selector("#alerts-recent .delivery-delivered", timeout=10_000)
+    assert "webhook: delivered" in page.inner_text("#alerts-recent")
+
+    # It resolves at step 1004; the open page catches up without a reload.
+    post_points(alert_server, tenant, run_id, {1004: 1.0, 1005: 1.0})
+    page.wait_for_selector("#alerts-firing :text('Nothing is firing.')", timeout=10_000)
+    page.wait_for_selector("#alerts-recent .badge-resolved")
+    states = page.locator("#alerts-recent .badge").all_inner_texts()
+    assert states == ["resolved", "firing"]
+    page.wait_for_function(
+        "() => document.querySelectorAll('#alerts-recent .delivery-delivered').length === 2",
+        timeout=10_000,
+    )
+    assert [(b["state"], b["step"]) for b in receiver.bodies[2:]] == [
+        ("firing", 1002),
+        ("resolved", 1004),
+    ]
+    page.screenshot(path=str(artifacts / "alerts.png"), full_page=True)
+
+    # The run page, from the alert's link: markers at the firing and resolving steps.
+    page.click("#alerts-recent tr.alert-firing a.alert-run-link")
+    page.wait_for_url(f"**/runs/{run_id}?*")
+    data = traces(page)
+    assert (data[0]["name"], data[0]["yaxis"]) == ("grad/norm/total", "y")
+    by_name = {t["name"]: t for t in data}
+    assert by_name["alert firing"]["x"] == [1002] and by_name["alert firing"]["yaxis"] == "y3"
+    assert by_name["alert firing"]["symbol"] == "triangle-down"
+    assert "grad-high · grad/norm/total = 6 ·" in by_name["alert firing"]["text"][0]
+    assert by_name["alert resolved"]["x"] == [1004]
+    page.screenshot(path=str(artifacts / "run-alerts.png"), full_page=True)
+    assert page.get_attribute("#run-alerts-link", "href") == f"/alerts?run={run_id}"
+    page.click("#run-alerts-link")
+    page.wait_for_selector("#alerts-recent tr.alert-row")
+    assert f"for run {run_id}" in page.inner_text("main h1")
+    assert page.locator("#alerts-recent tr.alert-row").count() == 2
+
+    # Preview replays the rule on the stored run: the same two transitions, charted.
+    page.click("a#nav-rules")
+    page.wait_for_selector("tr.rule-row")
+    page.click("#preview-go")
+    page.wait_for_selector(".preview-summary")
+    assert "2 transition(s) over 1 matching metric(s)." in page.inner_text(".preview-summary")
+    items = page.locator(".preview-transitions li").all_inner_texts()
+    assert [i.split(" · ")[0] for i in items] == ["firing step 1,002", "resolved step 1,004"]
+    page.wait_for_function(
+        "() => { const g = document.querySelector('#preview-chart .js-plotly-plot');"
+        " return g && g.data && g.data.length === 3; }"
+    )
+    page.screenshot(path=str(artifacts / "rules.png"), full_page=True)
+
+    # Disable, then delete.
+    page.click("tr.rule-row button:text('Disable')")
+    page.wait_for_selector("#rule-message :text('Rule grad-high disabled.')")
+    page.wait_for_selector("tr.rule-row button:text('Enable')")
+    assert "disabled" in page.inner_text("tr.rule-row")
+    page.click("tr.rule-row button:text('Delete')")
+    page.wait_for_selector("#rules-table :text('No alert rules yet.')")
+
+
+def test_read_only_viewer_sees_rules_without_form(page: Page, alert_server: ServerProcess) -> None:
+    tenant = make_tenant(alert_server.database_url)
+    rule = {
+        "name": "nan-watch",
+        "metric": "grad/norm/**",
+        "condition": {"kind": "non_finite"},
+        "channels": [
+            {"type": "slack", "url": "https://hooks.slack.com/services/T000/B000/XXXXSECRET"}
+        ],
+    }
+    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+        assert api.post("/api/v1/alert-rules", json=rule).status_code == 201
+    login(page, alert_server, tenant.read)
+    page.goto(f"{alert_server.url}/rules")
+    page.wait_for_selector("tr.rule-row")
+    row = page.inner_text("tr.rule-row")
+    assert "nan-watch" in row and "non_finite: value is NaN or ±Inf" in row
+    assert "slack: https://hooks.slack.com/services/••••" in row
+    assert "XXXXSECRET" not in page.content()
+    assert "Read-only" in page.inner_text("main")
+    assert page.locator("#rule-form").count() == 0
+    assert page.locator("tr.rule-row button").count() == 0
+    page.goto(f"{alert_server.url}/alerts")
+    page.wait_for_selector("#alerts-recent :text('No alerts yet.')")
