@@ -30,6 +30,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
         Deliverer.from_settings(settings),
         base_url=settings.base_url,
         tick_s=settings.dispatch_tick_s,
+        max_retry_delay_s=settings.retry_max_delay_s,
     )
 
     @asynccontextmanager

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the alert dispatcher looks for due retries and stale runs.",
     )
+    retry_max_delay_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Longest wait between two tries of an undelivered alert notification.",
+    )
     ingest_concurrency: int = Field(
         default=16,
         ge=1,

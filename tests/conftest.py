@@ -67,6 +67,37 @@ def pg_url() -> Iterator[str]:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def create_scratch_pg(purpose: str) -> str:
+    """Create and migrate a Postgres database of its own; returns its URL."""
+    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
+    name = f"normwatch_{purpose}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    engine = build_engine(url, pool_size=1)
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def drop_scratch_pg(url: str) -> None:
+    name = make_url(url).database
+    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
+    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_pg_url() -> Iterator[str]:
+    """A Postgres database of this test's own, migrated, dropped afterwards.
+
+    For tests whose server must be the only one working on the data (every server process
+    on a database shares its alert outbox)."""
+    url = create_scratch_pg("own")
+    yield url
+    drop_scratch_pg(url)
+
+
 @pytest.fixture(scope="session")
 def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("sqlite") / "normwatch.db"

@@ -323,16 +323,22 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
     return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
 
 
-def next_attempt_delay(attempt_number: int, retry_after: float | None, rng: random.Random) -> float:
+def next_attempt_delay(
+    attempt_number: int,
+    retry_after: float | None,
+    rng: random.Random,
+    *,
+    max_delay: float = BACKOFF_CAP_S,
+) -> float:
     """Seconds to wait before the next try, after ``attempt_number`` (≥ 1) failed attempts.
 
-    Full jitter over an exponential ceiling, ``uniform(0, min(300, 0.5 · 2^(n-1)))``, so
+    Full jitter over an exponential ceiling, ``uniform(0, min(max_delay, 0.5 · 2^(n-1)))``, so
     that many notifications failing together do not retry together; never sooner than
     the receiver's ``Retry-After`` (itself capped at an hour).
     """
     if attempt_number < 1:
         raise ValueError(f"attempt_number: counts failed attempts from 1, got {attempt_number}")
-    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt_number - 1, 64))
+    ceiling = min(max_delay, BACKOFF_BASE_S * 2.0 ** min(attempt_number - 1, 64))
     delay = rng.uniform(0.0, ceiling)
     if retry_after is not None:
         delay = max(delay, min(retry_after, RETRY_AFTER_CAP_S))

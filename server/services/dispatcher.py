@@ -48,6 +48,7 @@ class Dispatcher:
         tick_s: float = 1.0,
         batch_size: int = 20,
         lease_s: float = 60.0,
+        max_retry_delay_s: float = delivery.BACKOFF_CAP_S,
         rng: random.Random | None = None,
     ) -> None:
         self._sessions = sessions
@@ -56,6 +57,7 @@ class Dispatcher:
         self._tick_s = tick_s
         self._batch_size = batch_size
         self._lease = timedelta(seconds=lease_s)
+        self._max_retry_delay = max_retry_delay_s
         self._rng = rng or random.Random()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -137,7 +139,9 @@ class Dispatcher:
                 row.delivered_at = utcnow()
                 row.last_error = None
             elif attempt.retryable:
-                delay = delivery.next_attempt_delay(row.attempts, attempt.retry_after_s, self._rng)
+                delay = delivery.next_attempt_delay(
+                    row.attempts, attempt.retry_after_s, self._rng, max_delay=self._max_retry_delay
+                )
                 row.next_attempt_at = utcnow() + timedelta(seconds=delay)
                 row.last_error = attempt.error or f"HTTP {attempt.status_code}"
             else:

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page
 
 from normwatch.testing import start_server
-from tests.conftest import ServerProcess, Tenant, make_tenant
+from tests.conftest import ServerProcess, Tenant, create_scratch_pg, drop_scratch_pg, make_tenant
 
 GRAPH = "#overlay .js-plotly-plot"
 TRACES_JS = f"""() => {{
@@ -63,15 +63,18 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def alert_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def alert_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The only server on its database, so no other dispatcher shares its outbox."""
+    url = create_scratch_pg("alerts_ui")
     proc = start_server(
-        pg_url,
+        url,
         tmp_path_factory.mktemp("alerts-server"),
         NORMWATCH_WEBHOOK_ALLOW="127.0.0.1",
         NORMWATCH_DISPATCH_TICK_S="0.2",
     )
     yield proc
     proc.stop()
+    drop_scratch_pg(url)
 
 
 def post_points(

@@ -17,7 +17,7 @@ import pytest
 from normwatch.server.alerts.delivery import verify
 
 from normwatch.testing import ServerProcess, free_port, start_server
-from tests.conftest import Tenant, make_tenant
+from tests.conftest import Tenant, create_scratch_pg, drop_scratch_pg, make_tenant
 
 SECRET = "s3cret"
 ENV = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
@@ -25,10 +25,15 @@ ENV = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2
 
 @dataclass
 class Receiver:
-    """An HTTP server on 127.0.0.1 that records every POST; ``fail_first`` answers 500."""
+    """An HTTP server on 127.0.0.1 that records every POST.
+
+    It answers 500 to the first ``fail_first`` requests and to any before ``healthy_at``
+    (a ``time.monotonic()`` value).
+    """
 
     port: int
     fail_first: int = 0
+    healthy_at: float = 0.0
     received: list[dict[str, Any]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
 
@@ -38,8 +43,8 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                if receiver.fail_first > 0:
-                    receiver.fail_first -= 1
+                if receiver.fail_first > 0 or time.monotonic() < receiver.healthy_at:
+                    receiver.fail_first = max(0, receiver.fail_first - 1)
                     self.send_response(500)
                     self.end_headers()
                     return
@@ -84,10 +89,13 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def alert_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start_server(pg_url, tmp_path_factory.mktemp("alerts"), **ENV)
+def alert_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The only server on its database: no other process's dispatcher shares the outbox."""
+    url = create_scratch_pg("alerts")
+    proc = start_server(url, tmp_path_factory.mktemp("alerts"), **ENV)
     yield proc
     proc.stop()
+    drop_scratch_pg(url)
 
 
 def api_for(server: ServerProcess, tenant: Tenant, scope: str = "admin") -> httpx.Client:
@@ -253,7 +261,10 @@ def test_receiver_down_then_failing_then_up_delivers_each_once(
             receiver.stop()
 
 
-def test_sigkill_before_delivery_delivers_after_restart_once(pg_url: str, tmp_path: Path) -> None:
+def test_sigkill_before_delivery_delivers_after_restart_once(
+    fresh_pg_url: str, tmp_path: Path
+) -> None:
+    pg_url = fresh_pg_url
     receiver = Receiver(free_port())  # down while the alert fires
     server = start_server(pg_url, tmp_path, **ENV)
     tenant = make_tenant(pg_url)
@@ -359,3 +370,48 @@ def test_slope_and_forecast_fire_where_the_fit_says(
         assert firing["state"] == "firing" and firing["step"] in expected
         preview = api.get(f"/api/v1/alert-rules/{rule['id']}/preview", params={"run": run}).json()
         assert preview["transitions"][0]["step"] == firing["step"]
+
+
+def test_two_minute_outage_then_every_notification_arrives_once(
+    fresh_pg_url: str, tmp_path: Path
+) -> None:
+    """A minute of refused connections, a minute of 500s, then up: all arrive, each once."""
+    pg_url = fresh_pg_url
+    receiver = Receiver(free_port())
+    server = start_server(pg_url, tmp_path, NORMWATCH_RETRY_MAX_DELAY_S="5", **ENV)
+    tenant = make_tenant(pg_url)
+    try:
+        with api_for(server, tenant) as api:
+            make_rule(
+                api,
+                receiver,
+                name="outage",
+                metric="g",
+                condition={"kind": "threshold", "op": ">", "value": 1.0},
+            )
+            run = new_run(api)
+            post(api, run, list(range(6)), g=[2.0, 0.0] * 3)  # 3 firings, 3 resolves
+            started = time.monotonic()
+            time.sleep(60)  # connection refused all along
+            receiver.healthy_at = time.monotonic() + 60
+            receiver.start()  # a minute of 500s
+            payloads = receiver.wait_for(6, timeout=120)
+            assert time.monotonic() - started >= 120
+            time.sleep(2)
+            ids = [r["headers"]["X-Normwatch-Delivery"] for r in receiver.received]
+            assert len(ids) == len(set(ids)) == 6
+            assert sorted((p["step"], p["state"]) for p in payloads) == [
+                (0, "firing"),
+                (1, "resolved"),
+                (2, "firing"),
+                (3, "resolved"),
+                (4, "firing"),
+                (5, "resolved"),
+            ]
+            history = api.get("/api/v1/alerts", params={"run": run}).json()
+            attempts = [a["notifications"][0]["attempts"] for a in history]
+            assert all(n >= 10 for n in attempts), attempts
+            assert all(a["notifications"][0]["status"] == "delivered" for a in history)
+    finally:
+        server.stop()
+        receiver.stop()
