@@ -84,6 +84,8 @@ def drop_scratch_pg(url: str) -> None:
     name = make_url(url).database
     base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
     with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
+        # A test may have closed it to simulate an outage.
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

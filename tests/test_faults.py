@@ -18,7 +18,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,12 +25,10 @@ import httpx
 import psycopg
 import pytest
 from normwatch.client import Run
-from normwatch.server.db import build_engine
-from normwatch.server.migrate import upgrade
 from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server
-from tests.conftest import DEFAULT_PG, Tenant, make_tenant
+from tests.conftest import DEFAULT_PG, Tenant, create_scratch_pg, drop_scratch_pg, make_tenant
 
 METRICS = 8
 
@@ -57,18 +54,9 @@ def base_url() -> str:
 @pytest.fixture(scope="module")
 def fault_db() -> Iterator[str]:
     """A migrated database for this module alone: its outages harm no other test."""
-    base = base_url()
-    name = f"normwatch_faults_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(admin_dsn(base), autocommit=True, connect_timeout=5) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(base).set(database=name).render_as_string(hide_password=False)
-    engine = build_engine(url, pool_size=1)
-    upgrade(engine)
-    engine.dispose()
+    url = create_scratch_pg("faults")
     yield url
-    with psycopg.connect(admin_dsn(base), autocommit=True) as admin:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_scratch_pg(url)
 
 
 @pytest.fixture
