@@ -130,6 +130,15 @@ class DashboardData:
             except _REFUSALS as exc:
                 raise RuleRefused(str(exc)) from None
 
+    def update_rule(self, who: Principal, rule_id: int, body: AlertRuleUpdate) -> AlertRuleOut:
+        """Change the given fields of a rule; the service restarts evaluation where needed."""
+        self._admin(who)
+        with self.sessions() as session, session.begin():
+            try:
+                return alert_rules.update_rule(session, who, rule_id, body, self.webhook_allow)
+            except _REFUSALS as exc:
+                raise RuleRefused(str(exc)) from None
+
     def delete_rule(self, who: Principal, rule_id: int) -> None:
         self._admin(who)
         with self.sessions() as session, session.begin():

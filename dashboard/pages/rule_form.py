@@ -1,7 +1,9 @@
-"""The admin form that adds an alert rule: fields per condition kind, and its parsing.
+"""The admin form that adds or edits an alert rule: fields per condition kind, and parsing.
 
 Only the chosen kind's fields are shown and sent; an empty field takes the condition's
-default. Validation is the service's own (``AlertRuleCreate``), shown as one readable line.
+default. Validation is the service's own (``AlertRuleCreate``, ``AlertRuleUpdate``), shown as
+one readable line. Editing loads a rule's fields but never its channels' URLs or secrets: a
+blank URL keeps the rule's channels as they are.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 import dash
 from dash import Input, Output, dcc, html
-from normwatch.server.schemas import AlertRuleCreate
+from normwatch.server.schemas import AlertRuleCreate, AlertRuleOut, AlertRuleUpdate
 from pydantic import ValidationError
 
 KINDS = ("threshold", "non_finite", "spike", "slope", "forecast", "stale")
@@ -60,6 +62,38 @@ FIELDS = (
     "rule-channel-secret",
     "rule-run-name",
 )
+CREATE_LABEL = "Create rule"
+SAVE_LABEL = "Save changes"
+NEW_TITLE = "New rule"
+URL_HINT = "https://…"
+KEEP_URL_HINT = "blank keeps the current channels"
+_DEFAULTS: dict[str, Any] = {
+    "rule-metric": "grad/norm/total",
+    "rule-kind": "threshold",
+    field_id("op"): ">",
+    "rule-channel-type": "webhook",
+    "rule-run-name": "*",
+}
+
+
+def defaults() -> list[Any]:
+    """The values of ``FIELDS`` on a fresh form."""
+    return [_DEFAULTS.get(f) for f in FIELDS]
+
+
+def values_of(rule: AlertRuleOut) -> list[Any]:
+    """The values of ``FIELDS`` for editing ``rule``: its own, but no channel URL or secret."""
+    values = dict(zip(FIELDS, defaults(), strict=True))
+    values["rule-name"] = rule.name
+    values["rule-metric"] = rule.metric
+    values["rule-kind"] = rule.condition.get("kind", "threshold")
+    for name in CONDITION_FIELDS:
+        if name in rule.condition:
+            values[field_id(name)] = rule.condition[name]
+    if rule.channels and rule.channels[0].get("type") in ("webhook", "slack"):
+        values["rule-channel-type"] = rule.channels[0]["type"]
+    values["rule-run-name"] = rule.runs.name
+    return [values[f] for f in FIELDS]
 
 
 def _labelled(label: str, control: Any, *, name: str | None = None) -> html.Label:
@@ -86,7 +120,7 @@ def form() -> html.Div:
         condition_controls.append(_labelled(name, control, name=name))
     return html.Div(
         [
-            html.H3("New rule"),
+            html.H3(NEW_TITLE, id="rule-form-title"),
             html.Div(
                 [
                     _labelled("name", dcc.Input(id="rule-name", placeholder="grad-norm-high")),
@@ -121,7 +155,7 @@ def form() -> html.Div:
                     ),
                     _labelled(
                         "URL (optional)",
-                        dcc.Input(id="rule-channel-url", placeholder="https://…", className="wide"),
+                        dcc.Input(id="rule-channel-url", placeholder=URL_HINT, className="wide"),
                     ),
                     _labelled(
                         "secret (webhook, optional)",
@@ -130,21 +164,26 @@ def form() -> html.Div:
                 ],
                 className="form-row",
             ),
-            html.Button("Create rule", id="rule-create", n_clicks=0, className="primary"),
+            html.Button(CREATE_LABEL, id="rule-create", n_clicks=0, className="primary"),
+            html.Button("Cancel", id="rule-cancel", n_clicks=0, style={"display": "none"}),
+            dcc.Store(id="rule-editing", data=None),
         ],
         id="rule-form",
         className="rule-form",
     )
 
 
-def to_create(values: dict[str, Any]) -> AlertRuleCreate:
-    """The request body for the form's values; raises ``ValidationError`` (a ``ValueError``)."""
+def _condition(values: dict[str, Any]) -> dict[str, Any]:
     kind = values.get("rule-kind") or "threshold"
     condition: dict[str, Any] = {"kind": kind}
     for name in KIND_FIELDS.get(kind, ()):
         value = values.get(field_id(name))
         if value is not None and value != "":
             condition[name] = value
+    return condition
+
+
+def _channels(values: dict[str, Any]) -> list[dict[str, Any]]:
     channels = []
     url = (values.get("rule-channel-url") or "").strip()
     if url:
@@ -153,15 +192,40 @@ def to_create(values: dict[str, Any]) -> AlertRuleCreate:
         if secret:
             channel["secret"] = secret
         channels.append(channel)
+    return channels
+
+
+def to_create(values: dict[str, Any]) -> AlertRuleCreate:
+    """The request body for the form's values; raises ``ValidationError`` (a ``ValueError``)."""
     return AlertRuleCreate.model_validate(
         {
             "name": (values.get("rule-name") or "").strip(),
             "metric": (values.get("rule-metric") or "").strip(),
-            "condition": condition,
-            "channels": channels,
+            "condition": _condition(values),
+            "channels": _channels(values),
             "runs": {"name": (values.get("rule-run-name") or "").strip() or "*"},
         }
     )
+
+
+def to_update(values: dict[str, Any], current: AlertRuleOut) -> AlertRuleUpdate:
+    """The changes the form makes to ``current``; raises ``ValidationError``.
+
+    A blank URL keeps the rule's channels; a new one replaces them. The run selector is sent
+    only when its name glob changed, and keeps the rule's tags.
+    """
+    body: dict[str, Any] = {
+        "name": (values.get("rule-name") or "").strip(),
+        "metric": (values.get("rule-metric") or "").strip(),
+        "condition": _condition(values),
+    }
+    channels = _channels(values)
+    if channels:
+        body["channels"] = channels
+    run_name = (values.get("rule-run-name") or "").strip() or "*"
+    if run_name != current.runs.name:
+        body["runs"] = {"name": run_name, "tags": list(current.runs.tags)}
+    return AlertRuleUpdate.model_validate(body)
 
 
 def explain(exc: ValueError) -> str:
@@ -179,3 +243,17 @@ def register(app: dash.Dash) -> None:
     async def show_fields(kind: str | None) -> list[dict[str, str]]:
         shown = KIND_FIELDS.get(kind or "threshold", ())
         return [{} if n in shown else {"display": "none"} for n in CONDITION_FIELDS]
+
+    @app.callback(
+        Output("rule-create", "children"),
+        Output("rule-cancel", "style"),
+        Output("rule-form-title", "children"),
+        Output("rule-channel-url", "placeholder"),
+        Input("rule-editing", "data"),
+    )
+    async def show_mode(
+        editing: dict[str, Any] | None,
+    ) -> tuple[str, dict[str, str], str, str]:
+        if not editing:
+            return CREATE_LABEL, {"display": "none"}, NEW_TITLE, URL_HINT
+        return SAVE_LABEL, {}, f"Edit rule {editing['name']}", KEEP_URL_HINT

@@ -1,5 +1,5 @@
-"""Alert rules: the project's rules; for admins, a form to add one and buttons to enable,
-disable, delete and test-send; for everyone, a preview of where a rule would have fired.
+"""Alert rules: the project's rules; for admins, a form to add or edit one and buttons to
+enable, disable, delete and test-send; for everyone, a preview of where a rule would have fired.
 
 Channel URLs and secrets only ever appear masked, as the service returns them.
 """
@@ -152,6 +152,12 @@ def rules_table(rules: list[AlertRuleOut], *, admin: bool) -> Any:
                 html.Td(
                     [
                         html.Button(
+                            "Edit",
+                            id={"type": "rule-edit", "rule": r.id},
+                            n_clicks=0,
+                            className="small",
+                        ),
+                        html.Button(
                             "Disable" if r.enabled else "Enable",
                             id={"type": "rule-toggle", "rule": r.id},
                             n_clicks=0,
@@ -236,28 +242,80 @@ def _clicked() -> bool:
     return any(t.get("value") for t in ctx.triggered)
 
 
+def _rule(data: DashboardData, who: Principal, rule_id: int) -> AlertRuleOut:
+    """One of the project's rules, as the table shows it (channels masked)."""
+    found = next((r for r in data.rules(who) if r.id == rule_id), None)
+    if found is None:
+        raise RuleRefused(f"no alert rule with id {rule_id}")
+    return found
+
+
 def register(app: dash.Dash, data: DashboardData) -> None:
     rule_form.register(app)
+
+    field_outputs = [Output(f, "value", allow_duplicate=True) for f in rule_form.FIELDS]
 
     @app.callback(
         Output("rule-message", "children", allow_duplicate=True),
         Output("rules-changed", "data", allow_duplicate=True),
+        Output("rule-editing", "data", allow_duplicate=True),
+        *field_outputs,
         Input("rule-create", "n_clicks"),
         State("rules-changed", "data"),
+        State("rule-editing", "data"),
         *[State(field, "value") for field in rule_form.FIELDS],
         prevent_initial_call=True,
     )
-    async def create(n: int, changed: int, *values: Any) -> tuple[Any, Any]:
+    async def submit(
+        n: int, changed: int, editing: dict[str, Any] | None, *values: Any
+    ) -> tuple[Any, ...]:
         if not n:
             raise PreventUpdate
         who = viewer()
+        form = dict(zip(rule_form.FIELDS, values, strict=True))
+        unchanged = [dash.no_update] * len(rule_form.FIELDS)
         try:
-            body = rule_form.to_create(dict(zip(rule_form.FIELDS, values, strict=True)))
-            rule = await anyio.to_thread.run_sync(lambda: data.create_rule(who, body))
+            if editing:
+                rule_id = int(editing["id"])
+                current = await anyio.to_thread.run_sync(lambda: _rule(data, who, rule_id))
+                update = rule_form.to_update(form, current)
+                rule = await anyio.to_thread.run_sync(
+                    lambda: data.update_rule(who, rule_id, update)
+                )
+            else:
+                body = rule_form.to_create(form)
+                rule = await anyio.to_thread.run_sync(lambda: data.create_rule(who, body))
         except (RuleRefused, ValueError) as exc:
             message = str(exc) if isinstance(exc, RuleRefused) else rule_form.explain(exc)
-            return html.Span(message, className="error"), dash.no_update
-        return html.Span(f"Created rule {rule.name}.", className="ok"), changed + 1
+            return html.Span(message, className="error"), dash.no_update, dash.no_update, *unchanged
+        if editing:
+            saved = html.Span(f"Saved rule {rule.name}.", className="ok")
+            return saved, changed + 1, None, *rule_form.defaults()
+        created = html.Span(f"Created rule {rule.name}.", className="ok")
+        return created, changed + 1, dash.no_update, *unchanged
+
+    @app.callback(
+        Output("rule-message", "children", allow_duplicate=True),
+        Output("rule-editing", "data", allow_duplicate=True),
+        *field_outputs,
+        Input({"type": "rule-edit", "rule": ALL}, "n_clicks"),
+        Input("rule-cancel", "n_clicks"),
+        prevent_initial_call=True,
+    )
+    async def edit(_e: list[int], _c: int) -> tuple[Any, ...]:
+        trigger = ctx.triggered_id
+        if trigger is None or not _clicked():
+            raise PreventUpdate
+        if trigger == "rule-cancel":
+            return None, None, *rule_form.defaults()
+        who = viewer()
+        rule_id = int(trigger["rule"])
+        try:
+            rule = await anyio.to_thread.run_sync(lambda: _rule(data, who, rule_id))
+        except RuleRefused as exc:
+            unchanged = [dash.no_update] * len(rule_form.FIELDS)
+            return html.Span(str(exc), className="error"), dash.no_update, *unchanged
+        return None, {"id": rule.id, "name": rule.name}, *rule_form.values_of(rule)
 
     @app.callback(
         Output("rule-message", "children", allow_duplicate=True),
@@ -281,10 +339,7 @@ def register(app: dash.Dash, data: DashboardData) -> None:
             if trigger["type"] == "rule-delete":
                 await anyio.to_thread.run_sync(lambda: data.delete_rule(who, rule_id))
                 return html.Span("Rule deleted.", className="ok"), changed + 1
-            rules = await anyio.to_thread.run_sync(lambda: data.rules(who))
-            current = next((r for r in rules if r.id == rule_id), None)
-            if current is None:
-                raise RuleRefused(f"no alert rule with id {rule_id}")
+            current = await anyio.to_thread.run_sync(lambda: _rule(data, who, rule_id))
             out = await anyio.to_thread.run_sync(
                 lambda: data.set_enabled(who, rule_id, not current.enabled)
             )

@@ -216,6 +216,48 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     )
     page.screenshot(path=str(artifacts / "rules.png"), full_page=True)
 
+    # Edit: the form loads the rule, never its channel's URL or secret; Cancel goes back.
+    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+        before = api.get(f"/api/v1/alert-rules/{rule['id']}").json()
+    assert before["channels"][0]["secret"] != "s3cret-value"
+    page.click("tr.rule-row button:text('Edit')")
+    page.wait_for_selector("#rule-create:text('Save changes')")
+    assert page.input_value("#rule-name") == "grad-high"
+    assert page.input_value("#rule-metric") == "grad/norm/total"
+    assert page.input_value("#rule-value") == "5"
+    assert page.input_value("#rule-run-name") == "*"
+    assert page.input_value("#rule-channel-url") == ""
+    assert page.input_value("#rule-channel-secret") == ""
+    assert "Edit rule grad-high" in page.inner_text("#rule-form-title")
+    page.click("#rule-cancel")
+    page.wait_for_selector("#rule-create:text('Create rule')")
+    assert page.input_value("#rule-name") == "" and not page.is_visible("#rule-cancel")
+
+    # A refused edit is the same readable message; a valid one saves, channels kept.
+    page.click("tr.rule-row button:text('Edit')")
+    page.wait_for_function("() => document.querySelector('#rule-value').value === '5'")
+    page.fill("#rule-value", "")
+    page.click("#rule-create")
+    page.wait_for_selector("#rule-message .error")
+    assert "condition" in page.inner_text("#rule-message")
+    assert "value" in page.inner_text("#rule-message")
+    page.fill("#rule-value", "7")
+    page.click("#rule-create")
+    page.wait_for_selector("#rule-message :text('Saved rule grad-high.')")
+    page.wait_for_selector("tr.rule-row :text('threshold: value > 7')")
+    assert f"webhook: {receiver.url} (signed)" in page.inner_text("tr.rule-row")
+    assert page.inner_text("#rule-create") == "Create rule"
+    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+        after = api.get(f"/api/v1/alert-rules/{rule['id']}").json()
+    assert after["condition"]["value"] == 7 and after["condition"]["op"] == ">"
+    assert after["channels"] == before["channels"]
+    assert (after["name"], after["metric"], after["runs"]) == (
+        "grad-high",
+        "grad/norm/total",
+        before["runs"],
+    )
+    assert "s3cret-value" not in page.content()
+
     # Disable, then delete.
     page.click("tr.rule-row button:text('Disable')")
     page.wait_for_selector("#rule-message :text('Rule grad-high disabled.')")
