@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 
 logger = logging.getLogger("normwatch.client")
 
@@ -21,3 +23,22 @@ class WarnOnce:
             level = logging.DEBUG if key in self._seen else logging.WARNING
             self._seen.add(key)
         logger.log(level, message, *args)
+
+
+class WarnEvery:
+    """Log a WARNING at most once per ``interval`` seconds; the calls in between are silent.
+
+    For conditions that persist (a full queue, a full spool), where every occurrence is
+    counted elsewhere and the log only needs a periodic reminder.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._last = -math.inf
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval:
+            return
+        self._last = now
+        logger.warning(message, *args)

@@ -12,7 +12,6 @@ Problems are reported through the ``normwatch.client`` logger and counted on the
 from __future__ import annotations
 
 import atexit
-import math
 import operator
 import os
 import sys
@@ -26,7 +25,7 @@ import httpx
 
 from ._batch import jsonable
 from ._queue import EventRecord, Record, SendQueue
-from ._reporting import WarnOnce, logger
+from ._reporting import WarnEvery, WarnOnce, logger
 from ._sender import Sender
 from ._streams import default_spool_dir, run_folder
 from ._transport import IngestApi
@@ -126,7 +125,7 @@ class Run:
         self._max_queue_points = max_queue_points
         self._queue = SendQueue(max_points=max_queue_points, batch_points=max_batch_points)
         self._warn_once = WarnOnce()
-        self._last_shed_warning = -math.inf
+        self._warn_shed_every = WarnEvery(_SHED_WARNING_INTERVAL)
         self._writer = SpoolWriter(
             self._queue,
             run_folder=run_folder(spool_root, project, name),
@@ -276,11 +275,7 @@ class Run:
             self._warn_shed(shed)
 
     def _warn_shed(self, shed: int) -> None:
-        now = time.monotonic()
-        if now - self._last_shed_warning < _SHED_WARNING_INTERVAL:
-            return
-        self._last_shed_warning = now
-        logger.warning(
+        self._warn_shed_every(
             "run %r: more than max_queue_points=%d values waiting to be spooled (logged faster "
             "than they can be written); dropped the oldest %d, %d dropped in all",
             self._name,

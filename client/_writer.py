@@ -11,17 +11,15 @@ On `SpoolWriter.stop` it writes what is left, then a final status record, and is
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ._batch import dumps, fetch_from_device, merge_records
 from ._queue import EventRecord, Record, SendQueue
-from ._reporting import WarnOnce, logger
+from ._reporting import WarnEvery, WarnOnce, logger
 from ._spool import Dropped, Kind, Spool
 from ._streams import new_stream_dir, remove_if_empty
 
@@ -64,7 +62,7 @@ class SpoolWriter:
         self._stop_requested = threading.Event()
         self._status: FinalStatus = "finished"
         self._unflushed = 0
-        self._last_overflow_warning = -math.inf
+        self._warn_overflow_every = WarnEvery(_OVERFLOW_WARNING_INTERVAL)
         self._users = 2
         self._users_lock = threading.Lock()
         self.spool: Spool | None = None
@@ -216,11 +214,7 @@ class SpoolWriter:
             )
 
     def _warn_overflow(self, dropped: Dropped) -> None:
-        now = time.monotonic()
-        if now - self._last_overflow_warning < _OVERFLOW_WARNING_INTERVAL:
-            return
-        self._last_overflow_warning = now
-        logger.warning(
+        self._warn_overflow_every(
             "run %r: the spool is full (spool_max_bytes=%d) and the server is not taking data: "
             "dropped the oldest %d points (%d records); %d points dropped in all",
             self._run_name,
