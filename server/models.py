@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -144,6 +145,76 @@ class Point(Base):
     segment: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     value: Mapped[float | None] = mapped_column(Double)
+
+
+class Chunk(Base):
+    """Consecutive compacted points of one series (see :mod:`normwatch.server.chunks`).
+
+    ``data`` holds the points; ``buckets`` their summary (first/last/min/max/first NaN of
+    every run of 64 points). Retention may drop ``data`` and keep ``buckets``: the chart
+    then still shows every spike at any zoom, from the summaries alone.
+    """
+
+    __tablename__ = "chunks"
+
+    run_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    metric_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    segment: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes | None] = mapped_column(LargeBinary)
+    buckets: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Rollup(Base):
+    """A summary row of the read pyramid: one bucket per child (chunk, or rollup below).
+
+    Level 1 row ``seq`` summarises chunks ``64·seq … 64·seq + 63``; level 2 row ``seq``
+    summarises level-1 rows ``64·seq … 64·seq + 63``.
+    """
+
+    __tablename__ = "rollups"
+
+    run_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    metric_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    segment: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(BigInteger)
+    buckets: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class SeriesState(Base):
+    """How far one series is compacted: chunk count, last compacted step, tail chunk size."""
+
+    __tablename__ = "series"
+
+    run_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    metric_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    segment: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    chunks: Mapped[int] = mapped_column(Integer, default=0)
+    through: Mapped[int | None] = mapped_column(BigInteger)
+    tail_count: Mapped[int] = mapped_column(Integer, default=0)
+    points: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Compaction(Base):
+    """A run's compaction progress and the lease of the worker compacting it now."""
+
+    __tablename__ = "compactions"
+
+    run_key: Mapped[int] = mapped_column(
+        ForeignKey("runs.key", ondelete="CASCADE"), primary_key=True
+    )
+    segment: Mapped[int] = mapped_column(SmallInteger, default=1)
+    through: Mapped[int | None] = mapped_column(BigInteger)
+    """Every hot point of ``segment`` at or below this step has been compacted (once)."""
+    compacted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    lease_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Event(Base):

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .. import storage
+from .. import pyramid, storage
 from ..alerts import delivery
 from ..alerts.rules import StaleCondition, metric_matches, parse_condition, preview
 from ..auth import Principal
@@ -159,7 +159,8 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     lineage = storage.lineage_of(storage.segments_of(session, run.key))
     transitions: list[PreviewTransition] = []
     for metric in metrics:
-        steps, values = storage.read_points(session, run.key, metric.id, lineage, None, None)
+        stored = pyramid.read_all(session, run.key, metric.id, lineage, None, None)
+        steps, values = stored.steps, stored.values
         for t in preview(condition, steps.tolist(), values.tolist()):
             transitions.append(
                 PreviewTransition(

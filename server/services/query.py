@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
-from .. import storage
+from .. import pyramid, storage
 from ..m4 import m4_select
 from ..models import Run
 from ..schemas import EventOut, MetricOut
@@ -80,20 +80,39 @@ def read_series(
     out = []
     for name in metrics:
         mid = ids.get(name)
-        if mid is None:
+        span = None if mid is None else _span(session, run.key, mid, lineage, start, end)
+        if mid is None or span is None:
             empty = np.empty(0, dtype=np.int64)
             out.append(Series(name, empty, np.empty(0, dtype=np.float64), False, 0))
             continue
-        steps, values = storage.read_points(session, run.key, mid, lineage, start, end)
-        total = len(steps)
-        if total <= 4 * points:
-            out.append(Series(name, steps, values, False, total))
+        pixel = (span[1] - span[0] + 1) / points
+        got = pyramid.gather(session, run.key, mid, lineage, start, end, pixel)
+        steps, values = got.points.steps, got.points.values
+        if len(steps) <= 4 * points:
+            out.append(Series(name, steps, values, got.summarized, got.total))
             continue
         lo = start if start is not None else int(steps[0])
         hi = end if end is not None else int(steps[-1])
         keep = m4_select(steps, values, points, lo, hi)
-        out.append(Series(name, steps[keep], values[keep], True, total))
+        out.append(Series(name, steps[keep], values[keep], True, got.total))
     return out
+
+
+def _span(
+    session: Session,
+    run_key: int,
+    metric_id: int,
+    lineage: storage.Lineage,
+    start: int | None,
+    end: int | None,
+) -> tuple[int, int] | None:
+    """The step range a chart covers: the request's, completed by the stored extent."""
+    if start is not None and end is not None:
+        return start, end
+    stored = pyramid.extent(session, run_key, metric_id, lineage)
+    if stored is None:
+        return None
+    return (start if start is not None else stored[0], end if end is not None else stored[1])
 
 
 def list_events(session: Session, run: Run) -> list[EventOut]:

@@ -1,0 +1,246 @@
+"""Compacted series: chunk encoding and the bucket summaries of the read pyramid.
+
+A chunk holds consecutive points of one series (run, metric, segment) as two arrays:
+steps, stored as a start and a stride when they are evenly spaced (the usual case) and as
+compressed deltas otherwise; and values, as float32 by default or float64 when asked (or
+when a finite value would not survive float32). NaN and ±Infinity are kept bit-exact in
+both. Byte-shuffled zlib is applied where it pays.
+
+Every chunk also carries a *bucket summary*: for each run of :data:`FANOUT` consecutive
+points, the first, last, minimum and maximum point and the first NaN, each a real stored
+(step, value). The rollup levels above hold the same summary for whole chunks and for
+groups of :data:`FANOUT` chunks, so a zoomed-out chart reads a few hundred summary rows and
+still sees every spike (see :mod:`normwatch.server.pyramid`).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+FANOUT = 64
+"""Points per bucket in a chunk's summary, and children per rollup row at each level."""
+
+NO_STEP = np.iinfo(np.int64).min
+"""Marks a bucket's missing minimum/maximum (all values NaN) or missing NaN."""
+
+BUCKET = np.dtype(
+    [
+        ("first_step", "<i8"),
+        ("last_step", "<i8"),
+        ("min_step", "<i8"),
+        ("max_step", "<i8"),
+        ("nan_step", "<i8"),
+        ("count", "<i8"),
+        ("first", "<f8"),
+        ("last", "<f8"),
+        ("min", "<f8"),
+        ("max", "<f8"),
+    ]
+)
+
+_VERSION = 1
+_HEADER = struct.Struct(
+    "<BBBBIqqI"
+)  # version, value kind, step codec, value codec, n, first, stride, steps bytes
+_F32, _F64 = 0, 1
+_STEPS_STRIDE, _STEPS_DELTA_ZLIB = 0, 1
+_RAW, _SHUFFLE_ZLIB = 0, 1
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+class ChunkFormatError(ValueError):
+    """Stored bytes that this version cannot decode."""
+
+
+@dataclass(frozen=True)
+class Points:
+    """Steps ascending and strictly increasing, with their values."""
+
+    steps: IntArray
+    values: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def take(self, which: slice | npt.NDArray[np.bool_] | npt.NDArray[np.int64]) -> Points:
+        return Points(self.steps[which], self.values[which])
+
+
+def _shuffle_zlib(raw: bytes, width: int) -> bytes:
+    """Group the i-th byte of every item together, then deflate: floats compress far better."""
+    arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
+    return zlib.compress(np.ascontiguousarray(arr.T).tobytes(), 1)
+
+
+def _unshuffle(blob: bytes, width: int) -> bytes:
+    arr = np.frombuffer(zlib.decompress(blob), dtype=np.uint8).reshape(width, -1)
+    return np.ascontiguousarray(arr.T).tobytes()
+
+
+def value_kind(values: FloatArray, precision: str) -> int:
+    """float32 unless asked for float64 or a finite value would overflow float32."""
+    if precision == "float64":
+        return _F64
+    finite = values[np.isfinite(values)]
+    if len(finite) and float(np.abs(finite).max()) > _F32_MAX:
+        return _F64
+    return _F32
+
+
+def stored_values(values: FloatArray, precision: str) -> FloatArray:
+    """The values as a chunk will give them back (float32-rounded by default)."""
+    if value_kind(values, precision) == _F32:
+        return values.astype(np.float32).astype(np.float64)
+    return values
+
+
+def encode(points: Points, precision: str = "float32") -> bytes:
+    """A chunk's bytes. ``points`` must be non-empty with strictly increasing steps."""
+    n = len(points)
+    if n == 0:
+        raise ValueError("a chunk holds at least one point")
+    steps = points.steps.astype(np.int64, copy=False)
+    first = int(steps[0])
+    stride = int(steps[1] - steps[0]) if n > 1 else 1
+    diffs = np.diff(steps)
+    if n == 1 or bool(np.all(diffs == stride)):
+        step_codec, step_blob = _STEPS_STRIDE, b""
+    else:
+        step_codec = _STEPS_DELTA_ZLIB
+        step_blob = _shuffle_zlib(diffs.astype("<i8").tobytes(), 8)
+        stride = 0
+    kind = value_kind(points.values, precision)
+    dtype, width = ("<f4", 4) if kind == _F32 else ("<f8", 8)
+    raw = points.values.astype(dtype).tobytes()
+    packed = _shuffle_zlib(raw, width)
+    value_codec, value_blob = (_SHUFFLE_ZLIB, packed) if len(packed) < len(raw) else (_RAW, raw)
+    header = _HEADER.pack(_VERSION, kind, step_codec, value_codec, n, first, stride, len(step_blob))
+    return header + step_blob + value_blob
+
+
+def decode(blob: bytes) -> Points:
+    if len(blob) < _HEADER.size:
+        raise ChunkFormatError("chunk shorter than its header")
+    version, kind, step_codec, value_codec, n, first, stride, step_len = _HEADER.unpack_from(blob)
+    if version != _VERSION:
+        raise ChunkFormatError(f"chunk format version {version} is not supported")
+    pos = _HEADER.size
+    if step_codec == _STEPS_STRIDE:
+        steps = first + stride * np.arange(n, dtype=np.int64)
+    elif step_codec == _STEPS_DELTA_ZLIB:
+        diffs = np.frombuffer(_unshuffle(blob[pos : pos + step_len], 8), dtype="<i8")
+        steps = np.empty(n, dtype=np.int64)
+        steps[0] = first
+        np.cumsum(diffs, out=steps[1:])
+        steps[1:] += first
+    else:
+        raise ChunkFormatError(f"unknown step codec {step_codec}")
+    pos += step_len
+    width = 4 if kind == _F32 else 8
+    body = blob[pos:]
+    if value_codec == _SHUFFLE_ZLIB:
+        body = _unshuffle(body, width)
+    elif value_codec != _RAW:
+        raise ChunkFormatError(f"unknown value codec {value_codec}")
+    values = np.frombuffer(body, dtype="<f4" if width == 4 else "<f8").astype(np.float64)
+    if len(values) != n:
+        raise ChunkFormatError(f"chunk says {n} points but holds {len(values)} values")
+    return Points(steps, values)
+
+
+# --- bucket summaries -------------------------------------------------------------------
+
+
+def summarize(points: Points, size: int = FANOUT) -> npt.NDArray[np.void]:
+    """One bucket per ``size`` consecutive points (the last may be shorter)."""
+    n = len(points)
+    steps, values = points.steps, points.values
+    starts = np.arange(0, n, size, dtype=np.int64)
+    ends = np.minimum(starts + size, n) - 1
+    out = np.zeros(len(starts), dtype=BUCKET)
+    out["first_step"], out["last_step"] = steps[starts], steps[ends]
+    out["first"], out["last"] = values[starts], values[ends]
+    out["count"] = ends - starts + 1
+    nan = np.isnan(values)
+    for field, fill, op in (("min", np.inf, np.minimum), ("max", -np.inf, np.maximum)):
+        vals = np.where(nan, fill, values)
+        ext = op.reduceat(vals, starts)
+        owner = np.repeat(np.arange(len(starts)), out["count"])
+        hit = np.flatnonzero((vals == ext[owner]) & ~nan)
+        idx = np.full(len(starts), -1, dtype=np.int64)
+        if len(hit):
+            hit_owner = owner[hit]
+            first = np.r_[True, hit_owner[1:] != hit_owner[:-1]]
+            idx[hit_owner[first]] = hit[first]
+        found = idx >= 0
+        out[f"{field}_step"] = np.where(found, steps[np.maximum(idx, 0)], NO_STEP)
+        out[field] = np.where(found, values[np.maximum(idx, 0)], np.nan)
+    out["nan_step"] = NO_STEP
+    if nan.any():
+        nan_idx = np.flatnonzero(nan)
+        owner = nan_idx // size
+        first = np.r_[True, owner[1:] != owner[:-1]]
+        out["nan_step"][owner[first]] = steps[nan_idx[first]]
+    return out
+
+
+def merge_buckets(buckets: npt.NDArray[np.void]) -> npt.NDArray[np.void]:
+    """One bucket summarising consecutive ``buckets`` (a chunk from its buckets, and so on)."""
+    out = np.zeros(1, dtype=BUCKET)
+    out["first_step"], out["first"] = buckets["first_step"][0], buckets["first"][0]
+    out["last_step"], out["last"] = buckets["last_step"][-1], buckets["last"][-1]
+    out["count"] = buckets["count"].sum()
+    for field, pick in (("min", np.argmin), ("max", np.argmax)):
+        have = buckets[f"{field}_step"] != NO_STEP
+        if have.any():
+            cand = np.flatnonzero(have)
+            best = cand[int(pick(buckets[field][cand]))]
+            out[f"{field}_step"], out[field] = buckets[f"{field}_step"][best], buckets[field][best]
+        else:
+            out[f"{field}_step"], out[field] = NO_STEP, np.nan
+    nans = buckets["nan_step"][buckets["nan_step"] != NO_STEP]
+    out["nan_step"] = nans[0] if len(nans) else NO_STEP
+    return out
+
+
+def encode_buckets(buckets: npt.NDArray[np.void]) -> bytes:
+    return _shuffle_zlib(buckets.astype(BUCKET, copy=False).tobytes(), BUCKET.itemsize)
+
+
+def decode_buckets(blob: bytes) -> npt.NDArray[np.void]:
+    return np.frombuffer(_unshuffle(blob, BUCKET.itemsize), dtype=BUCKET)
+
+
+def bucket_points(buckets: npt.NDArray[np.void]) -> Points:
+    """The real points that buckets name (first, last, min, max, first NaN), by step."""
+    parts_s = [buckets["first_step"], buckets["last_step"]]
+    parts_v = [buckets["first"], buckets["last"]]
+    for field in ("min", "max"):
+        have = buckets[f"{field}_step"] != NO_STEP
+        parts_s.append(buckets[f"{field}_step"][have])
+        parts_v.append(buckets[field][have])
+    have_nan = buckets["nan_step"] != NO_STEP
+    parts_s.append(buckets["nan_step"][have_nan])
+    parts_v.append(np.full(int(have_nan.sum()), np.nan))
+    steps = np.concatenate(parts_s).astype(np.int64)
+    values = np.concatenate(parts_v).astype(np.float64)
+    steps, first = np.unique(steps, return_index=True)
+    return Points(steps, values[first])
+
+
+def merge_points(old: Points, new: Points) -> Points:
+    """The union by step; where both hold a step, the stored (older) value wins."""
+    if len(old) == 0:
+        return new
+    steps = np.concatenate([old.steps, new.steps])
+    values = np.concatenate([old.values, new.values])
+    steps, first = np.unique(steps, return_index=True)  # first occurrence: ``old`` wins
+    return Points(steps, values[first])

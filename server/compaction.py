@@ -1,0 +1,608 @@
+"""Background compaction: hot points into chunks, and the summary pyramid above them.
+
+Points arrive in the write-optimised ``points`` table (one row a point). A run is compacted
+once its newest step is :attr:`Policy.chunk_points` steps past the last compaction, once its
+oldest uncompacted point is :attr:`Policy.max_age_s` old, or once it has been quiet for
+:attr:`Policy.idle_s`: every hot point of the run at or below a cut step then moves into
+per-series chunks (:mod:`normwatch.server.chunks`), and the rollup rows above those chunks
+are updated.
+
+Crash safety and idempotence come from one rule: a group of series is compacted in **one
+transaction** that deletes the hot rows it read (``DELETE … RETURNING``), writes the chunks
+and rollups, and moves each series' watermark. A kill at any instant leaves either all of it
+or none. A point that lands at or below a series' watermark later (a re-sent batch, a
+late import) is merged into the chunk that covers its step on the next pass, the stored
+value winning, so nothing is stored twice. Several workers or replicas share the work: a run
+is leased (``compactions.lease_until``) by one of them at a time, and on Postgres the
+series rows are locked as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection, bindparam, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from . import chunks
+from .chunks import FANOUT, Points
+from .models import utcnow
+
+log = logging.getLogger("normwatch.compaction")
+
+LEVELS = 2
+"""Rollup levels above the chunks (fanout 64 each): level 2 buckets hold 64² chunks."""
+
+_NO_CUT = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class Policy:
+    chunk_points: int = 4096
+    precision: str = "float32"
+    """``float32`` (default, about 4 bytes a point) or ``float64`` (lossless)."""
+    max_age_s: float = 300.0
+    idle_s: float = 60.0
+    metrics_per_transaction: int = 200
+    lease_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("float32", "float64"):
+            raise ValueError(f"precision must be float32 or float64, got {self.precision!r}")
+        if self.chunk_points < FANOUT:
+            raise ValueError(f"chunk_points must be at least {FANOUT}, got {self.chunk_points}")
+
+
+@dataclass
+class PassReport:
+    """What one compaction pass did."""
+
+    runs: int = 0
+    series: int = 0
+    points: int = 0
+    chunks_written: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class _State:
+    chunks: int = 0
+    through: int | None = None
+    tail_count: int = 0
+    points: int = 0
+    exists: bool = False
+
+
+@dataclass
+class _Rollup:
+    buckets: npt.NDArray[np.void]
+    changed: bool = False
+
+
+@dataclass
+class _SeriesWork:
+    metric_id: int
+    state: _State
+    written: dict[int, Points] = field(default_factory=dict)
+
+
+# --- choosing what to compact ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Due:
+    run_key: int
+    segment: int
+    cut: int
+    old_segments: bool
+
+
+def due_runs(session: Session, policy: Policy, now: datetime) -> list[_Due]:
+    """Runs with hot points that the policy says should be compacted now."""
+    conn = session.connection()
+    rows = conn.execute(
+        text(
+            "SELECT r.key, r.segment, r.last_step, r.last_seen, c.run_key, c.segment, "
+            "c.through, c.compacted_at, c.lease_until "
+            "FROM runs r LEFT JOIN compactions c ON c.run_key = r.key "
+            "WHERE r.last_step IS NOT NULL AND (c.run_key IS NULL OR c.segment <> r.segment "
+            "OR c.through IS NULL OR c.through < r.last_step OR c.compacted_at < r.last_seen)"
+        )
+    ).all()
+    due: list[_Due] = []
+    fresh: list[int] = []
+    for key, segment, last_step, last_seen, c_key, c_segment, through, at, lease in rows:
+        if lease is not None and _aware(lease) > now:
+            continue
+        if c_key is None:
+            fresh.append(key)
+            at = None
+        idle = (now - _aware(last_seen)).total_seconds() >= policy.idle_s
+        aged = at is not None and (now - _aware(at)).total_seconds() >= policy.max_age_s
+        far = last_step - (through if through is not None else -1) >= policy.chunk_points
+        old = c_segment is not None and c_segment != segment
+        if idle or aged or far or old:
+            due.append(_Due(key, segment, int(last_step), old))
+    if fresh:
+        # First sight of a run starts its age clock; a run that is due is compacted now.
+        _ensure_rows(conn, fresh, now)
+    return due
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _ensure_rows(conn: Connection, run_keys: Sequence[int], now: datetime) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO compactions (run_key, segment, through, compacted_at, lease_until) "
+            "SELECT key, segment, NULL, :now, NULL FROM runs WHERE key = :rk "
+            "ON CONFLICT (run_key) DO NOTHING"
+        ),
+        [{"rk": k, "now": now} for k in run_keys],
+    )
+
+
+def claim(session: Session, run_key: int, now: datetime, lease_s: float) -> bool:
+    """Lease a run to this worker; False when another holds an unexpired lease."""
+    conn = session.connection()
+    _ensure_rows(conn, [run_key], now)
+    claimed = conn.execute(
+        text(
+            "UPDATE compactions SET lease_until = :until WHERE run_key = :rk "
+            "AND (lease_until IS NULL OR lease_until <= :now)"
+        ),
+        {"rk": run_key, "now": now, "until": now + timedelta(seconds=lease_s)},
+    )
+    return bool(claimed.rowcount)
+
+
+# --- compacting ---------------------------------------------------------------------------
+
+
+def compact_pass(
+    sessions: sessionmaker[Session], policy: Policy, now: datetime | None = None
+) -> PassReport:
+    """Compact every due run once. Never raises: a failing run is logged and retried later."""
+    t0 = time.perf_counter()
+    report = PassReport()
+    now = now or utcnow()
+    with sessions() as session, session.begin():
+        due = due_runs(session, policy, now)
+    for item in due:
+        try:
+            with sessions() as session, session.begin():
+                if not claim(session, item.run_key, now, policy.lease_s):
+                    continue
+            report.runs += 1
+            compact_run(sessions, policy, item.run_key, item.segment, item.cut, report)
+            if item.old_segments:
+                for seg in _older_hot_segments(sessions, item.run_key, item.segment):
+                    compact_run(sessions, policy, item.run_key, seg, _NO_CUT, report)
+            with sessions() as session, session.begin():
+                session.connection().execute(
+                    text(
+                        "UPDATE compactions SET segment = :seg, through = :cut, "
+                        "compacted_at = :at, lease_until = NULL WHERE run_key = :rk"
+                    ),
+                    {"seg": item.segment, "cut": item.cut, "at": utcnow(), "rk": item.run_key},
+                )
+        except Exception:
+            report.errors += 1
+            log.exception("compaction of run %s failed; it will be retried", item.run_key)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def compact_everything(sessions: sessionmaker[Session], policy: Policy) -> PassReport:
+    """Compact every hot point of every run now, whatever the policy's clocks say."""
+    report = PassReport()
+    with sessions() as session:
+        rows = session.connection().execute(text("SELECT key, segment FROM runs")).all()
+    for key, segment in rows:
+        for seg in range(1, int(segment) + 1):
+            compact_run(sessions, policy, int(key), seg, _NO_CUT, report)
+        report.runs += 1
+    return report
+
+
+def _older_hot_segments(sessions: sessionmaker[Session], run_key: int, segment: int) -> list[int]:
+    with sessions() as session:
+        rows = session.connection().execute(
+            text("SELECT DISTINCT segment FROM points WHERE run_key = :rk AND segment < :seg"),
+            {"rk": run_key, "seg": segment},
+        )
+        return sorted(int(r[0]) for r in rows)
+
+
+def compact_run(
+    sessions: sessionmaker[Session],
+    policy: Policy,
+    run_key: int,
+    segment: int,
+    cut: int,
+    report: PassReport | None = None,
+) -> PassReport:
+    """Compact the run's hot points of ``segment`` at or below ``cut``, a group at a time."""
+    report = report if report is not None else PassReport()
+    with sessions() as session:
+        mids = [
+            int(r[0])
+            for r in session.connection().execute(
+                text("SELECT id FROM metrics WHERE run_key = :rk ORDER BY id"), {"rk": run_key}
+            )
+        ]
+    step = policy.metrics_per_transaction
+    for i in range(0, len(mids), step):
+        with sessions() as session, session.begin():
+            compact_group(session, policy, run_key, segment, mids[i : i + step], cut, report)
+    return report
+
+
+def compact_group(
+    session: Session,
+    policy: Policy,
+    run_key: int,
+    segment: int,
+    metric_ids: Sequence[int],
+    cut: int,
+    report: PassReport,
+) -> None:
+    """One transaction: move a group of series' hot points at or below ``cut`` into chunks."""
+    conn = session.connection()
+    hot = _take_hot(conn, run_key, segment, list(metric_ids), cut)
+    if not hot:
+        return
+    states = _load_states(conn, run_key, segment, sorted(hot))
+    works: list[_SeriesWork] = []
+    for mid in sorted(hot):
+        work = _SeriesWork(mid, states.get(mid, _State()))
+        _place(conn, policy, run_key, segment, work, hot[mid])
+        works.append(work)
+        report.series += 1
+        report.points += len(hot[mid])
+    rollups = _load_rollups(conn, run_key, segment, works)
+    chunk_rows: list[dict[str, object]] = []
+    for work in works:
+        for seq in sorted(work.written):
+            pts = work.written[seq]
+            pts = Points(pts.steps, chunks.stored_values(pts.values, policy.precision))
+            buckets = chunks.summarize(pts)
+            chunk_rows.append(
+                {
+                    "rk": run_key,
+                    "mid": work.metric_id,
+                    "seg": segment,
+                    "seq": seq,
+                    "first": int(pts.steps[0]),
+                    "last": int(pts.steps[-1]),
+                    "count": len(pts),
+                    "data": chunks.encode(pts, policy.precision),
+                    "buckets": chunks.encode_buckets(buckets),
+                }
+            )
+            _set_slot(rollups, work.metric_id, 1, seq, chunks.merge_buckets(buckets))
+        for level in range(1, LEVELS):
+            for (mid, lvl, seq), row in sorted(rollups.items()):
+                if mid == work.metric_id and lvl == level and row.changed:
+                    _set_slot(rollups, mid, level + 1, seq, chunks.merge_buckets(row.buckets))
+    report.chunks_written += len(chunk_rows)
+    conn.execute(
+        text(
+            "INSERT INTO chunks (run_key, metric_id, segment, seq, first_step, last_step, count, "
+            "data, buckets) VALUES (:rk, :mid, :seg, :seq, :first, :last, :count, :data, :buckets) "
+            "ON CONFLICT (run_key, metric_id, segment, seq) DO UPDATE SET "
+            "first_step = excluded.first_step, last_step = excluded.last_step, "
+            "count = excluded.count, data = excluded.data, buckets = excluded.buckets"
+        ),
+        chunk_rows,
+    )
+    rollup_rows = [
+        {
+            "rk": run_key,
+            "mid": mid,
+            "seg": segment,
+            "level": level,
+            "seq": seq,
+            "first": int(row.buckets["first_step"][0]),
+            "last": int(row.buckets["last_step"][-1]),
+            "count": int(row.buckets["count"].sum()),
+            "buckets": chunks.encode_buckets(row.buckets),
+        }
+        for (mid, level, seq), row in sorted(rollups.items())
+        if row.changed
+    ]
+    conn.execute(
+        text(
+            "INSERT INTO rollups (run_key, metric_id, segment, level, seq, first_step, last_step, "
+            "count, buckets) VALUES (:rk, :mid, :seg, :level, :seq, :first, :last, :count, "
+            ":buckets) ON CONFLICT (run_key, metric_id, segment, level, seq) DO UPDATE SET "
+            "first_step = excluded.first_step, last_step = excluded.last_step, "
+            "count = excluded.count, buckets = excluded.buckets"
+        ),
+        rollup_rows,
+    )
+    conn.execute(
+        text(
+            "INSERT INTO series (run_key, metric_id, segment, chunks, through, tail_count, points) "
+            "VALUES (:rk, :mid, :seg, :chunks, :through, :tail, :points) "
+            "ON CONFLICT (run_key, metric_id, segment) DO UPDATE SET chunks = excluded.chunks, "
+            "through = excluded.through, tail_count = excluded.tail_count, "
+            "points = excluded.points"
+        ),
+        [
+            {
+                "rk": run_key,
+                "mid": w.metric_id,
+                "seg": segment,
+                "chunks": w.state.chunks,
+                "through": w.state.through,
+                "tail": w.state.tail_count,
+                "points": w.state.points,
+            }
+            for w in works
+        ],
+    )
+
+
+def _take_hot(
+    conn: Connection, run_key: int, segment: int, metric_ids: list[int], cut: int
+) -> dict[int, Points]:
+    """Delete the group's hot points at or below ``cut`` and return them by metric."""
+    params: dict[str, object] = {"rk": run_key, "seg": segment, "cut": cut}
+    out: dict[int, Points] = {}
+    if conn.dialect.name == "postgresql":
+        params["mids"] = metric_ids
+        rows = conn.execute(
+            text(
+                "WITH taken AS (DELETE FROM points WHERE run_key = :rk AND segment = :seg "
+                "AND metric_id = ANY(:mids) AND step <= :cut RETURNING metric_id, step, value) "
+                "SELECT metric_id, string_agg(int8send(step), ''::bytea ORDER BY step), "
+                "string_agg(float8send(coalesce(value, 'NaN'::float8)), ''::bytea ORDER BY step) "
+                "FROM taken GROUP BY metric_id"
+            ),
+            params,
+        )
+        for mid, steps, values in rows:
+            out[int(mid)] = Points(
+                np.frombuffer(steps, dtype=">i8").astype(np.int64),
+                np.frombuffer(values, dtype=">f8").astype(np.float64),
+            )
+        return out
+    placeholders = ", ".join(f":m{i}" for i in range(len(metric_ids)))
+    params.update({f"m{i}": m for i, m in enumerate(metric_ids)})
+    taken = conn.execute(
+        text(
+            f"DELETE FROM points WHERE run_key = :rk AND segment = :seg AND metric_id IN "
+            f"({placeholders}) AND step <= :cut RETURNING metric_id, step, value"
+        ),
+        params,
+    ).all()
+    if not taken:
+        return out
+    mids = np.array([r[0] for r in taken], dtype=np.int64)
+    steps = np.array([r[1] for r in taken], dtype=np.int64)
+    values = np.array([np.nan if r[2] is None else r[2] for r in taken], dtype=np.float64)
+    order = np.lexsort((steps, mids))
+    mids, steps, values = mids[order], steps[order], values[order]
+    bounds = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1], True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        out[int(mids[lo])] = Points(steps[lo:hi], values[lo:hi])
+    return out
+
+
+def _load_states(
+    conn: Connection, run_key: int, segment: int, metric_ids: list[int]
+) -> dict[int, _State]:
+    lock = " FOR UPDATE" if conn.dialect.name == "postgresql" else ""
+    rows = conn.execute(
+        text(
+            "SELECT metric_id, chunks, through, tail_count, points FROM series "
+            "WHERE run_key = :rk AND segment = :seg AND metric_id IN :mids" + lock
+        ).bindparams(bindparam("mids", expanding=True)),
+        {"rk": run_key, "seg": segment, "mids": metric_ids},
+    )
+    return {
+        int(mid): _State(int(n), through, int(tail), int(points), True)
+        for mid, n, through, tail, points in rows
+    }
+
+
+def _place(
+    conn: Connection,
+    policy: Policy,
+    run_key: int,
+    segment: int,
+    work: _SeriesWork,
+    hot: Points,
+) -> None:
+    """Decide which chunks ``hot`` goes into; fills ``work.written`` and moves the state."""
+    state = work.state
+    if len(hot) > 1 and not bool(np.all(np.diff(hot.steps) > 0)):
+        steps, first = np.unique(hot.steps, return_index=True)
+        hot = Points(steps, hot.values[first])
+    loaded: dict[int, Points] = {}
+
+    def chunk(seq: int) -> Points | None:
+        if seq not in loaded:
+            row = conn.execute(
+                text(
+                    "SELECT data FROM chunks WHERE run_key = :rk AND metric_id = :mid "
+                    "AND segment = :seg AND seq = :seq"
+                ),
+                {"rk": run_key, "mid": work.metric_id, "seg": segment, "seq": seq},
+            ).one_or_none()
+            if row is None or row[0] is None:
+                return None
+            loaded[seq] = chunks.decode(bytes(row[0]))
+        return work.written.get(seq, loaded[seq])
+
+    if state.through is not None:
+        late = hot.steps <= state.through
+        if late.any():
+            firsts = np.array(
+                [
+                    int(r[0])
+                    for r in conn.execute(
+                        text(
+                            "SELECT first_step FROM chunks WHERE run_key = :rk AND "
+                            "metric_id = :mid AND segment = :seg ORDER BY seq"
+                        ),
+                        {"rk": run_key, "mid": work.metric_id, "seg": segment},
+                    )
+                ],
+                dtype=np.int64,
+            )
+            owner = np.clip(np.searchsorted(firsts, hot.steps[late], side="right") - 1, 0, None)
+            late_pts = hot.take(late)
+            for seq in np.unique(owner).tolist():
+                mine = owner == seq
+                old = chunk(int(seq))
+                if old is None:  # summaries only (retention): the late point is dropped
+                    continue
+                merged = chunks.merge_points(
+                    old, Points(late_pts.steps[mine], late_pts.values[mine])
+                )
+                state.points += len(merged) - len(old)
+                work.written[int(seq)] = merged
+            hot = hot.take(~late)
+            if state.chunks - 1 in work.written:
+                state.tail_count = len(work.written[state.chunks - 1])
+    if len(hot) == 0:
+        return
+    last = int(hot.steps[-1])
+    if state.chunks > 0 and state.tail_count < policy.chunk_points:
+        room = policy.chunk_points - state.tail_count
+        tail = chunk(state.chunks - 1)
+        if tail is not None:
+            merged = chunks.merge_points(tail, hot.take(slice(0, room)))
+            state.points += len(merged) - len(tail)
+            work.written[state.chunks - 1] = merged
+            state.tail_count = len(merged)
+            hot = hot.take(slice(room, None))
+    for lo in range(0, len(hot), policy.chunk_points):
+        piece = hot.take(slice(lo, lo + policy.chunk_points))
+        work.written[state.chunks] = piece
+        state.chunks += 1
+        state.tail_count = len(piece)
+        state.points += len(piece)
+    state.through = last if state.through is None else max(state.through, last)
+
+
+def _load_rollups(
+    conn: Connection, run_key: int, segment: int, works: list[_SeriesWork]
+) -> dict[tuple[int, int, int], _Rollup]:
+    """The rollup rows the written chunks fall under, keyed by (metric, level, seq)."""
+    wanted: set[tuple[int, int, int]] = set()
+    for work in works:
+        for seq in work.written:
+            for level in range(1, LEVELS + 1):
+                wanted.add((work.metric_id, level, seq // FANOUT**level))
+    out: dict[tuple[int, int, int], _Rollup] = {}
+    keys = sorted(wanted)
+    for i in range(0, len(keys), 500):
+        part = keys[i : i + 500]
+        clause = " OR ".join(
+            f"(metric_id = :m{j} AND level = :l{j} AND seq = :q{j})" for j in range(len(part))
+        )
+        params: dict[str, object] = {"rk": run_key, "seg": segment}
+        for j, (m, lv, q) in enumerate(part):
+            params.update({f"m{j}": m, f"l{j}": lv, f"q{j}": q})
+        rows = conn.execute(
+            text(
+                "SELECT metric_id, level, seq, buckets FROM rollups WHERE run_key = :rk "
+                f"AND segment = :seg AND ({clause})"
+            ),
+            params,
+        )
+        for mid, level, seq, blob in rows:
+            out[(int(mid), int(level), int(seq))] = _Rollup(
+                chunks.decode_buckets(bytes(blob)).copy()
+            )
+    return out
+
+
+def _set_slot(
+    rollups: dict[tuple[int, int, int], _Rollup],
+    metric_id: int,
+    level: int,
+    child: int,
+    summary: npt.NDArray[np.void],
+) -> None:
+    """Put a child's one-bucket summary into its slot of the level's rollup row."""
+    key = (metric_id, level, child // FANOUT)
+    slot = child % FANOUT
+    row = rollups.get(key)
+    if row is None:
+        row = rollups[key] = _Rollup(np.zeros(0, dtype=chunks.BUCKET))
+    if slot < len(row.buckets):
+        row.buckets[slot] = summary[0]
+    elif slot == len(row.buckets):
+        row.buckets = np.concatenate([row.buckets, summary])
+    else:
+        raise RuntimeError(
+            f"rollup level {level} row {key[2]} of metric {metric_id} has {len(row.buckets)} "
+            f"slots; cannot fill slot {slot}"
+        )
+    row.changed = True
+
+
+# --- the background thread ---------------------------------------------------------------
+
+
+class Compactor:
+    """Runs :func:`compact_pass` every ``interval_s`` in a daemon thread."""
+
+    def __init__(
+        self, sessions: sessionmaker[Session], policy: Policy, *, interval_s: float = 5.0
+    ) -> None:
+        self._sessions = sessions
+        self._policy = policy
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_report: PassReport | None = None
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="normwatch-compactor", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                report = compact_pass(self._sessions, self._policy)
+            except Exception:  # the database is down, say: try again next tick
+                log.exception("compaction pass failed")
+                continue
+            self.last_report = report
+            if report.points:
+                log.info(
+                    "compacted %d points of %d series in %d runs (%d chunks) in %.2f s",
+                    report.points,
+                    report.series,
+                    report.runs,
+                    report.chunks_written,
+                    report.seconds,
+                )

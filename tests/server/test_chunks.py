@@ -1,0 +1,91 @@
+"""The chunk codec and bucket summaries, against brute-force references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from normwatch.server import chunks
+from normwatch.server.chunks import NO_STEP, Points
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_round_trip_keeps_steps_and_non_finite_values(precision: str) -> None:
+    rng = np.random.default_rng(1)
+    steps = np.arange(-500, 9500, 5, dtype=np.int64)
+    values = rng.normal(size=len(steps)) * 1e3
+    values[[3, 10, 11]] = [np.nan, np.inf, -np.inf]
+    back = chunks.decode(chunks.encode(Points(steps, values), precision))
+    assert same(back.steps, steps)
+    expected = values.astype(np.float32).astype(np.float64) if precision == "float32" else values
+    assert same(back.values, expected)
+    assert np.isnan(back.values[3]) and back.values[10] == np.inf and back.values[11] == -np.inf
+
+
+def test_irregular_steps_and_values_beyond_float32_are_exact() -> None:
+    rng = np.random.default_rng(2)
+    steps = np.sort(rng.choice(2**40, 3000, replace=False)).astype(np.int64)
+    values = rng.normal(size=3000)
+    values[7] = 1e300  # would be Infinity as float32: the chunk keeps float64
+    back = chunks.decode(chunks.encode(Points(steps, values)))
+    assert same(back.steps, steps)
+    assert same(back.values, values)
+    assert chunks.stored_values(values, "float32")[7] == 1e300
+
+
+def test_float32_chunks_cost_about_four_bytes_a_point() -> None:
+    rng = np.random.default_rng(3)
+    steps = np.arange(4096, dtype=np.int64)
+    blob = chunks.encode(Points(steps, rng.normal(size=4096)))
+    assert len(blob) / 4096 < 4.2
+    constant = chunks.encode(Points(steps, np.full(4096, 3e-4)))
+    assert len(constant) < 200  # a learning-rate plateau compresses to almost nothing
+
+
+def test_corrupt_or_foreign_bytes_are_refused() -> None:
+    with pytest.raises(chunks.ChunkFormatError):
+        chunks.decode(b"\x07" + bytes(40))
+    with pytest.raises(chunks.ChunkFormatError):
+        chunks.decode(b"abc")
+
+
+def brute(points: Points, size: int) -> list[tuple[int, int, int, int, int, int]]:
+    out = []
+    for lo in range(0, len(points), size):
+        s, v = points.steps[lo : lo + size], points.values[lo : lo + size]
+        finite = ~np.isnan(v)
+        mn = int(s[finite][np.argmin(v[finite])]) if finite.any() else NO_STEP
+        mx = int(s[finite][np.argmax(v[finite])]) if finite.any() else NO_STEP
+        nan = int(s[~finite][0]) if (~finite).any() else NO_STEP
+        out.append((int(s[0]), int(s[-1]), mn, mx, nan, len(s)))
+    return out
+
+
+def test_summaries_match_a_brute_force_reference() -> None:
+    rng = np.random.default_rng(4)
+    steps = np.cumsum(rng.integers(1, 4, size=1000)).astype(np.int64)
+    values = rng.normal(size=1000)
+    values[rng.choice(1000, 30, replace=False)] = np.nan
+    values[64:128] = np.nan  # a bucket of NaN only
+    values[500] = np.inf
+    pts = Points(steps, values)
+    got = chunks.summarize(pts)
+    fields = ["first_step", "last_step", "min_step", "max_step", "nan_step", "count"]
+    assert [tuple(int(b[f]) for f in fields) for b in got] == brute(pts, chunks.FANOUT)
+    whole = chunks.merge_buckets(got)[0]
+    assert tuple(int(whole[f]) for f in fields) == brute(pts, 1000)[0]
+    cand = chunks.bucket_points(got)
+    index = {int(s): i for i, s in enumerate(steps)}
+    for s, v in zip(cand.steps, cand.values, strict=True):
+        assert same(np.array([v]), values[[index[int(s)]]])  # every candidate is a real point
+
+
+def test_merge_points_keeps_the_stored_value() -> None:
+    old = Points(np.array([1, 3], dtype=np.int64), np.array([1.0, 3.0]))
+    new = Points(np.array([2, 3], dtype=np.int64), np.array([2.0, 99.0]))
+    merged = chunks.merge_points(old, new)
+    assert merged.steps.tolist() == [1, 2, 3]
+    assert merged.values.tolist() == [1.0, 2.0, 3.0]

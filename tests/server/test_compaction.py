@@ -1,0 +1,284 @@
+"""Compaction into chunks and the summary pyramid, on both backends, with committed data."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from normwatch.server import chunks, compaction, pyramid, storage
+from normwatch.server.auth import authenticate, create_token
+from normwatch.server.batch import parse_batch
+from normwatch.server.compaction import Policy
+from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.m4 import m4_select
+from normwatch.server.models import Run, utcnow
+from normwatch.server.schemas import RunCreate
+from normwatch.server.services import ingest, query, runs
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+Sessions = sessionmaker[Session]
+
+
+@pytest.fixture
+def sessions(db_url: str) -> Iterator[Sessions]:
+    engine = build_engine(db_url, pool_size=2)
+    yield session_factory(engine)
+    engine.dispose()
+
+
+def new_run(sessions: Sessions, start_step: int | None = None, name: str = "r") -> str:
+    with session_scope(sessions) as session:
+        secret, _ = create_token(session, f"c-{uuid.uuid4().hex[:10]}", "admin")
+        who = authenticate(session, secret)
+        assert who is not None
+        return runs.create_or_resume(session, who, RunCreate(name=name, start_step=start_step)).id
+
+
+def resume(sessions: Sessions, run_id: str, start_step: int) -> None:
+    with session_scope(sessions) as session:
+        found = runs.get_run(session, run_id)
+        assert found is not None
+        run, project = found
+        secret, _ = create_token(session, project, "admin")
+        who = authenticate(session, secret)
+        assert who is not None
+        runs.create_or_resume(session, who, RunCreate(name=run.name, start_step=start_step))
+
+
+def the_run(session: Session, run_id: str) -> Run:
+    found = runs.get_run(session, run_id)
+    assert found is not None
+    return found[0]
+
+
+def post(sessions: Sessions, run_id: str, steps: np.ndarray, **metrics: np.ndarray) -> None:
+    def enc(v: float) -> object:
+        if np.isnan(v):
+            return "NaN"
+        return {np.inf: "Infinity", -np.inf: "-Infinity"}.get(v, v)
+
+    body = {
+        "steps": [int(s) for s in steps],
+        "metrics": {k: [enc(float(x)) for x in v] for k, v in metrics.items()},
+    }
+    with session_scope(sessions) as session:
+        ingest.ingest_batch(
+            session, the_run(session, run_id), parse_batch(body, max_points=10_000_000)
+        )
+
+
+def stored(sessions: Sessions, run_id: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    with session_scope(sessions) as session:
+        run = the_run(session, run_id)
+        lineage = storage.lineage_of(storage.segments_of(session, run.key))
+        mid = storage.metric_ids_by_name(session, run.key, [metric])[metric]
+        pts = pyramid.read_all(session, run.key, mid, lineage, None, None)
+        return pts.steps, pts.values
+
+
+def series(sessions: Sessions, run_id: str, metric: str, **kw: int) -> query.Series:
+    with session_scope(sessions) as session:
+        [s] = query.read_series(session, the_run(session, run_id), [metric], **kw)
+        return s
+
+
+def compact(sessions: Sessions, run_id: str, policy: Policy | None = None) -> None:
+    with session_scope(sessions) as session:
+        run = the_run(session, run_id)
+        key, segment = run.key, run.segment
+    for seg in range(1, segment + 1):
+        compaction.compact_run(sessions, policy or Policy(), key, seg, 2**62)
+
+
+def count_rows(sessions: Sessions, run_id: str, table: str) -> int:
+    with session_scope(sessions) as session:
+        key = the_run(session, run_id).key
+        return int(
+            session.execute(
+                text(f"SELECT count(*) FROM {table} WHERE run_key = :k"), {"k": key}
+            ).scalar_one()
+        )
+
+
+def noisy(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    steps = np.arange(n, dtype=np.int64)
+    values = 2.0 + rng.normal(size=n) * 0.05
+    return steps, values
+
+
+def f32(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.float32).astype(np.float64)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+def test_compacted_points_read_back_exactly_and_hot_rows_go(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    steps, values = noisy(20_000)
+    values[[100, 7000, 7001]] = [np.nan, np.inf, -np.inf]
+    for lo in range(0, 20_000, 5000):
+        post(sessions, run, steps[lo : lo + 5000], g=values[lo : lo + 5000])
+    compact(sessions, run)
+    assert count_rows(sessions, run, "points") == 0
+    assert count_rows(sessions, run, "chunks") == 5  # 4096 points a chunk
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, steps)
+    assert same(got_values, f32(values))
+
+
+def test_float64_setting_is_lossless(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    steps, values = noisy(5000, seed=1)
+    post(sessions, run, steps, g=values)
+    compact(sessions, run, Policy(precision="float64"))
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, steps) and same(got_values, values)
+
+
+def test_zoomed_out_read_equals_m4_over_every_point(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    steps, values = noisy(300_000, seed=2)
+    values[123_457] = 50.0  # a one-step spike
+    values[200_001] = np.nan
+    post(sessions, run, steps, g=values)
+    compact(sessions, run)
+    assert count_rows(sessions, run, "rollups") == 3  # two level-1 rows, one level-2 row
+    values = f32(values)
+    for start, end, points in [(None, None, 1000), (None, None, 300), (100_000, 150_000, 500)]:
+        s = series(
+            sessions,
+            run,
+            "g",
+            points=points,
+            **({} if start is None else {"start": start, "end": end}),
+        )
+        lo, hi = (0, 299_999) if start is None else (start, end)
+        inside = (steps >= lo) & (steps <= hi)
+        keep = m4_select(steps[inside], values[inside], points, lo, hi)
+        assert s.downsampled and s.total_points == int(inside.sum())
+        if lo <= 123_457 <= hi:
+            assert 123_457 in s.steps.tolist() and 50.0 in s.values.tolist()
+        # Every point is a real stored one.
+        index = np.searchsorted(steps, s.steps)
+        assert same(values[index], s.values)
+        # Per pixel, M4's extremes over every point, except where a 64-point summary
+        # bucket straddles the pixel's edge: there the bucket's own extreme stands in.
+        edges = np.linspace(lo, hi + 1, points + 1)
+        ref_s = steps[inside][keep]
+        missing = np.setdiff1d(ref_s, s.steps)
+        near_edge = np.abs(edges[np.searchsorted(edges, missing).clip(1, points) - 1] - missing)
+        near_edge = np.minimum(
+            near_edge, np.abs(edges[np.searchsorted(edges, missing).clip(0, points)] - missing)
+        )
+        assert (near_edge <= chunks.FANOUT).all()
+
+
+def test_zoomed_in_read_is_every_point(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    steps, values = noisy(50_000, seed=3)
+    post(sessions, run, steps, g=values)
+    compact(sessions, run)
+    s = series(sessions, run, "g", start=20_000, end=20_999, points=1000)
+    assert not s.downsampled
+    assert s.steps.tolist() == list(range(20_000, 21_000))
+    assert same(s.values, f32(values[20_000:21_000]))
+
+
+def test_hot_and_compacted_points_merge(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    steps, values = noisy(10_000, seed=4)
+    post(sessions, run, steps[:6000], g=values[:6000])
+    compact(sessions, run)
+    post(sessions, run, steps[6000:], g=values[6000:])  # still hot
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, steps)
+    assert same(got_values[:6000], f32(values[:6000])) and same(got_values[6000:], values[6000:])
+    s = series(sessions, run, "g", points=100)
+    assert s.total_points == 10_000 and s.steps[0] == 0 and s.steps[-1] == 9999
+
+
+def test_compaction_is_idempotent_and_resends_are_stored_once(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    steps, values = noisy(9000, seed=5)
+    post(sessions, run, steps, g=values)
+    compact(sessions, run)
+    before = count_rows(sessions, run, "chunks")
+    compact(sessions, run)  # nothing to do
+    assert count_rows(sessions, run, "chunks") == before
+    post(sessions, run, steps[100:200], g=values[100:200] + 1.0)  # a re-send, changed values
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, steps)  # no step twice, even before compaction
+    assert same(got_values, f32(values))  # the stored values win
+    compact(sessions, run)
+    assert count_rows(sessions, run, "points") == 0
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, steps) and same(got_values, f32(values))
+    with session_scope(sessions) as session:
+        key = the_run(session, run).key
+        points = session.execute(
+            text("SELECT sum(points) FROM series WHERE run_key = :k"), {"k": key}
+        ).scalar_one()
+    assert points == 9000
+
+
+def test_late_points_merge_into_their_chunk_and_tails_fill_up(sessions: Sessions) -> None:
+    run = new_run(sessions)
+    even = np.arange(0, 2000, 2, dtype=np.int64)
+    post(sessions, run, even, g=even * 1.0)
+    compact(sessions, run)
+    assert count_rows(sessions, run, "chunks") == 1
+    odd = np.arange(1, 200, 2, dtype=np.int64)
+    post(sessions, run, odd, g=odd * 1.0)  # late: inside the compacted range
+    more = np.arange(2000, 3000, dtype=np.int64)
+    post(sessions, run, more, g=more * 1.0)
+    compact(sessions, run)
+    assert count_rows(sessions, run, "chunks") == 1  # the partial chunk grew
+    got_steps, got_values = stored(sessions, run, "g")
+    expected = np.unique(np.concatenate([even, odd, more]))
+    assert same(got_steps, expected) and same(got_values, expected * 1.0)
+    s = series(sessions, run, "g", points=10)
+    assert s.total_points == len(expected)
+
+
+def test_restart_segments_compact_and_read_by_lineage(sessions: Sessions) -> None:
+    run = new_run(sessions, start_step=0)
+    steps, values = noisy(10_000, seed=6)
+    post(sessions, run, steps, g=values)
+    resume(sessions, run, 8000)  # a restart from an earlier checkpoint
+    later = np.arange(8000, 12_000, dtype=np.int64)
+    post(sessions, run, later, g=np.full(len(later), 7.0))
+    compact(sessions, run)
+    assert count_rows(sessions, run, "points") == 0
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, np.arange(12_000))
+    assert same(got_values[:8000], f32(values[:8000])) and (got_values[8000:] == 7.0).all()
+    s = series(sessions, run, "g", points=50)
+    assert s.total_points == 12_000 and s.steps[-1] == 11_999
+
+
+def test_the_pass_follows_the_policy(fresh_pg_url: str) -> None:
+    engine = build_engine(fresh_pg_url, pool_size=2)
+    sessions = session_factory(engine)
+    try:
+        run = new_run(sessions)
+        steps, values = noisy(1000, seed=7)
+        post(sessions, run, steps, g=values)
+        policy = Policy(chunk_points=4096, max_age_s=3600, idle_s=3600)
+        report = compaction.compact_pass(sessions, policy)
+        assert report.points == 0  # young, near and busy: left hot
+        report = compaction.compact_pass(sessions, policy, utcnow() + timedelta(hours=2))
+        assert report.points == 1000 and report.runs == 1
+        assert count_rows(sessions, run, "points") == 0
+        post(sessions, run, np.arange(1000, 6000), g=np.ones(5000))
+        report = compaction.compact_pass(sessions, policy)
+        assert report.points == 5000  # far enough past the last cut
+        assert compaction.compact_pass(sessions, policy).points == 0
+    finally:
+        engine.dispose()
