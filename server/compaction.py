@@ -40,7 +40,8 @@ log = logging.getLogger("normwatch.compaction")
 LEVELS = 2
 """Rollup levels above the chunks (fanout 64 each): level 2 buckets hold 64² chunks."""
 
-_NO_CUT = np.iinfo(np.int64).max
+NO_CUT = 2**63 - 1
+"""A cut above every step: compact all of a series."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def compact_pass(
             compact_run(sessions, policy, item.run_key, item.segment, item.cut, report)
             if item.old_segments:
                 for seg in _older_hot_segments(sessions, item.run_key, item.segment):
-                    compact_run(sessions, policy, item.run_key, seg, _NO_CUT, report)
+                    compact_run(sessions, policy, item.run_key, seg, NO_CUT, report)
             with sessions() as session, session.begin():
                 session.connection().execute(
                     text(
@@ -210,7 +211,7 @@ def compact_everything(sessions: sessionmaker[Session], policy: Policy) -> PassR
         rows = session.connection().execute(text("SELECT key, segment FROM runs")).all()
     for key, segment in rows:
         for seg in range(1, int(segment) + 1):
-            compact_run(sessions, policy, int(key), seg, _NO_CUT, report)
+            compact_run(sessions, policy, int(key), seg, NO_CUT, report)
         report.runs += 1
     return report
 
@@ -560,14 +561,27 @@ def _set_slot(
 
 
 class Compactor:
-    """Runs :func:`compact_pass` every ``interval_s`` in a daemon thread."""
+    """Runs :func:`compact_pass` every ``interval_s`` in a daemon thread.
+
+    With ``retention`` (days, mode) it also sweeps old runs (see
+    :mod:`normwatch.server.retention`) every ``retention_every_s``.
+    """
 
     def __init__(
-        self, sessions: sessionmaker[Session], policy: Policy, *, interval_s: float = 5.0
+        self,
+        sessions: sessionmaker[Session],
+        policy: Policy,
+        *,
+        interval_s: float = 5.0,
+        retention: tuple[float, str] | None = None,
+        retention_every_s: float = 3600.0,
     ) -> None:
         self._sessions = sessions
         self._policy = policy
         self._interval = interval_s
+        self._retention = retention
+        self._retention_every = retention_every_s
+        self._next_sweep = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_report: PassReport | None = None
@@ -606,3 +620,19 @@ class Compactor:
                     report.chunks_written,
                     report.seconds,
                 )
+            if self._retention is not None and time.monotonic() >= self._next_sweep:
+                self._next_sweep = time.monotonic() + self._retention_every
+                self._sweep(*self._retention)
+
+    def _sweep(self, days: float, mode: str) -> None:
+        from . import retention
+
+        try:
+            swept = retention.sweep(
+                self._sessions, days, "drop" if mode == "drop" else "summaries", self._policy
+            )
+        except Exception:
+            log.exception("retention sweep failed; it will be retried")
+            return
+        if swept.runs:
+            log.info("retention (%s, %g days): %d runs", mode, days, swept.runs)

@@ -1,0 +1,96 @@
+"""Retention: forget old runs, or keep only the summaries of their points.
+
+A run is *old* when nothing has arrived for it for ``days`` days (its ``last_seen``). Two
+modes:
+
+- ``summaries``: drop the chunks' point data and keep their bucket summaries and the rollups.
+  Charts of the run still show every spike and NaN at any zoom (each bucket's first, last,
+  minimum and maximum are real points), at well under a byte a point; zooming below 64 points
+  a bucket shows those summary points only.
+- ``drop``: delete the run and everything of it (points, chunks, summaries, events, alert
+  state and history).
+
+Both work run by run, one transaction each, so an interrupted sweep is simply resumed by the
+next one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from . import compaction
+from .models import utcnow
+
+log = logging.getLogger("normwatch.retention")
+
+Mode = Literal["summaries", "drop"]
+_TABLES_BY_RUN = ("points", "chunks", "rollups", "series")  # no foreign key to runs: by hand
+
+
+@dataclass
+class Swept:
+    runs: int = 0
+    chunks_thinned: int = 0
+
+
+def old_runs(session: Session, older_than: datetime, mode: Mode) -> list[int]:
+    """Runs last seen before ``older_than`` that the mode still has work on."""
+    if mode == "drop":
+        sql = "SELECT key FROM runs WHERE last_seen < :t ORDER BY key"
+    else:
+        sql = (
+            "SELECT r.key FROM runs r WHERE r.last_seen < :t AND ("
+            "EXISTS (SELECT 1 FROM chunks c WHERE c.run_key = r.key AND c.data IS NOT NULL) "
+            "OR EXISTS (SELECT 1 FROM points p WHERE p.run_key = r.key)) ORDER BY r.key"
+        )
+    return [int(r[0]) for r in session.connection().execute(text(sql), {"t": older_than})]
+
+
+def sweep(
+    sessions: sessionmaker[Session],
+    days: float,
+    mode: Mode,
+    policy: compaction.Policy | None = None,
+    now: datetime | None = None,
+) -> Swept:
+    """Apply retention to every run quiet for ``days`` days."""
+    if days <= 0:
+        raise ValueError(f"retention days must be positive, got {days}")
+    older_than = (now or utcnow()) - timedelta(days=days)
+    with sessions() as session:
+        keys = old_runs(session, older_than, mode)
+    swept = Swept()
+    for key in keys:
+        if mode == "drop":
+            with sessions() as session, session.begin():
+                conn = session.connection()
+                for table in _TABLES_BY_RUN:
+                    conn.execute(text(f"DELETE FROM {table} WHERE run_key = :k"), {"k": key})
+                conn.execute(text("DELETE FROM runs WHERE key = :k"), {"k": key})
+        else:
+            # Points still hot (a run that went quiet before its last compaction) go into
+            # chunks first, so that they are summarised rather than kept whole or lost.
+            with sessions() as session:
+                segments = session.connection().execute(
+                    text("SELECT DISTINCT segment FROM points WHERE run_key = :k"), {"k": key}
+                )
+                hot_segments = sorted(int(r[0]) for r in segments)
+            for seg in hot_segments:
+                compaction.compact_run(
+                    sessions, policy or compaction.Policy(), key, seg, compaction.NO_CUT
+                )
+            with sessions() as session, session.begin():
+                thinned = session.connection().execute(
+                    text("UPDATE chunks SET data = NULL WHERE run_key = :k AND data IS NOT NULL"),
+                    {"k": key},
+                )
+                swept.chunks_thinned += thinned.rowcount
+        swept.runs += 1
+        log.info("retention (%s): run %s done", mode, key)
+    return swept

@@ -1,0 +1,75 @@
+"""Retention on a database of its own: old runs thinned to summaries, or dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from normwatch.server import retention
+from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.migrate import upgrade
+from normwatch.server.models import utcnow
+from sqlalchemy import text
+
+from tests.conftest import create_scratch_pg, drop_scratch_pg
+from tests.server.test_compaction import Sessions, count_rows, new_run, noisy, post, series
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def own(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sessions]:
+    if request.param == "postgresql":
+        url = create_scratch_pg("retention")
+    else:
+        url = f"sqlite:///{tmp_path / 'retention.db'}"
+        engine = build_engine(url)
+        upgrade(engine)
+        engine.dispose()
+    engine = build_engine(url, pool_size=2)
+    yield session_factory(engine)
+    engine.dispose()
+    if request.param == "postgresql":
+        drop_scratch_pg(url)
+
+
+def age(sessions: Sessions, run_id: str, days: float) -> None:
+    with session_scope(sessions) as session:
+        session.execute(
+            text("UPDATE runs SET last_seen = :t WHERE id = :id"),
+            {"t": utcnow() - timedelta(days=days), "id": run_id},
+        )
+
+
+def test_old_runs_keep_their_summaries_and_every_spike(own: Sessions) -> None:
+    old, recent = new_run(own, name="old"), new_run(own, name="recent")
+    steps, values = noisy(100_000, seed=9)
+    values[77_777] = 40.0
+    values[88_888] = np.nan
+    post(own, old, steps, g=values)
+    post(own, recent, steps[:1000], g=values[:1000])
+    age(own, old, 40)
+    swept = retention.sweep(own, 30, "summaries")
+    assert swept.runs == 1 and swept.chunks_thinned == 25
+    assert count_rows(own, old, "points") == 0  # compacted first, then thinned
+    assert count_rows(own, recent, "points") == 1000  # untouched
+    for kw in ({"points": 1000}, {"start": 77_000, "end": 78_000, "points": 1000}):
+        s = series(own, old, "g", **kw)
+        assert 40.0 in s.values.tolist() and 77_777 in s.steps.tolist()
+        assert s.downsampled
+    s = series(own, old, "g", start=88_000, end=89_000, points=1000)
+    assert 88_888 in s.steps.tolist() and np.isnan(s.values[s.steps.tolist().index(88_888)])
+    assert retention.sweep(own, 30, "summaries").runs == 0  # nothing left to do
+
+
+def test_old_runs_can_be_dropped_whole(own: Sessions) -> None:
+    old, recent = new_run(own, name="old"), new_run(own, name="recent")
+    post(own, old, np.arange(5000), g=np.ones(5000))
+    post(own, recent, np.arange(10), g=np.ones(10))
+    age(own, old, 40)
+    assert retention.sweep(own, 30, "drop").runs == 1
+    with session_scope(own) as session:
+        ids = [r[0] for r in session.execute(text("SELECT id FROM runs"))]
+        left = session.execute(text("SELECT count(*) FROM points")).scalar_one()
+    assert ids == [recent] and left == 10
