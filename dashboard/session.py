@@ -26,6 +26,7 @@ COOKIE = "normwatch_session"
 PUBLIC_PREFIXES = (
     "/api/",
     "/healthz",
+    "/metrics",
     "/docs",
     "/redoc",
     "/openapi.json",

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from normwatch.server.compaction import Policy
     from normwatch.server.config import Settings
 
 
@@ -57,6 +61,7 @@ _SERVER_MODULES = frozenset(
         "plotly",
         "starlette",
         "anyio",
+        "prometheus_client",
     }
 )
 
@@ -70,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the API and dashboard")
     serve.add_argument("--host", help="bind address (NORMWATCH_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (NORMWATCH_PORT, default 8000)")
-    serve.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes sharing the port (NORMWATCH_WORKERS, default 1)",
+    )
     serve.add_argument(
         "--no-migrate", action="store_true", help="do not upgrade the schema on start"
     )
@@ -96,6 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
     downgrade = db_sub.add_parser("downgrade", help="revert migrations to a revision")
     downgrade.add_argument("revision")
     downgrade.set_defaults(handler=_db_downgrade)
+    compact = db_sub.add_parser(
+        "compact", help="compact every hot point into chunks now (the server does it in time)"
+    )
+    compact.set_defaults(handler=_db_compact)
+    retain = db_sub.add_parser(
+        "retention", help="apply retention now to runs quiet for a number of days"
+    )
+    retain.add_argument("--days", type=float, required=True, help="runs quiet this long")
+    retain.add_argument(
+        "--mode",
+        choices=("summaries", "drop"),
+        default="summaries",
+        help="keep only the summaries of their points (default), or delete them whole",
+    )
+    retain.add_argument("--dry-run", action="store_true", help="list the runs, change nothing")
+    retain.set_defaults(handler=_db_retention)
 
     token = sub.add_parser("token", help="API tokens")
     token_sub = token.add_subparsers(metavar="action")
@@ -139,6 +164,61 @@ def _db_downgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(settings: Settings) -> Policy:
+    from normwatch.server.compaction import Policy
+
+    return Policy(
+        chunk_points=settings.compaction_chunk_points,
+        precision=settings.compaction_precision,
+        max_age_s=settings.compaction_max_age_s,
+        idle_s=settings.compaction_idle_s,
+    )
+
+
+def _db_compact(args: argparse.Namespace) -> int:
+    from normwatch.server.compaction import compact_everything
+    from normwatch.server.db import session_factory
+
+    settings, engine = _settings_and_engine()
+    try:
+        t0 = time.perf_counter()
+        report = compact_everything(session_factory(engine), _policy(settings))
+    finally:
+        engine.dispose()
+    took = time.perf_counter() - t0
+    print(
+        f"compacted {report.points:,} points of {report.series:,} series in {report.runs:,} runs "
+        f"({report.chunks_written:,} chunks written) in {took:.1f} s"
+    )
+    return 0
+
+
+def _db_retention(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from normwatch.server import retention
+    from normwatch.server.db import session_factory
+    from normwatch.server.models import utcnow
+
+    if args.days <= 0:
+        print("normwatch: --days must be positive", file=sys.stderr)
+        return 2
+    settings, engine = _settings_and_engine()
+    sessions = session_factory(engine)
+    try:
+        if args.dry_run:
+            with sessions() as session:
+                keys = retention.old_runs(session, utcnow() - timedelta(days=args.days), args.mode)
+            print(f"{len(keys)} run(s) would be affected ({args.mode})")
+            return 0
+        swept = retention.sweep(sessions, args.days, args.mode, _policy(settings))
+    finally:
+        engine.dispose()
+    what = "thinned to summaries" if args.mode == "summaries" else "dropped"
+    print(f"{swept.runs} run(s) quiet for {args.days:g}+ days {what}")
+    return 0
+
+
 def _token_create(args: argparse.Namespace) -> int:
     from normwatch.server.auth import create_token
     from normwatch.server.db import session_factory
@@ -168,22 +248,51 @@ def _serve(args: argparse.Namespace) -> int:
         settings.host = args.host
     if args.port:
         settings.port = args.port
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers < 1:
+        print(f"error: --workers must be 1 or more, got {workers}", file=sys.stderr)
+        return 2
     if not args.no_migrate:
         upgrade(engine)
     engine.dispose()
     os.environ["NORMWATCH_HOST"] = settings.host
     os.environ["NORMWATCH_PORT"] = str(settings.port)
+    metrics_dir, made_here = _prometheus_dir(workers)
     print(f"normwatch serving on {settings.base_url}  (API docs: {settings.base_url}/docs)")
-    uvicorn.run(
-        "normwatch.server.app:create_app",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=10,
-    )
+    try:
+        # An import string and a factory: each worker process builds its own app.
+        uvicorn.run(
+            "normwatch.server.app:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=workers,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        if made_here and metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
+
+
+def _prometheus_dir(workers: int) -> tuple[str | None, bool]:
+    """Set up the folder where worker processes share their Prometheus values.
+
+    Several workers need one (``PROMETHEUS_MULTIPROC_DIR``; a fresh temporary folder unless
+    it is set); a single worker keeps its values in memory unless one is set. Returns the
+    folder and whether it was made here (and is removed on exit).
+    """
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if workers == 1 and not given:
+        return None, False
+    path = given or tempfile.mkdtemp(prefix="normwatch-prometheus-")
+    # Exported before anything here imports prometheus_client, which reads it once.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    from normwatch.server.telemetry import prepare_multiprocess_dir
+
+    prepare_multiprocess_dir(path)
+    return path, not given
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -70,14 +70,21 @@ class ServerProcess:
 
 
 def start_server(
-    database_url: str, log_dir: Path, *, port: int | None = None, **env: str
+    database_url: str,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    workers: int | None = None,
+    **env: str,
 ) -> ServerProcess:
     """Start ``python -m normwatch serve --no-migrate`` on ``port`` (default: a free one);
     wait until healthy.
 
     Passing the port of a server that was killed restarts "the same" server for a client
-    that keeps its URL. Extra ``NORMWATCH_*`` settings go in ``env``. Raises
-    ``RuntimeError`` with the server's output when it exits or is not healthy within 60 s.
+    that keeps its URL. ``workers`` is passed as ``--workers``; the first worker to answer
+    makes the server healthy, the others may still be starting. Extra ``NORMWATCH_*``
+    settings go in ``env``. Raises ``RuntimeError`` with the server's output when it exits
+    or is not healthy within 60 s.
     """
     port = port or free_port()
     log_path = log_dir / f"server-{port}-{time.time_ns()}.log"
@@ -89,8 +96,11 @@ def start_server(
         **env,
     }
     with log_path.open("wb") as log:
+        command = [sys.executable, "-m", "normwatch", "serve", "--no-migrate"]
+        if workers is not None:
+            command += ["--workers", str(workers)]
         process = subprocess.Popen(
-            [sys.executable, "-m", "normwatch", "serve", "--no-migrate"],
+            command,
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -104,10 +114,15 @@ def start_server(
 
 @contextmanager
 def running_server(
-    database_url: str, log_dir: Path, *, port: int | None = None, **env: str
+    database_url: str,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    workers: int | None = None,
+    **env: str,
 ) -> Iterator[ServerProcess]:
     """`start_server` as a context manager that stops the process on the way out."""
-    server = start_server(database_url, log_dir, port=port, **env)
+    server = start_server(database_url, log_dir, port=port, workers=workers, **env)
     try:
         yield server
     finally:

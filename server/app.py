@@ -11,10 +11,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .alerts.delivery import Deliverer
-from .api import alerts, events, health, metrics, runs
+from .api import alerts, events, health, metrics, prometheus, runs
+from .compaction import Compactor, Policy, lag_samples
 from .config import Settings
 from .db import engine_from_settings, session_factory
 from .services.dispatcher import Dispatcher
+from .telemetry import Telemetry
 
 log = logging.getLogger("normwatch.server")
 
@@ -32,12 +34,32 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
         tick_s=settings.dispatch_tick_s,
         max_retry_delay_s=settings.retry_max_delay_s,
     )
+    telemetry = Telemetry(engine, sessions)
+    telemetry.add_collector(lag_samples, name="compaction")
+
+    compactor = Compactor(
+        sessions,
+        Policy(
+            chunk_points=settings.compaction_chunk_points,
+            precision=settings.compaction_precision,
+            max_age_s=settings.compaction_max_age_s,
+            idle_s=settings.compaction_idle_s,
+        ),
+        interval_s=settings.compaction_interval_s,
+        retention=None
+        if settings.retention_days is None
+        else (settings.retention_days, settings.retention_mode),
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         dispatcher.start()
+        if settings.compaction:
+            compactor.start()
         yield
+        compactor.stop()
         dispatcher.stop()
+        telemetry.close()
         engine.dispose()
 
     app = FastAPI(
@@ -50,8 +72,10 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     app.state.engine = engine
     app.state.sessions = sessions
     app.state.dispatcher = dispatcher
+    app.state.compactor = compactor
     app.state.ingest_inflight = 0
     app.state.ingest_capacity = settings.ingest_concurrency
+    app.state.telemetry = telemetry
 
     @app.exception_handler(OperationalError)
     async def database_unavailable(_request: Request, exc: DBAPIError) -> JSONResponse:
@@ -69,7 +93,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
         log.exception("database error", exc_info=exc)
         return JSONResponse({"detail": "internal database error"}, status_code=500)
 
-    for module in (health, runs, metrics, events, alerts):
+    for module in (health, runs, metrics, events, alerts, prometheus):
         app.include_router(module.router)
 
     if dashboard:
@@ -79,4 +103,6 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
             log.warning("dashboard unavailable (%s); serving the API only", exc)
         else:
             attach_dashboard(app, settings)
+    # Added last, so outermost: it times and counts every answer, the dashboard's too.
+    app.add_middleware(prometheus.RequestMetrics, telemetry=telemetry)
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -55,6 +57,45 @@ class Settings(BaseSettings):
         description="Metric batches handled at once per worker; more get 503 with Retry-After.",
     )
     session_max_age_s: int = 14 * 24 * 3600
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="Worker processes `normwatch serve` starts (`--workers` overrides it).",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="When set, GET /metrics needs 'Authorization: Bearer <this>'; open otherwise.",
+    )
+    compaction: bool = Field(
+        default=True, description="Run the background compactor in this process."
+    )
+    compaction_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the compactor looks for runs that are due."
+    )
+    compaction_chunk_points: int = Field(
+        default=4096, ge=64, description="Points per compacted chunk of one series."
+    )
+    compaction_precision: Literal["float32", "float64"] = Field(
+        default="float32",
+        description="How compacted values are kept: float32 (about 4 bytes a point) or "
+        "float64 (lossless). NaN and ±Infinity are exact either way.",
+    )
+    compaction_max_age_s: float = Field(
+        default=300.0, gt=0, description="Longest a live run's points wait before compaction."
+    )
+    compaction_idle_s: float = Field(
+        default=60.0, gt=0, description="A run quiet this long is compacted to its last step."
+    )
+    retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="Apply retention to runs quiet for this many days (unset: keep everything).",
+    )
+    retention_mode: Literal["summaries", "drop"] = Field(
+        default="summaries",
+        description="summaries: keep only the chunks' summaries of old runs (spikes stay "
+        "visible); drop: delete old runs entirely.",
+    )
 
     @property
     def base_url(self) -> str:

@@ -1,0 +1,175 @@
+"""`normwatch serve --workers 2` on Postgres: requests spread, counts add up, nothing doubles."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from normwatch.server.telemetry import INGEST_ROUTE
+
+from normwatch.testing import ServerProcess, free_port, start_server
+from tests.conftest import create_scratch_pg, drop_scratch_pg, make_tenant
+from tests.server.test_alerts_e2e import Receiver
+from tests.server.test_prometheus import LATENCY, Scrape, new_run
+
+BATCHES = 120
+STEPS_PER_BATCH = 10
+
+
+def wait_for_workers(url: str, count: int, timeout: float = 60.0) -> None:
+    """Until a scrape counts ``count`` live workers (the first may answer before the rest)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = Scrape(httpx.get(f"{url}/metrics", timeout=10))
+        if seen.value("normwatch_worker_processes") == count:
+            return
+        assert time.monotonic() < deadline, seen.text
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Two worker processes, the only server on their database."""
+    url = create_scratch_pg("workers")
+    env = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
+    proc = start_server(url, tmp_path_factory.mktemp("workers"), workers=2, **env)
+    try:
+        wait_for_workers(proc.url, 2)
+        yield proc
+    finally:
+        proc.stop()
+        drop_scratch_pg(url)
+
+
+def fresh_connections(url: str, **headers: str) -> httpx.Client:
+    """A client that opens a connection for every request, so that either worker may take it."""
+    limits = httpx.Limits(max_keepalive_connections=0)
+    return httpx.Client(base_url=url, headers=headers, limits=limits, timeout=60)
+
+
+def test_batches_spread_over_both_workers_and_are_counted_once(two_workers: ServerProcess) -> None:
+    tenant = make_tenant(two_workers.database_url)
+    with httpx.Client(base_url=two_workers.url, timeout=60) as api:
+        run = new_run(api, tenant, "two-workers")
+        before = Scrape(api.get("/metrics"))
+    url = f"/api/v1/runs/{run}/metrics"
+    batches = []
+    for i in range(BATCHES):
+        steps = list(range(i * STEPS_PER_BATCH, (i + 1) * STEPS_PER_BATCH))
+        batches.append(
+            {"steps": steps, "metrics": {"loss": [s / 10 for s in steps], "grad/norm": steps}}
+        )
+    resent = batches[::4]  # the same batches again, concurrently with the first sends
+    with fresh_connections(two_workers.url, **tenant.headers("ingest")) as api:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda body: api.post(url, json=body), batches + resent))
+    assert [a.status_code for a in answers] == [202] * len(answers), answers[0].text
+    workers = {a.headers["x-normwatch-worker"] for a in answers}
+    assert len(workers) == 2, workers
+    accepted = sum(a.json()["accepted"] for a in answers)
+
+    # Every step stored once: nothing lost, nothing doubled by the re-sends.
+    total = BATCHES * STEPS_PER_BATCH
+    with httpx.Client(base_url=two_workers.url, headers=tenant.headers("read")) as api:
+        r = api.get(
+            f"/api/v1/runs/{run}/series", params={"metric": ["loss", "grad/norm"], "points": total}
+        )
+        assert r.status_code == 200, r.text
+        series = {s["metric"]: s for s in r.json()["series"]}
+        assert series["loss"]["steps"] == list(range(total))
+        assert series["loss"]["values"] == [s / 10 for s in range(total)]
+        assert series["grad/norm"]["values"] == [float(s) for s in range(total)]
+
+    # Whichever worker answers the scrape, it counts the batches both workers took.
+    scrapes: list[Scrape] = []
+    deadline = time.monotonic() + 30
+    with fresh_connections(two_workers.url) as client:
+        while len({s.worker for s in scrapes}) < 2 or len(scrapes) < 6:
+            assert time.monotonic() < deadline, [s.worker for s in scrapes]
+            scrapes.append(Scrape(client.get("/metrics")))
+    ingest_2xx = {"route": INGEST_ROUTE, "method": "POST", "status": "2xx"}
+    for after in scrapes:
+        assert after.value("normwatch_worker_processes") == 2
+        assert after.value("normwatch_http_requests_in_flight") == 1  # the scrape itself
+        assert (
+            after.value("normwatch_ingest_points_total")
+            - before.value("normwatch_ingest_points_total")
+            == accepted
+        )
+        assert after.value("normwatch_ingest_batches_total", code="202") - before.value(
+            "normwatch_ingest_batches_total", code="202"
+        ) == len(answers)
+        assert after.value(f"{LATENCY}_count", **ingest_2xx) - before.value(
+            f"{LATENCY}_count", **ingest_2xx
+        ) == len(answers)
+        assert after.value("normwatch_db_pool_size") == 2 * 8  # a pool per worker
+
+
+def test_each_notification_is_sent_once_by_one_of_the_dispatchers(
+    two_workers: ServerProcess,
+) -> None:
+    receiver = Receiver(free_port())
+    receiver.start()
+    try:
+        tenant = make_tenant(two_workers.database_url)
+        with httpx.Client(base_url=two_workers.url, headers=tenant.headers(), timeout=30) as api:
+            rule = {
+                "name": "loss 5+",
+                "metric": "loss",
+                "condition": {"kind": "threshold", "op": ">=", "value": 5.0},
+                "channels": [{"type": "webhook", "url": receiver.url, "secret": "s"}],
+            }
+            assert api.post("/api/v1/alert-rules", json=rule).status_code == 201
+            run = new_run(api, tenant, "alerting")
+            crossing = {"steps": [1, 2, 3], "metrics": {"loss": [1.0, 9.0, 2.0]}}
+            r = api.post(f"/api/v1/runs/{run}/metrics", json=crossing)
+            assert r.status_code == 202, r.text
+        payloads = receiver.wait_for(2)
+        time.sleep(1.0)  # several dispatcher ticks on both workers
+        assert [(p["state"], p["step"]) for p in receiver.payloads()] == [
+            ("firing", 2),
+            ("resolved", 3),
+        ], payloads
+        with httpx.Client(base_url=two_workers.url, timeout=10) as client:
+            deadline = time.monotonic() + 10
+            while Scrape(client.get("/metrics")).value("normwatch_alert_notifications_pending"):
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+    finally:
+        receiver.stop()
+
+
+def test_values_of_an_earlier_run_are_cleared_at_start(tmp_path: Path) -> None:
+    """A PROMETHEUS_MULTIPROC_DIR given by the operator is emptied, not inherited.
+
+    One worker is enough: with the folder set, it keeps its values there too."""
+    url = create_scratch_pg("multiproc")
+    folder = tmp_path / "prometheus"
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(folder)}
+    try:
+        tenant = make_tenant(url)
+        first = start_server(url, tmp_path, **env)
+        try:
+            with httpx.Client(base_url=first.url, timeout=30) as api:
+                run = new_run(api, tenant)
+                batch = {"steps": [1], "metrics": {"loss": [1.0]}}
+                r = api.post(
+                    f"/api/v1/runs/{run}/metrics", json=batch, headers=tenant.headers("ingest")
+                )
+                assert r.status_code == 202
+                assert Scrape(api.get("/metrics")).value("normwatch_ingest_points_total") == 1
+        finally:
+            first.stop()
+        assert list(folder.glob("counter_*.db"))  # the operator's folder is kept
+        second = start_server(url, tmp_path, **env)
+        try:
+            scrape = Scrape(httpx.get(f"{second.url}/metrics", timeout=10))
+            assert scrape.value("normwatch_ingest_points_total") == 0
+        finally:
+            second.stop()
+    finally:
+        drop_scratch_pg(url)
