@@ -22,18 +22,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import chunks
 from .chunks import FANOUT, Points
-from .models import utcnow
+from .models import Compaction, Run, UtcDateTime, utcnow
+from .telemetry import Sample
 
 log = logging.getLogger("normwatch.compaction")
 
@@ -51,7 +52,8 @@ class Policy:
     """``float32`` (default, about 4 bytes a point) or ``float64`` (lossless)."""
     max_age_s: float = 300.0
     idle_s: float = 60.0
-    metrics_per_transaction: int = 200
+    metrics_per_transaction: int = 16
+    points_per_transaction: int = 100_000
     lease_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -108,38 +110,52 @@ class _Due:
 
 def due_runs(session: Session, policy: Policy, now: datetime) -> list[_Due]:
     """Runs with hot points that the policy says should be compacted now."""
-    conn = session.connection()
-    rows = conn.execute(
-        text(
-            "SELECT r.key, r.segment, r.last_step, r.last_seen, c.run_key, c.segment, "
-            "c.through, c.compacted_at, c.lease_until "
-            "FROM runs r LEFT JOIN compactions c ON c.run_key = r.key "
-            "WHERE r.last_step IS NOT NULL AND (c.run_key IS NULL OR c.segment <> r.segment "
-            "OR c.through IS NULL OR c.through < r.last_step OR c.compacted_at < r.last_seen)"
+    c = Compaction
+    rows = session.execute(
+        select(
+            Run.key,
+            Run.segment,
+            Run.last_step,
+            Run.last_seen,
+            c.run_key,
+            c.segment,
+            c.through,
+            c.compacted_at,
+            c.lease_until,
+        )
+        .outerjoin(c, c.run_key == Run.key)
+        .where(
+            Run.last_step.is_not(None),
+            or_(
+                c.run_key.is_(None),
+                c.segment != Run.segment,
+                c.through.is_(None),
+                c.through < Run.last_step,
+                c.compacted_at < Run.last_seen,
+            ),
         )
     ).all()
     due: list[_Due] = []
     fresh: list[int] = []
     for key, segment, last_step, last_seen, c_key, c_segment, through, at, lease in rows:
-        if lease is not None and _aware(lease) > now:
+        if last_step is None or (lease is not None and lease > now):
             continue
         if c_key is None:
             fresh.append(key)
             at = None
-        idle = (now - _aware(last_seen)).total_seconds() >= policy.idle_s
-        aged = at is not None and (now - _aware(at)).total_seconds() >= policy.max_age_s
+        idle = (now - last_seen).total_seconds() >= policy.idle_s
+        aged = at is not None and (now - at).total_seconds() >= policy.max_age_s
         far = last_step - (through if through is not None else -1) >= policy.chunk_points
         old = c_segment is not None and c_segment != segment
         if idle or aged or far or old:
             due.append(_Due(key, segment, int(last_step), old))
     if fresh:
         # First sight of a run starts its age clock; a run that is due is compacted now.
-        _ensure_rows(conn, fresh, now)
+        _ensure_rows(session.connection(), fresh, now)
     return due
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+_WHEN = (bindparam("now", type_=UtcDateTime()), bindparam("until", type_=UtcDateTime()))
 
 
 def _ensure_rows(conn: Connection, run_keys: Sequence[int], now: datetime) -> None:
@@ -148,7 +164,7 @@ def _ensure_rows(conn: Connection, run_keys: Sequence[int], now: datetime) -> No
             "INSERT INTO compactions (run_key, segment, through, compacted_at, lease_until) "
             "SELECT key, segment, NULL, :now, NULL FROM runs WHERE key = :rk "
             "ON CONFLICT (run_key) DO NOTHING"
-        ),
+        ).bindparams(_WHEN[0]),
         [{"rk": k, "now": now} for k in run_keys],
     )
 
@@ -161,7 +177,7 @@ def claim(session: Session, run_key: int, now: datetime, lease_s: float) -> bool
         text(
             "UPDATE compactions SET lease_until = :until WHERE run_key = :rk "
             "AND (lease_until IS NULL OR lease_until <= :now)"
-        ),
+        ).bindparams(*_WHEN),
         {"rk": run_key, "now": now, "until": now + timedelta(seconds=lease_s)},
     )
     return bool(claimed.rowcount)
@@ -190,12 +206,15 @@ def compact_pass(
                 for seg in _older_hot_segments(sessions, item.run_key, item.segment):
                     compact_run(sessions, policy, item.run_key, seg, NO_CUT, report)
             with sessions() as session, session.begin():
-                session.connection().execute(
-                    text(
-                        "UPDATE compactions SET segment = :seg, through = :cut, "
-                        "compacted_at = :at, lease_until = NULL WHERE run_key = :rk"
-                    ),
-                    {"seg": item.segment, "cut": item.cut, "at": utcnow(), "rk": item.run_key},
+                session.execute(
+                    update(Compaction)
+                    .where(Compaction.run_key == item.run_key)
+                    .values(
+                        segment=item.segment,
+                        through=item.cut,
+                        compacted_at=utcnow(),
+                        lease_until=None,
+                    )
                 )
         except Exception:
             report.errors += 1
@@ -233,19 +252,41 @@ def compact_run(
     cut: int,
     report: PassReport | None = None,
 ) -> PassReport:
-    """Compact the run's hot points of ``segment`` at or below ``cut``, a group at a time."""
+    """Compact the run's hot points of ``segment`` at or below ``cut``.
+
+    The work goes in transactions of a few metrics and a window of steps, about
+    :attr:`Policy.points_per_transaction` points each, so a large backlog (an import, a
+    run first seen after a long outage) never holds locks for long: on SQLite, ingest
+    waits for each transaction's write lock.
+    """
     report = report if report is not None else PassReport()
     with sessions() as session:
+        conn = session.connection()
         mids = [
             int(r[0])
-            for r in session.connection().execute(
+            for r in conn.execute(
                 text("SELECT id FROM metrics WHERE run_key = :rk ORDER BY id"), {"rk": run_key}
             )
         ]
-    step = policy.metrics_per_transaction
-    for i in range(0, len(mids), step):
-        with sessions() as session, session.begin():
-            compact_group(session, policy, run_key, segment, mids[i : i + step], cut, report)
+        lo, hi = conn.execute(
+            text("SELECT min(step), max(step) FROM points WHERE run_key = :rk AND segment = :seg"),
+            {"rk": run_key, "seg": segment},
+        ).one()
+    if lo is None:
+        return report
+    end = min(int(hi), cut)
+    per = policy.metrics_per_transaction
+    for i in range(0, len(mids), per):
+        group = mids[i : i + per]
+        chunks_per_window = policy.points_per_transaction // (len(group) * policy.chunk_points)
+        window = policy.chunk_points * max(1, chunks_per_window)
+        upper = int(lo) + window - 1
+        while True:
+            with sessions() as session, session.begin():
+                compact_group(session, policy, run_key, segment, group, min(upper, end), report)
+            if upper >= end:
+                break
+            upper += window
     return report
 
 
@@ -555,6 +596,47 @@ def _set_slot(
             f"slots; cannot fill slot {slot}"
         )
     row.changed = True
+
+
+# --- how far behind it is ---------------------------------------------------------------
+
+
+def lag_samples(session: Session) -> Iterator[Sample]:
+    """Compaction backlog gauges for ``/metrics``, read at scrape time."""
+    c = Compaction
+    pending = (
+        Run.last_step.is_not(None),
+        or_(c.run_key.is_(None), c.through.is_(None), c.through < Run.last_step),
+    )
+    count, oldest = session.execute(
+        select(func.count(), func.min(func.coalesce(c.compacted_at, Run.created_at)))
+        .select_from(Run)
+        .outerjoin(c, c.run_key == Run.key)
+        .where(*pending)
+    ).one()
+    age = 0.0 if oldest is None else max((utcnow() - oldest).total_seconds(), 0.0)
+    yield Sample(
+        "normwatch_compaction_pending_runs",
+        float(count),
+        "Runs with points not compacted yet.",
+    )
+    yield Sample(
+        "normwatch_compaction_lag_seconds",
+        age,
+        "Time since the least recently compacted run with pending points was last compacted.",
+    )
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        hot = conn.execute(
+            text("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'points'::regclass")
+        ).scalar_one()
+    else:
+        hot = conn.execute(text("SELECT count(*) FROM points")).scalar_one()
+    yield Sample(
+        "normwatch_hot_points",
+        float(hot),
+        "Points not compacted yet (an estimate on Postgres, from the planner's statistics).",
+    )
 
 
 # --- the background thread ---------------------------------------------------------------

@@ -73,3 +73,38 @@ def test_old_runs_can_be_dropped_whole(own: Sessions) -> None:
         ids = [r[0] for r in session.execute(text("SELECT id FROM runs"))]
         left = session.execute(text("SELECT count(*) FROM points")).scalar_one()
     assert ids == [recent] and left == 10
+
+
+def test_command_line_compacts_and_applies_retention(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    engine = build_engine(url)
+    upgrade(engine)
+    sessions = session_factory(engine)
+    run = new_run(sessions)
+    post(sessions, run, np.arange(10_000), g=np.ones(10_000))
+    env = {**os.environ, "NORMWATCH_DATABASE_URL": url}
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "normwatch", "db", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "compacted 10,000 points of 1 series in 1 runs" in cli("compact")
+    assert count_rows(sessions, run, "points") == 0
+    age(sessions, run, 10)
+    assert "1 run(s) would be affected (drop)" in cli(
+        "retention", "--days", "5", "--mode", "drop", "--dry-run"
+    )
+    assert "1 run(s) quiet for 5+ days thinned to summaries" in cli("retention", "--days", "5")
+    assert series(sessions, run, "g", points=10).total_points == 10_000
+    engine.dispose()
