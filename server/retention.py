@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import compaction
-from .models import utcnow
+from .models import UtcDateTime, utcnow
 
 log = logging.getLogger("normwatch.retention")
 
@@ -40,16 +40,28 @@ class Swept:
 
 
 def old_runs(session: Session, older_than: datetime, mode: Mode) -> list[int]:
-    """Runs last seen before ``older_than`` that the mode still has work on."""
-    if mode == "drop":
-        sql = "SELECT key FROM runs WHERE last_seen < :t ORDER BY key"
-    else:
-        sql = (
-            "SELECT r.key FROM runs r WHERE r.last_seen < :t AND ("
-            "EXISTS (SELECT 1 FROM chunks c WHERE c.run_key = r.key AND c.data IS NOT NULL) "
-            "OR EXISTS (SELECT 1 FROM points p WHERE p.run_key = r.key)) ORDER BY r.key"
+    """Runs last seen before ``older_than`` that the mode still has work on.
+
+    Each run's series rows are looked at on their own (``run_key = …``), so that on a
+    cluster sharded by run every statement stays on one shard.
+    """
+    conn = session.connection()
+    quiet = [
+        int(r[0])
+        for r in conn.execute(
+            text("SELECT key FROM runs WHERE last_seen < :t ORDER BY key").bindparams(
+                bindparam("t", type_=UtcDateTime())
+            ),
+            {"t": older_than},
         )
-    return [int(r[0]) for r in session.connection().execute(text(sql), {"t": older_than})]
+    ]
+    if mode == "drop":
+        return quiet
+    pending = text(
+        "SELECT EXISTS (SELECT 1 FROM chunks WHERE run_key = :k AND data IS NOT NULL) "
+        "OR EXISTS (SELECT 1 FROM points WHERE run_key = :k)"
+    )
+    return [k for k in quiet if conn.execute(pending, {"k": k}).scalar_one()]
 
 
 def sweep(
