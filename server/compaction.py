@@ -52,7 +52,7 @@ class Policy:
     """``float32`` (default, about 4 bytes a point) or ``float64`` (lossless)."""
     max_age_s: float = 300.0
     idle_s: float = 60.0
-    metrics_per_transaction: int = 16
+    metrics_per_transaction: int = 24
     points_per_transaction: int = 100_000
     lease_s: float = 300.0
 
@@ -305,10 +305,19 @@ def compact_group(
     if not hot:
         return
     states = _load_states(conn, run_key, segment, sorted(hot))
+    # Unfinished tail chunks grow with the new points: read them all in one go.
+    tails = {
+        mid: st.chunks - 1
+        for mid, st in states.items()
+        if st.chunks > 0 and st.tail_count < policy.chunk_points
+    }
+    tail_chunks = _load_tails(conn, run_key, segment, tails)
     works: list[_SeriesWork] = []
     for mid in sorted(hot):
         work = _SeriesWork(mid, states.get(mid, _State()))
-        _place(conn, policy, run_key, segment, work, hot[mid])
+        tail = tails.get(mid)
+        pre = {tail: tail_chunks[mid]} if tail is not None and mid in tail_chunks else None
+        _place(conn, policy, run_key, segment, work, hot[mid], pre)
         works.append(work)
         report.series += 1
         report.points += len(hot[mid])
@@ -466,13 +475,17 @@ def _place(
     segment: int,
     work: _SeriesWork,
     hot: Points,
+    preloaded: dict[int, Points] | None = None,
 ) -> None:
-    """Decide which chunks ``hot`` goes into; fills ``work.written`` and moves the state."""
+    """Decide which chunks ``hot`` goes into; fills ``work.written`` and moves the state.
+
+    ``preloaded`` holds chunks already read (the series' unfinished tail chunk, usually).
+    """
     state = work.state
     if len(hot) > 1 and not bool(np.all(np.diff(hot.steps) > 0)):
         steps, first = np.unique(hot.steps, return_index=True)
         hot = Points(steps, hot.values[first])
-    loaded: dict[int, Points] = {}
+    loaded: dict[int, Points] = dict(preloaded or {})
 
     def chunk(seq: int) -> Points | None:
         if seq not in loaded:
@@ -538,6 +551,31 @@ def _place(
         state.tail_count = len(piece)
         state.points += len(piece)
     state.through = last if state.through is None else max(state.through, last)
+
+
+def _load_tails(
+    conn: Connection, run_key: int, segment: int, tails: dict[int, int]
+) -> dict[int, Points]:
+    """The chunks ``{metric: seq}`` names that still hold their points, by metric."""
+    out: dict[int, Points] = {}
+    keys = sorted(tails.items())
+    for i in range(0, len(keys), 500):
+        part = keys[i : i + 500]
+        clause = " OR ".join(f"(metric_id = :m{j} AND seq = :q{j})" for j in range(len(part)))
+        params: dict[str, object] = {"rk": run_key, "seg": segment}
+        for j, (m, q) in enumerate(part):
+            params.update({f"m{j}": m, f"q{j}": q})
+        rows = conn.execute(
+            text(
+                "SELECT metric_id, data FROM chunks WHERE run_key = :rk AND segment = :seg "
+                f"AND ({clause})"
+            ),
+            params,
+        )
+        for mid, data in rows:
+            if data is not None:
+                out[int(mid)] = chunks.decode(bytes(data))
+    return out
 
 
 def _load_rollups(
