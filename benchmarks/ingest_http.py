@@ -1,44 +1,63 @@
-"""HTTP ingest throughput of a real server, against a raw binary COPY in the same run.
+"""HTTP ingest of a real server: sustained throughput against a raw binary COPY of the same
+rows measured in the same run, then request latency at half that load.
 
-What is measured: a real ``normwatch serve`` process (one uvicorn worker) on a scratch
-Postgres database that the script creates, migrates and drops. ``--senders`` threads, one
-run each, post columnar batches of 25 steps x ``--metrics`` metrics (the trainer client's
+What runs: a real ``normwatch serve`` process (one uvicorn worker; ``--workers N`` when
+given) on a scratch Postgres database that the script creates, migrates and drops.
+
+**Throughput.** ``--senders`` threads, one run each, post columnar batches of 25 steps x
+``--metrics`` metrics (50,000 points by default, the trainer client's largest batch, in its
 format: ``{"steps": [...], "metrics": {name: [values...]}}``, gzip level 1,
 ``Content-Encoding: gzip``) to ``POST /api/v1/runs/{id}/metrics`` back to back for
-``--seconds``. Every request body is built and compressed before the clock starts, so the
-senders only wait on the network. One untimed batch per run goes first (it creates the
-run's metric rows). Reported: accepted points/s, requests/s, request latency p50/p99,
-errors, and the CPU seconds used by the server process, by this process, and by the rest
-of the machine (mostly Postgres) during the timed phase.
+``--seconds``. Every body is built and compressed before the clock starts, so the senders
+only wait on the network. One untimed batch per run goes first (it creates the run's metric
+rows). Reported: accepted points/s, requests/s, latency, errors, and where the CPU went.
 
-Baseline: the same number of rows, in the same shape (one transaction per 25 x metrics
-rows), sent by one connection as binary ``COPY ... FROM STDIN`` into a bare table with the
-same columns and primary key as ``points``. The COPY stream is built with NumPy, so the
-client costs next to nothing and the number is roughly what this Postgres can take in.
-Ratio: HTTP points/s / COPY points/s.
+**Baseline.** Once the server has stopped, the same number of rows in the same shape (one
+transaction per batch) go into a bare table with the same columns and primary key as
+``points``, by one connection, as binary ``COPY ... FROM STDIN`` built with NumPy: roughly
+what this Postgres takes in when the client costs nothing. Ratio: HTTP points/s / COPY
+points/s.
 
-The client, the server and Postgres share the machine: on a small one the senders' and
+**Latency at half load.** ``--senders`` more threads, on runs of their own, post small
+batches as a live trainer does (``--latency-steps`` steps x ``--metrics`` metrics, gzip) on
+a fixed schedule whose total is half the measured throughput, for ``--latency-seconds``.
+A request that falls behind its schedule goes at once (and is counted late). Reported:
+offered and achieved points/s, latency p50/p95/p99/max.
+
+**Resources.** The server's resident memory (VmRSS of its process tree, ``/proc``) is
+sampled every 0.5 s through both phases: start, peak, end. CPU seconds of the server, of
+this process (the senders), of every Postgres process and of the rest of the machine are
+read before and after each phase; "other" is whatever else ran on the machine, so a run
+that shares it with unrelated work says so. From the CPU seconds of the server, the senders
+and Postgres, the CPU cost of a point follows, and with it an estimate of the rate the
+phase would reach with every core to itself (CPU-bound, no "other").
+
+The client, the server and Postgres share the machine: on a small one, the senders' and
 server's Python compete with Postgres for the same cores.
 
 Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``, by default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``, which must allow CREATE DATABASE)::
 
-    .venv/bin/python benchmarks/ingest_http.py                    # 20 s, 2 senders, 2000 metrics
-    .venv/bin/python benchmarks/ingest_http.py --quick            # 5 s, 500 metrics
-    .venv/bin/python benchmarks/ingest_http.py --seconds 60 --senders 4 --metrics 500
+    .venv/bin/python benchmarks/ingest_http.py --seconds 60        # acceptance (~3.5 min)
+    .venv/bin/python benchmarks/ingest_http.py                     # 20 s + 15 s (~1.5 min)
+    .venv/bin/python benchmarks/ingest_http.py --quick             # 5 s + 5 s, 500 metrics
+    .venv/bin/python benchmarks/ingest_http.py --senders 8 --latency-steps 1
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import math
 import os
 import struct
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -48,6 +67,9 @@ from _harness import (
     admin_dsn,
     make_ingest_token,
     percentile,
+    process_cpu_seconds,
+    process_tree,
+    rss_bytes,
     say,
     scratch_postgres,
     table,
@@ -56,9 +78,13 @@ from _harness import (
 from normwatch.testing import running_server
 
 STEPS_PER_BATCH = 25
-# Bodies are pre-built for a rate no server here reaches; a sender that runs out stops early.
-MAX_POINTS_PER_S = 1_500_000
+# Bodies are pre-built for a rate no server here reaches (per sender, with room for skew);
+# a sender that runs out stops early and the run says so.
+MAX_POINTS_PER_S = 600_000
 DISTINCT_VALUE_BLOCKS = 8
+RSS_EVERY_S = 0.5
+BUSY_BEFORE_NOTE = 0.15  # share of the machine busy before the run that earns a warning
+MB = 1024 * 1024
 BARE_TABLE = (
     "CREATE TABLE bare (run_key BIGINT NOT NULL, metric_id BIGINT NOT NULL, "
     "segment SMALLINT NOT NULL, step BIGINT NOT NULL, value DOUBLE PRECISION, "
@@ -79,17 +105,17 @@ def metric_names(count: int) -> list[str]:
 
 
 def build_bodies(
-    names: list[str], batches: int, rng: np.random.Generator
+    names: list[str], steps_per_batch: int, batches: int, rng: np.random.Generator
 ) -> tuple[list[bytes], int]:
     """``batches`` gzip bodies with consecutive steps; returns them and the raw JSON size."""
     blocks = []
     for _ in range(DISTINCT_VALUE_BLOCKS):
-        values = rng.lognormal(-1.0, 0.5, size=(len(names), STEPS_PER_BATCH))
+        values = rng.lognormal(-1.0, 0.5, size=(len(names), steps_per_batch))
         blocks.append(orjson.dumps(dict(zip(names, values.tolist(), strict=True))))
     bodies = []
     raw = 0
     for b in range(batches):
-        steps = list(range(b * STEPS_PER_BATCH, (b + 1) * STEPS_PER_BATCH))
+        steps = list(range(b * steps_per_batch, (b + 1) * steps_per_batch))
         doc = b'{"steps":' + orjson.dumps(steps) + b',"metrics":' + blocks[b % len(blocks)] + b"}"
         raw += len(doc)
         bodies.append(gzip.compress(doc, compresslevel=1, mtime=0))
@@ -105,16 +131,31 @@ class RejectedBatch(Exception):
 
 
 @dataclass
+class Clock:
+    """When the timed phase starts and ends; set once every sender is ready."""
+
+    start: float = 0.0
+    deadline: float = math.inf
+
+
+@dataclass
 class Sender:
-    """One thread posting one run's pre-built bodies until the deadline."""
+    """One thread posting one run's pre-built bodies until the deadline.
+
+    Back to back when ``interval`` is None; otherwise body ``i`` is due at
+    ``start + offset + i * interval``, and one that is due already goes at once.
+    """
 
     url: str
     token: str
     run_id: str
     bodies: list[bytes]
+    interval: float | None = None
+    offset: float = 0.0
     latencies: list[float] = field(default_factory=list)
     accepted: int = 0
     requests: int = 0
+    late: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     ran_out: bool = False
     finished: float = 0.0
@@ -130,7 +171,7 @@ class Sender:
         accepted: int = response.json()["accepted"]
         return accepted
 
-    def run(self, start: threading.Barrier, deadline: list[float]) -> None:
+    def run(self, start: threading.Barrier, clock: Clock) -> None:
         headers = {"Authorization": f"Bearer {self.token}"}
         try:
             with httpx.Client(base_url=self.url, headers=headers, timeout=120) as client:
@@ -140,8 +181,17 @@ class Sender:
                     start.abort()  # nobody waits forever for a sender that cannot start
                     raise
                 start.wait()
-                for body in self.bodies[1:]:
-                    if time.perf_counter() >= deadline[0]:
+                for i, body in enumerate(self.bodies[1:]):
+                    if self.interval is not None:
+                        due = clock.start + self.offset + i * self.interval
+                        if due >= clock.deadline:
+                            break
+                        wait = due - time.perf_counter()
+                        if wait > 0:
+                            time.sleep(wait)
+                        elif wait < -0.001:
+                            self.late += 1
+                    elif time.perf_counter() >= clock.deadline:
                         break
                     t0 = time.perf_counter()
                     try:
@@ -174,6 +224,162 @@ def machine_busy() -> tuple[float, float]:
     total = sum(fields[:8])  # guest time is already counted in user
     tick = os.sysconf("SC_CLK_TCK")
     return (total - idle) / tick, total / tick
+
+
+def postgres_cpu_seconds(conn: psycopg.Connection[Any]) -> dict[int, float]:
+    """CPU seconds so far of the Postgres processes working for this database: its
+    backends (but the one asking) and the shared ones (WAL writer, checkpointer...)."""
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE (datname = current_database() "
+        "OR datname IS NULL) AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return {pid: process_cpu_seconds(pid) for (pid,) in rows}
+
+
+@dataclass(frozen=True)
+class CpuMark:
+    """CPU seconds so far: the server's process tree, this process, Postgres, the machine."""
+
+    server: float
+    senders: float
+    postgres: dict[int, float]
+    busy: float
+    total: float
+
+    @classmethod
+    def take(cls, server_pid: int, conn: psycopg.Connection[Any]) -> CpuMark:
+        busy, total = machine_busy()
+        return cls(
+            server=sum(process_cpu_seconds(pid) for pid in process_tree(server_pid)),
+            senders=time.process_time(),
+            postgres=postgres_cpu_seconds(conn),
+            busy=busy,
+            total=total,
+        )
+
+    def until(self, later: CpuMark) -> dict[str, float]:
+        """Cores used between two marks, by whom ("other": the rest of the machine)."""
+        wall = (later.total - self.total) / (os.cpu_count() or 1)
+        used = {
+            "server": later.server - self.server,
+            "senders": later.senders - self.senders,
+            "postgres": sum(t - self.postgres.get(pid, 0.0) for pid, t in later.postgres.items()),
+        }
+        used["other"] = (later.busy - self.busy) - sum(used.values())
+        used["machine"] = later.busy - self.busy
+        return {k: v / wall for k, v in used.items()}
+
+
+def cpu_row(label: str, cores: dict[str, float], points_per_s: float) -> list[str]:
+    """Cores used by whom, CPU per point of the work measured, and the rate those costs
+    allow on a machine with nothing else to do (``other`` excluded)."""
+    ours = cores["server"] + cores["senders"] + cores["postgres"]
+    per_point = ours / max(points_per_s, 1e-9)
+    return (
+        [label]
+        + [f"{cores[k]:.2f}" for k in ("server", "senders", "postgres", "other", "machine")]
+        + [f"{per_point * 1e6:.2f}", f"{(os.cpu_count() or 1) / per_point:,.0f}"]
+    )
+
+
+class RssSampler:
+    """Samples the server's resident memory (its whole process tree) in the background."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.samples: list[tuple[float, str, int]] = []
+        self.phase = "idle"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def sample(self) -> int:
+        rss = sum(rss_bytes(pid) for pid in process_tree(self.pid))
+        self.samples.append((time.perf_counter(), self.phase, rss))
+        return rss
+
+    def _loop(self) -> None:
+        while not self._stop.wait(RSS_EVERY_S):
+            self.sample()
+
+    def row(self, phase: str | None) -> list[str]:
+        """``[phase, start, peak, end]`` in MB; the whole run when ``phase`` is None."""
+        values = [rss for _, p, rss in self.samples if phase is None or p == phase]
+        label = phase or "whole run"
+        if not values:
+            return [label, "-", "-", "-"]
+        return [label] + [f"{v / MB:,.0f}" for v in (values[0], max(values), values[-1])]
+
+
+def wait_with_progress(
+    threads: list[threading.Thread], senders: list[Sender], clock: Clock, label: str
+) -> None:
+    """Join the sender threads, saying how far they got every 2 s."""
+    tick = clock.start
+    while any(t.is_alive() for t in threads):
+        tick += 2.0
+        for t in threads:
+            t.join(timeout=max(0.0, tick - time.perf_counter()))
+        elapsed = time.perf_counter() - clock.start
+        done = sum(s.accepted for s in senders)
+        reqs = sum(s.requests for s in senders)
+        say(f"  {label} {elapsed:5.1f} s: {reqs:>5} requests, {done / elapsed:>10,.0f} points/s")
+
+
+def run_phase(
+    senders: list[Sender], seconds: float, on_start: Callable[[], None], label: str
+) -> Clock:
+    """Start one thread per sender; once all are ready, the clock runs for ``seconds``."""
+    clock = Clock()
+
+    def go() -> None:
+        on_start()
+        clock.start = time.perf_counter()
+        clock.deadline = clock.start + seconds
+
+    barrier = threading.Barrier(len(senders) + 1, action=go, timeout=300)
+    threads = [threading.Thread(target=s.run, args=(barrier, clock), daemon=True) for s in senders]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    wait_with_progress(threads, senders, clock, label)
+    return clock
+
+
+def create_runs(url: str, token: str, prefix: str, count: int) -> list[str]:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as api:
+        ids = []
+        for i in range(count):
+            response = api.post("/api/v1/runs", json={"name": f"{prefix}-{i}"}, timeout=30)
+            response.raise_for_status()
+            ids.append(response.json()["id"])
+        return ids
+
+
+def stored_points(database_url: str) -> int:
+    """Points held, hot or compacted, read in one snapshot."""
+    with psycopg.connect(admin_dsn(database_url)) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        hot = conn.execute("SELECT count(*) FROM points").fetchone()
+        compacted = conn.execute("SELECT coalesce(sum(points), 0) FROM series").fetchone()
+    return int(hot[0] if hot else 0) + int(compacted[0] if compacted else 0)
+
+
+def errors_of(senders: list[Sender]) -> dict[str, int]:
+    errors: dict[str, int] = {}
+    for s in senders:
+        for key, n in s.errors.items():
+            errors[key] = errors.get(key, 0) + n
+    return errors
 
 
 def copy_baseline(database_url: str, rows: int, metrics: int, rng: np.random.Generator) -> float:
@@ -227,130 +433,192 @@ def copy_baseline(database_url: str, rows: int, metrics: int, rng: np.random.Gen
     return total * rows / (batches * per_batch)
 
 
+def latency_cells(latencies_s: list[float]) -> list[str]:
+    ms = sorted(x * 1000 for x in latencies_s)
+    return [f"{percentile(ms, q):,.1f}" for q in (50, 95, 99)] + [f"{ms[-1]:,.1f}" if ms else "-"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--seconds", type=float, default=None, help="timed phase (20)")
-    parser.add_argument("--senders", type=int, default=2, help="concurrent runs (2)")
-    parser.add_argument("--metrics", type=int, default=None, help="metrics a batch (2000)")
-    parser.add_argument("--quick", action="store_true", help="5 s with 500 metrics")
+    parser.add_argument("--seconds", type=float, default=None, help="throughput phase (20)")
+    parser.add_argument("--senders", type=int, default=4, help="concurrent runs a phase (4)")
+    parser.add_argument("--metrics", type=int, default=None, help="metrics a step (2000)")
+    parser.add_argument(
+        "--latency-seconds", type=float, default=None, help="latency phase at half load (15)"
+    )
+    parser.add_argument(
+        "--latency-steps", type=int, default=2, help="steps a request in the latency phase (2)"
+    )
+    parser.add_argument("--workers", type=int, default=None, help="uvicorn workers (1)")
+    parser.add_argument("--quick", action="store_true", help="5 s + 5 s with 500 metrics")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
+    latency_seconds = args.latency_seconds or (5.0 if args.quick else 15.0)
     metrics = args.metrics or (500 if args.quick else 2000)
     senders = args.senders
     per_batch = STEPS_PER_BATCH * metrics
     rng = np.random.default_rng(args.seed)
-
-    batches = 2 + int(MAX_POINTS_PER_S * seconds / per_batch / senders)
-    say(
-        f"building {senders} x {batches} gzip bodies of {STEPS_PER_BATCH} steps x "
-        f"{metrics:,} metrics ({per_batch:,} points each)"
-    )
     names = metric_names(metrics)
-    built = [build_bodies(names, batches, rng) for _ in range(senders)]
-    wire = sum(len(b) for bodies, _ in built for b in bodies) // (senders * batches)
-    raw_json = built[0][1]
+
+    busy0, total0 = machine_busy()
+    time.sleep(1.0)
+    busy1, total1 = machine_busy()
+    busy_before = (busy1 - busy0) / max(1e-9, total1 - total0)
+    if busy_before > BUSY_BEFORE_NOTE:
+        say(f"WARNING: the machine is {100 * busy_before:.0f} % busy before the run")
+
+    # Every sender posts the same bodies to a run of its own: steps only repeat across runs.
+    batches = 2 + int(2 * MAX_POINTS_PER_S * seconds / per_batch / senders)
+    say(
+        f"building {batches} gzip bodies of {STEPS_PER_BATCH} steps x {metrics:,} metrics "
+        f"({per_batch:,} points each), shared by {senders} senders"
+    )
+    bodies, raw_json = build_bodies(names, STEPS_PER_BATCH, batches, rng)
+    wire = sum(len(b) for b in bodies) // len(bodies)
     say(f"  body: {raw_json / 1e6:.2f} MB JSON, {wire / 1e6:.2f} MB gzip")
 
     started = time.perf_counter()
     with (
         scratch_postgres("normwatch_bench_http") as url,
         tempfile.TemporaryDirectory(prefix="normwatch-bench-") as logs,
-        running_server(url, Path(logs)) as server,
     ):
-        token = make_ingest_token(url, "bench-http")
-        threads_state = []
-        with httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        ) as api:
-            for i, (bodies, _) in enumerate(built):
-                response = api.post("/api/v1/runs", json={"name": f"sender-{i}"})
-                response.raise_for_status()
-                threads_state.append(Sender(server.url, token, response.json()["id"], bodies))
-        built.clear()
+        extra = {} if args.workers is None else {"workers": args.workers}
+        with (
+            running_server(url, Path(logs), **extra) as server,
+            RssSampler(server.process.pid) as rss,
+            psycopg.connect(admin_dsn(url), autocommit=True) as watch,
+        ):
+            token = make_ingest_token(url, "bench-http")
+            pid = server.process.pid
 
-        barrier = threading.Barrier(senders + 1, timeout=300)
-        deadline = [float("inf")]
-        threads = [
-            threading.Thread(target=s.run, args=(barrier, deadline), daemon=True)
-            for s in threads_state
-        ]
-        for t in threads:
-            t.start()
-        barrier.wait()  # every run has its metric rows; the clock starts now
-        t0 = time.perf_counter()
-        deadline[0] = t0 + seconds
-        server_cpu0, client_cpu0 = cpu_seconds(server.process.pid), time.process_time()
-        busy0, total0 = machine_busy()
-        say(f"posting for {seconds:.0f} s with {senders} sender(s)")
-        tick = t0
-        while any(t.is_alive() for t in threads):
-            tick += 2.0
-            for t in threads:
-                t.join(timeout=max(0.0, tick - time.perf_counter()))
-            elapsed = time.perf_counter() - t0
-            done = sum(s.accepted for s in threads_state)
-            reqs = sum(s.requests for s in threads_state)
-            say(f"  {elapsed:5.1f} s: {reqs:>5} requests, {done / elapsed:>10,.0f} points/s")
-        elapsed = max(s.finished for s in threads_state) - t0
-        server_cpu = cpu_seconds(server.process.pid) - server_cpu0
-        client_cpu = time.process_time() - client_cpu0
-        busy1, total1 = machine_busy()
-        machine_cpu = busy1 - busy0
-        cores = os.cpu_count() or 1
-        others = machine_cpu - server_cpu - client_cpu
+            # --- throughput -------------------------------------------------------------
+            load = [
+                Sender(server.url, token, run_id, bodies)
+                for run_id in create_runs(server.url, token, "throughput", senders)
+            ]
+            marks: list[CpuMark] = []
 
-        accepted = sum(s.accepted for s in threads_state)
-        requests = sum(s.requests for s in threads_state)
-        errors: dict[str, int] = {}
-        for s in threads_state:
-            for key, n in s.errors.items():
-                errors[key] = errors.get(key, 0) + n
-        latencies = sorted(x * 1000 for s in threads_state for x in s.latencies)
-        ran_out = any(s.ran_out for s in threads_state)
-        with psycopg.connect(admin_dsn(url)) as conn:
-            row = conn.execute("SELECT count(*) FROM points").fetchone()
-        stored = 0 if row is None else int(row[0])
-        expected = accepted + senders * per_batch
+            def throughput_starts() -> None:
+                rss.phase = "throughput"
+                marks.append(CpuMark.take(pid, watch))
+
+            say(f"posting back to back for {seconds:.0f} s with {senders} senders")
+            clock = run_phase(load, seconds, throughput_starts, "throughput")
+            marks.append(CpuMark.take(pid, watch))
+            rss.phase = "after throughput"
+            elapsed = max(s.finished for s in load) - clock.start
+            accepted = sum(s.accepted for s in load)
+            http_pps = accepted / elapsed
+            bodies.clear()
+
+            # --- latency at half load -----------------------------------------------------
+            per_request = args.latency_steps * metrics
+            offered = http_pps / 2
+            interval = senders * per_request / offered
+            count = 3 + int(latency_seconds / interval)
+            small, _ = build_bodies(names, args.latency_steps, count, rng)
+            paced = [
+                Sender(server.url, token, run_id, small, interval, interval * i / senders)
+                for i, run_id in enumerate(create_runs(server.url, token, "latency", senders))
+            ]
+
+            def latency_starts() -> None:
+                rss.phase = "half load"
+                marks.append(CpuMark.take(pid, watch))
+
+            say(
+                f"half load: {offered:,.0f} points/s as {senders} senders x one "
+                f"{args.latency_steps}-step request every {interval * 1000:.0f} ms"
+            )
+            paced_clock = run_phase(paced, latency_seconds, latency_starts, "half load")
+            marks.append(CpuMark.take(pid, watch))
+            rss.phase = "end"
+            paced_elapsed = max(s.finished for s in paced) - paced_clock.start
+            paced_pps = sum(s.accepted for s in paced) / paced_elapsed
+        # The untimed first batch of every run is stored too.
+        expected = accepted + senders * per_batch + sum(s.accepted for s in paced)
+        expected += senders * per_request
+        stored = stored_points(url)
         if stored != expected:
-            say(f"WARNING: points holds {stored:,} rows, expected {expected:,}")
+            say(f"WARNING: {stored:,} points stored, {expected:,} accepted")
 
         say(f"COPY baseline: {accepted:,} rows in batches of {per_batch:,}")
-        copy_s = copy_baseline(url, max(accepted, per_batch), metrics, rng)
-    http_pps = accepted / elapsed
-    copy_pps = max(accepted, per_batch) / copy_s
+        rows = max(accepted, per_batch)
+        copy_pps = rows / copy_baseline(url, rows, metrics, rng)
 
-    say(f"\n## HTTP ingest, {senders} senders x {STEPS_PER_BATCH} steps x {metrics:,} metrics\n")
+    errors = errors_of(load)
+    paced_errors = errors_of(paced)
+    ran_out = any(s.ran_out for s in load + paced)
+    throughput = marks[0].until(marks[1])
+    half = marks[2].until(marks[3])
+    latencies = [x for s in load for x in s.latencies]
+    paced_latencies = [x for s in paced for x in s.latencies]
+    shape = f"{senders} senders x {STEPS_PER_BATCH} steps x {metrics:,} metrics"
+    say(f"\n## HTTP ingest, {shape}, {args.workers or 1} worker(s)\n")
     say(
         table(
-            ["measure", "value"],
+            ["throughput", "value"],
             [
                 ["timed phase (s)", f"{elapsed:.1f}"],
-                ["requests (req/s)", f"{requests:,} ({requests / elapsed:.1f})"],
+                ["requests (req/s)", f"{sum(s.requests for s in load):,}"],
                 ["body JSON / gzip (MB)", f"{raw_json / 1e6:.2f} / {wire / 1e6:.2f}"],
-                ["accepted points/s (HTTP)", f"{http_pps:,.0f}"],
-                [
-                    "latency p50 / p99 (ms)",
-                    f"{percentile(latencies, 50):,.0f} / {percentile(latencies, 99):,.0f}",
-                ],
+                ["**accepted points/s, HTTP**", f"**{http_pps:,.0f}**"],
+                ["points/s, binary COPY (1 connection)", f"{copy_pps:,.0f}"],
+                ["**ratio HTTP / COPY**", f"**{http_pps / copy_pps:.2f}**"],
+                ["latency p50 / p95 / p99 / max (ms)", " / ".join(latency_cells(latencies))],
                 ["errors", ", ".join(f"{k} x{n}" for k, n in errors.items()) or "0"],
-                [
-                    "CPU s: server / senders / rest (Postgres, other)",
-                    f"{server_cpu:.1f} / {client_cpu:.1f} / {others:.1f}",
-                ],
-                [
-                    "machine CPU busy",
-                    f"{100 * machine_cpu / (total1 - total0):.0f} % of {cores} cores",
-                ],
-                ["points/s (binary COPY, 1 connection)", f"{copy_pps:,.0f}"],
-                ["ratio HTTP / COPY", f"{http_pps / copy_pps:.2f}"],
             ],
         )
     )
+    say(
+        f"\n## Latency at half load, {senders} senders x {args.latency_steps} steps x "
+        f"{metrics:,} metrics a request\n"
+    )
+    say(
+        table(
+            ["half load", "value"],
+            [
+                ["points/s offered / achieved", f"{offered:,.0f} / {paced_pps:,.0f}"],
+                [
+                    "requests (late)",
+                    f"{sum(s.requests for s in paced):,} ({sum(s.late for s in paced):,})",
+                ],
+                ["latency p50 / p95 / p99 / max (ms)", " / ".join(latency_cells(paced_latencies))],
+                ["errors", ", ".join(f"{k} x{n}" for k, n in paced_errors.items()) or "0"],
+            ],
+        )
+    )
+    say("\n## CPU (cores used, of " + str(os.cpu_count()) + ")\n")
+    say(
+        table(
+            [
+                "phase",
+                "server",
+                "senders",
+                "Postgres",
+                "other",
+                "machine",
+                "CPU µs a point",
+                "points/s, idle machine (est.)",
+            ],
+            [cpu_row("throughput", throughput, http_pps), cpu_row("half load", half, paced_pps)],
+        )
+    )
+    say("\n## Server resident memory (MB)\n")
+    say(
+        table(
+            ["phase", "start", "peak", "end"],
+            [rss.row(p) for p in ("idle", "throughput", "after throughput", "half load")]
+            + [rss.row(None)],
+        )
+    )
+    if busy_before > BUSY_BEFORE_NOTE:
+        say(f"\nNOTE: the machine was {100 * busy_before:.0f} % busy before the run")
     if ran_out:
         say("NOTE: a sender used up its pre-built bodies before the deadline")
     say(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
-    return 1 if errors or ran_out else 0
+    return 1 if errors or paced_errors or ran_out else 0
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from itertools import chain
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +21,10 @@ import orjson
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 MAX_METRIC_NAME = 512
 INT64_MAX = 2**63 - 1
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_INT: frozenset[type] = frozenset({int})
+_FLOAT: frozenset[type] = frozenset({float})
+_NUMBER: frozenset[type] = frozenset({float, int})
 
 
 class BatchError(ValueError):
@@ -39,13 +46,41 @@ class MetricColumn:
 
 @dataclass(frozen=True)
 class MetricBatch:
+    """A validated batch as arrays: one row per metric, one column per step.
+
+    ``values[i, j]`` is metric ``names[i]`` at ``steps[j]``; where the trainer sent null,
+    ``logged[i, j]`` is False (and ``values[i, j]`` NaN). Steps are distinct but in the
+    order they were sent.
+    """
+
     steps: npt.NDArray[np.int64]
-    columns: list[MetricColumn]
+    names: list[str]
+    values: npt.NDArray[np.float64]
+    logged: npt.NDArray[np.bool_]
     segment: int | None
+
+    @cached_property
+    def all_logged(self) -> bool:
+        """Every metric has a value at every step (the usual trainer batch)."""
+        return bool(self.logged.all())
+
+    @cached_property
+    def columns(self) -> list[MetricColumn]:
+        """The batch metric by metric (row views, no copies)."""
+        return [
+            MetricColumn(name, self.values[i], self.logged[i]) for i, name in enumerate(self.names)
+        ]
+
+    @cached_property
+    def logged_names(self) -> list[str]:
+        """Names of the metrics logged at least once in the batch, in batch order."""
+        if self.all_logged:
+            return list(self.names)
+        return [self.names[i] for i in np.flatnonzero(self.logged.any(axis=1)).tolist()]
 
     @property
     def point_count(self) -> int:
-        return int(sum(int(c.logged.sum()) for c in self.columns))
+        return int(self.logged.sum())
 
 
 def loads(body: bytes) -> Any:
@@ -63,7 +98,7 @@ def parse_batch(doc: Any, *, max_points: int) -> MetricBatch:
     """Validate a decoded batch document and return it as arrays.
 
     Raises ``BatchError`` for a malformed batch and ``BatchTooLarge`` for one carrying
-    more than ``max_points`` values.
+    more than ``max_points`` values. Errors name the first bad field in document order.
     """
     if not isinstance(doc, dict):
         raise BatchError("body must be a JSON object with 'steps' and 'metrics'")
@@ -79,11 +114,11 @@ def parse_batch(doc: Any, *, max_points: int) -> MetricBatch:
             f"batch carries {len(steps) * len(metrics)} values, above the limit of {max_points}; "
             "send smaller batches"
         )
-    columns = [_parse_column(name, vals, len(steps)) for name, vals in metrics.items()]
+    names, values, logged = _parse_metrics(metrics, len(steps))
     segment = doc.get("segment")
     if segment is not None and (type(segment) is not int or segment < 1):
         raise BatchError(f"segment: must be a positive integer, got {segment!r}")
-    return MetricBatch(steps=steps, columns=columns, segment=segment)
+    return MetricBatch(steps=steps, names=names, values=values, logged=logged, segment=segment)
 
 
 class BatchTooLarge(BatchError):
@@ -93,13 +128,15 @@ class BatchTooLarge(BatchError):
 def _parse_steps(raw: Any) -> npt.NDArray[np.int64]:
     if not isinstance(raw, list):
         raise BatchError("steps: must be an array of integer steps")
-    for i, step in enumerate(raw):
-        if type(step) is not int:
-            raise BatchError(f"steps[{i}]: must be an integer, got {step!r}")
-        if step < 0 or step > INT64_MAX:
-            raise BatchError(f"steps[{i}]: must be between 0 and {INT64_MAX}, got {step}")
-    steps = np.array(raw, dtype=np.int64)
-    if len(steps) > 1:
+    steps: npt.NDArray[np.int64] | None = None
+    if set(map(type, raw)) <= _INT:
+        try:
+            steps = np.array(raw, dtype=np.int64)
+        except OverflowError:
+            pass  # past int64: named below
+    if steps is None or (len(steps) > 0 and int(steps.min()) < 0):
+        _reject_steps(raw)
+    if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
         order = np.argsort(steps, kind="stable")
         dup = np.flatnonzero(steps[order][1:] == steps[order][:-1])
         if len(dup):
@@ -108,24 +145,85 @@ def _parse_steps(raw: Any) -> npt.NDArray[np.int64]:
     return steps
 
 
-def _parse_column(name: Any, raw: Any, length: int) -> MetricColumn:
-    if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
-        raise BatchError(f"metrics: name {name!r} must be 1 to {MAX_METRIC_NAME} characters")
-    if any(ord(c) < 32 for c in name):
-        raise BatchError(f"metrics: name {name!r} contains a control character")
-    if not isinstance(raw, list):
-        raise BatchError(f"metrics[{name!r}]: must be an array of values")
-    if len(raw) != length:
-        raise BatchError(
-            f"metrics[{name!r}]: has {len(raw)} values but steps has {length}; "
-            "every array must have the length of steps"
-        )
-    kinds = set(map(type, raw))
-    if kinds <= {float, int} and int not in kinds:
-        values = np.array(raw, dtype=np.float64)
-        return MetricColumn(name, values, np.ones(length, dtype=np.bool_))
-    values = np.empty(length, dtype=np.float64)
-    logged = np.ones(length, dtype=np.bool_)
+def _reject_steps(raw: list[Any]) -> NoReturn:
+    """Raise naming the first step that is not an integer in ``[0, INT64_MAX]``."""
+    for i, step in enumerate(raw):
+        if type(step) is not int:
+            raise BatchError(f"steps[{i}]: must be an integer, got {step!r}")
+        if step < 0 or step > INT64_MAX:
+            raise BatchError(f"steps[{i}]: must be between 0 and {INT64_MAX}, got {step}")
+    raise BatchError(f"steps: must be integers between 0 and {INT64_MAX}")
+
+
+def _parse_metrics(
+    metrics: dict[Any, Any], length: int
+) -> tuple[list[str], npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Names, values and logged mask of every metric, checked in document order.
+
+    The usual batch (names within the limits, every column ``length`` plain floats) is
+    checked in bulk and converted in one pass. Otherwise columns are checked
+    one by one, plain-float ones still converted together at the end, the others value by
+    value, where a bad value is named.
+    """
+    names = list(metrics)
+    count = len(names)
+    rows = list(metrics.values())
+    if _all_plain(names, rows, length):
+        flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=count * length)
+        return names, flat.reshape(count, length), np.ones((count, length), dtype=np.bool_)
+    values = np.empty((count, length), dtype=np.float64)
+    logged = np.ones((count, length), dtype=np.bool_)
+    plain: list[int] = []
+    plain_rows: list[list[float]] = []
+    for i, (name, raw) in enumerate(metrics.items()):
+        if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
+            raise BatchError(f"metrics: name {name!r} must be 1 to {MAX_METRIC_NAME} characters")
+        if _CONTROL.search(name):
+            raise BatchError(f"metrics: name {name!r} contains a control character")
+        if not isinstance(raw, list):
+            raise BatchError(f"metrics[{name!r}]: must be an array of values")
+        if len(raw) != length:
+            raise BatchError(
+                f"metrics[{name!r}]: has {len(raw)} values but steps has {length}; "
+                "every array must have the length of steps"
+            )
+        kinds = set(map(type, raw))
+        if kinds <= _FLOAT:
+            plain.append(i)
+            plain_rows.append(raw)
+            continue
+        if kinds <= _NUMBER:
+            try:
+                values[i] = np.array(raw, dtype=np.float64)
+                continue
+            except OverflowError:
+                pass  # the loop below names the value
+        _parse_values(name, raw, values[i], logged[i])
+    if len(plain) == count:
+        values = np.array(plain_rows, dtype=np.float64).reshape(count, length)
+    elif plain:
+        values[plain] = np.array(plain_rows, dtype=np.float64).reshape(len(plain), length)
+    return names, values, logged
+
+
+def _all_plain(names: list[Any], rows: list[Any], length: int) -> bool:
+    """Every name a valid metric name and every column a list of ``length`` floats,
+    checked with a few passes in C (per-column checks cost more than the values for the
+    short columns of a live trainer's batches)."""
+    return (
+        all(type(name) is str for name in names)
+        and (not names or (min(map(len, names)) >= 1 and max(map(len, names)) <= MAX_METRIC_NAME))
+        and not _CONTROL.search("".join(names))
+        and all(type(raw) is list for raw in rows)
+        and all(len(raw) == length for raw in rows)
+        and set(map(type, chain.from_iterable(rows))) <= _FLOAT
+    )
+
+
+def _parse_values(
+    name: str, raw: list[Any], values: npt.NDArray[np.float64], logged: npt.NDArray[np.bool_]
+) -> None:
+    """One column value by value, into the given rows; raises naming the first bad value."""
     for i, v in enumerate(raw):
         kind = type(v)
         if kind is float:
@@ -145,4 +243,3 @@ def _parse_column(name: Any, raw: Any, length: int) -> MetricColumn:
                 f'metrics[{name!r}][{i}]: must be a number, null, "NaN", "Infinity" or '
                 f'"-Infinity", got {v!r}'
             )
-    return MetricColumn(name, values, logged)

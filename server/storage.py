@@ -1,23 +1,33 @@
 """All SQL lives here. The hot paths (points in, series out) bypass the ORM.
 
-Points go in as one array insert per batch on Postgres (``unnest`` of typed arrays,
-``ON CONFLICT DO NOTHING`` so a re-sent batch stores nothing twice) and as one
-``executemany`` on SQLite. NaN is stored as NULL on both, since SQLite cannot hold a
-NaN and "not logged" is never stored.
+Points go in on Postgres as one binary ``COPY`` per batch, built by NumPy
+(:mod:`.pgcopy`); a batch that overlaps stored points goes instead as one array insert
+(``unnest`` of typed arrays, ``ON CONFLICT DO NOTHING``), so a re-sent batch stores
+nothing twice. SQLite takes one ``executemany``. NaN is stored as NULL on both, since
+SQLite cannot hold a NaN and "not logged" is never stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import func, select, text, update
+import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+from sqlalchemy import Connection, func, select, text, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from . import pgcopy
 from .batch import MetricBatch
+from .metric_ids import MetricIdCache
 from .models import Event, Metric, Point, Run, Segment, utcnow
 
 
@@ -50,10 +60,26 @@ def lineage_of(segments: Sequence[tuple[int, int | None]]) -> Lineage:
     return Lineage(tuple(out))
 
 
-def resolve_metric_ids(session: Session, run_key: int, names: Sequence[str]) -> dict[str, int]:
-    """Ids for ``names`` in the run, creating the missing ones."""
+def resolve_metric_ids(
+    session: Session,
+    run_key: int,
+    names: Sequence[str],
+    *,
+    known: MetricIdCache | None = None,
+) -> dict[str, int]:
+    """Ids for ``names`` in the run, creating the missing ones.
+
+    Names that ``known`` holds cost no query. The cache is only read here: ids resolved
+    in this transaction enter it once the caller has committed (`MetricIdCache.remember`).
+    Missing names are created in sorted order, so that concurrent first batches of one
+    run insert them in the same order and wait for one another instead of deadlocking.
+    """
     if not names:
         return {}
+    ids, missing = known.lookup(run_key, names) if known is not None else ({}, list(names))
+    if not missing:
+        return ids
+    missing.sort()
     conn = session.connection()
     if conn.dialect.name == "postgresql":
         conn.execute(
@@ -61,107 +87,261 @@ def resolve_metric_ids(session: Session, run_key: int, names: Sequence[str]) -> 
                 "INSERT INTO metrics (run_key, name) SELECT :rk, unnest(CAST(:names AS text[])) "
                 "ON CONFLICT (run_key, name) DO NOTHING"
             ),
-            {"rk": run_key, "names": list(names)},
+            {"rk": run_key, "names": missing},
         )
         rows = conn.execute(
             text("SELECT name, id FROM metrics WHERE run_key = :rk AND name = ANY(:names)"),
-            {"rk": run_key, "names": list(names)},
+            {"rk": run_key, "names": missing},
         )
     else:
         conn.execute(
             text("INSERT OR IGNORE INTO metrics (run_key, name) VALUES (:rk, :name)"),
-            [{"rk": run_key, "name": n} for n in names],
+            [{"rk": run_key, "name": n} for n in missing],
         )
         rows = conn.execute(
             select(Metric.name, Metric.id).where(
-                Metric.run_key == run_key, Metric.name.in_(list(names))
+                Metric.run_key == run_key, Metric.name.in_(missing)
             )
         )
-    return {name: mid for name, mid in rows}
+    ids.update((name, mid) for name, mid in rows)
+    return ids
 
 
 def write_points(
     session: Session, run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
 ) -> int:
-    """Store a batch's logged values; returns how many points it carried."""
-    mids: list[npt.NDArray[np.int64]] = []
-    steps: list[npt.NDArray[np.int64]] = []
-    values: list[npt.NDArray[np.float64]] = []
-    for col in batch.columns:
-        mask = col.logged
-        n = int(mask.sum())
-        if n == 0:
-            continue
-        mids.append(np.full(n, metric_ids[col.name], dtype=np.int64))
-        steps.append(batch.steps[mask])
-        values.append(col.values[mask])
-    if not mids:
+    """Store a batch's logged values; returns how many points it carried.
+
+    Rows go in ordered by (metric id, step): concurrent batches of one run that overlap
+    then meet on their first common key, and the later one waits for the earlier instead
+    of the two deadlocking. On Postgres they go as one binary ``COPY`` inside a savepoint;
+    if any of them is stored already (a re-sent or overlapping batch), the savepoint is
+    rolled back and the batch goes again as ``INSERT ... ON CONFLICT DO NOTHING``, which
+    stores only the new ones.
+    """
+    mids, steps, values = _point_rows(batch, metric_ids)
+    if len(steps) == 0:
         return 0
-    mid_arr = np.concatenate(mids)
-    step_arr = np.concatenate(steps)
-    val_list: list[float | None] = np.concatenate(values).tolist()
-    val_list = [None if v != v else v for v in val_list]  # NaN → NULL
     conn = session.connection()
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(
-            "INSERT INTO points (run_key, metric_id, segment, step, value) "
-            "SELECT %(rk)s, m, %(seg)s, s, v FROM unnest("
-            "%(mids)s::bigint[], %(steps)s::bigint[], %(vals)s::float8[]) AS t(m, s, v) "
-            "ON CONFLICT DO NOTHING",
-            {
-                "rk": run_key,
-                "seg": segment,
-                "mids": mid_arr.tolist(),
-                "steps": step_arr.tolist(),
-                "vals": val_list,
-            },
-        )
+        if not _copy_points(conn, pgcopy.encode_points(run_key, segment, mids, steps, values)):
+            _insert_points_pg(conn, run_key, segment, mids, steps, values)
     else:
+        count = len(steps)
         conn.exec_driver_sql(
             "INSERT OR IGNORE INTO points (run_key, metric_id, segment, step, value) "
             "VALUES (?, ?, ?, ?, ?)",
             list(
                 zip(
-                    [run_key] * len(val_list),
-                    mid_arr.tolist(),
-                    [segment] * len(val_list),
-                    step_arr.tolist(),
-                    val_list,
+                    repeat(run_key, count),
+                    mids.tolist(),
+                    repeat(segment, count),
+                    steps.tolist(),
+                    _nan_to_none(values),
                     strict=True,
                 )
             ),
         )
-    return len(val_list)
+    return len(steps)
+
+
+def _point_rows(
+    batch: MetricBatch, metric_ids: dict[str, int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The batch's logged points as (metric id, step, value) arrays, by metric id then step."""
+    values, logged, names = batch.values, batch.logged, batch.names
+    if not batch.all_logged:
+        present = logged.any(axis=1)
+        if not present.all():
+            values, logged = values[present], logged[present]
+            names = [names[i] for i in np.flatnonzero(present).tolist()]
+    ids = np.fromiter((metric_ids[n] for n in names), dtype=np.int64, count=len(names))
+    by_id = np.argsort(ids, kind="stable")
+    by_step = np.argsort(batch.steps, kind="stable")
+    ids, steps = ids[by_id], batch.steps[by_step]
+    values = values[by_id][:, by_step]
+    if batch.all_logged:
+        return np.repeat(ids, len(steps)), np.tile(steps, len(ids)), values.ravel()
+    logged = logged[by_id][:, by_step]
+    rows, cols = np.nonzero(logged)
+    return ids[rows], steps[cols], values[rows, cols]
+
+
+def _copy_points(conn: Connection, payload: bytes) -> bool:
+    """``COPY`` a binary stream into ``points`` in a savepoint of the caller's transaction.
+
+    Returns False, with nothing stored and the transaction usable, when a row's key is
+    stored already.
+    """
+    with _driver(conn, pgcopy.COPY_POINTS) as driver, driver.cursor() as cursor:
+        cursor.execute("SAVEPOINT normwatch_copy_points")
+        try:
+            with cursor.copy(pgcopy.COPY_POINTS) as copy:
+                copy.write(payload)
+        except psycopg.errors.UniqueViolation:
+            cursor.execute("ROLLBACK TO SAVEPOINT normwatch_copy_points")
+            return False
+        cursor.execute("RELEASE SAVEPOINT normwatch_copy_points")
+    return True
+
+
+@contextmanager
+def _driver(conn: Connection, statement: str) -> Iterator[psycopg.Connection[Any]]:
+    """The psycopg connection under ``conn``, for what SQLAlchemy cannot send (``COPY``,
+    a statement that must not be prepared).
+
+    Its errors come out as SQLAlchemy's would (``OperationalError`` for a lost connection,
+    which is then invalidated), so callers and the app's error handlers see one kind.
+    """
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    try:
+        yield driver
+    except psycopg.Error as exc:
+        lost = driver.broken or driver.closed
+        if lost:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            statement, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc
+
+
+def _insert_points_pg(
+    conn: Connection,
+    run_key: int,
+    segment: int,
+    mids: npt.NDArray[np.int64],
+    steps: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+) -> None:
+    """The slow path of a batch that overlaps stored points: only the new ones are stored."""
+    statement = (
+        "INSERT INTO points (run_key, metric_id, segment, step, value) "
+        "SELECT %(rk)s, m, %(seg)s, s, v FROM unnest(%(mids)s, %(steps)s, %(vals)s) AS t(m, s, v) "
+        "ON CONFLICT DO NOTHING"
+    )
+    params = {
+        "rk": run_key,
+        "seg": segment,
+        "mids": _pg_array(mids),
+        "steps": _pg_array(steps),
+        "vals": _pg_array(values),
+    }
+    with _driver(conn, statement) as driver, _array_cursor(driver) as cursor:
+        cursor.execute(statement, params)
+
+
+class _Int8Array(bytes):
+    """A ``bigint[]`` parameter already in Postgres' binary array format."""
+
+
+class _Float8Array(bytes):
+    """A ``float8[]`` parameter already in Postgres' binary array format."""
+
+
+class _Int8ArrayDumper(Dumper):
+    format = Format.BINARY
+    oid = pgcopy.INT8_ARRAY_OID
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
+class _Float8ArrayDumper(_Int8ArrayDumper):
+    oid = pgcopy.FLOAT8_ARRAY_OID
+
+
+def _pg_array(values: npt.NDArray[np.int64] | npt.NDArray[np.float64]) -> bytes:
+    """An array parameter (NaN as NULL) for a cursor from `_array_cursor`: psycopg adapts
+    a list element by element in Python, hundreds of times slower for thousands of them."""
+    wrap = _Int8Array if values.dtype.kind == "i" else _Float8Array
+    return wrap(pgcopy.encode_array(values))
+
+
+def _array_cursor(driver: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A cursor that sends `_pg_array` parameters as they are."""
+    cursor = driver.cursor()
+    cursor.adapters.register_dumper(_Int8Array, _Int8ArrayDumper)
+    cursor.adapters.register_dumper(_Float8Array, _Float8ArrayDumper)
+    return cursor
+
+
+def _nan_to_none(values: npt.NDArray[np.float64]) -> list[float | None]:
+    """Values as Python floats, NaN as None (stored as NULL)."""
+    out: list[float | None] = values.tolist()
+    if np.isnan(values).any():
+        out = [None if v != v else v for v in out]
+    return out
 
 
 def update_latest(
     session: Session, run_key: int, batch: MetricBatch, metric_ids: dict[str, int]
 ) -> int | None:
-    """Move each metric's and the run's last step forward; returns the batch's last step."""
+    """Move each metric's and the run's last step forward; returns the batch's last step.
+
+    A metric's row only moves forward: a late batch of earlier steps leaves it alone. On
+    Postgres it is one statement for the whole batch, after taking the run's row lock:
+    concurrent batches of one run then update its metric rows one after the other, and
+    cannot deadlock on them whatever order the plan visits them in.
+    """
     if len(batch.steps) == 0:
         return None
-    order = np.argsort(batch.steps)
-    latest: list[dict[str, object]] = []
-    for col in batch.columns:
-        logged = np.flatnonzero(col.logged[order])
-        if len(logged) == 0:
-            continue
-        i = int(order[logged[-1]])
-        v = float(col.values[i])
-        latest.append(
-            {"mid": metric_ids[col.name], "step": int(batch.steps[i]), "val": None if v != v else v}
-        )
-    if latest:
-        # A fixed lock order: concurrent batches of one run must not deadlock on metric rows.
-        latest.sort(key=lambda row: row["mid"])  # type: ignore[arg-type,return-value]
-        session.connection().execute(
-            text(
-                "UPDATE metrics SET last_step = :step, last_value = :val "
-                "WHERE id = :mid AND (last_step IS NULL OR last_step <= :step)"
-            ),
-            latest,
+    ids, steps, values = _latest_rows(batch, metric_ids)
+    conn = session.connection()
+    if len(ids) > 0 and conn.dialect.name == "postgresql":
+        params = {
+            "rk": run_key,
+            "ids": _pg_array(ids),
+            "steps": _pg_array(steps),
+            "vals": _pg_array(values),
+        }
+        with _driver(conn, _UPDATE_LATEST) as driver, _array_cursor(driver) as cursor:
+            cursor.execute("SELECT 1 FROM runs WHERE key = %(rk)s FOR NO KEY UPDATE", params)
+            # Planned with the real arrays every time: a generic plan guesses a few rows
+            # where there are thousands, and may rescan the unnest once per metric.
+            cursor.execute(_UPDATE_LATEST, params, prepare=False)
+    elif len(ids) > 0:
+        conn.exec_driver_sql(
+            "UPDATE metrics SET last_step = ?, last_value = ? "
+            "WHERE id = ? AND (last_step IS NULL OR last_step <= ?)",
+            [
+                (step, value, mid, step)
+                for mid, step, value in zip(
+                    ids.tolist(), steps.tolist(), _nan_to_none(values), strict=True
+                )
+            ],
         )
     return int(batch.steps.max())
+
+
+_UPDATE_LATEST = (
+    "UPDATE metrics AS m SET last_step = u.step, last_value = u.value "
+    "FROM unnest(%(ids)s, %(steps)s, %(vals)s) AS u(id, step, value) "
+    "WHERE m.id = ANY(%(ids)s) AND m.id = u.id "
+    "AND (m.last_step IS NULL OR m.last_step <= u.step)"
+)
+
+
+def _latest_rows(
+    batch: MetricBatch, metric_ids: dict[str, int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Each logged metric's id, last logged step and its value, in id order."""
+    order = np.argsort(batch.steps, kind="stable")
+    rows = np.arange(len(batch.names))
+    if batch.all_logged:
+        last = np.full(len(rows), order[-1])
+    else:
+        logged = batch.logged[:, order]
+        # The last True of each row is the first True of the row reversed.
+        last = order[len(order) - 1 - np.argmax(logged[:, ::-1], axis=1)]
+        rows = np.flatnonzero(logged.any(axis=1))
+        last = last[rows]
+    ids = np.fromiter(
+        (metric_ids[batch.names[i]] for i in rows.tolist()), dtype=np.int64, count=len(rows)
+    )
+    steps, values = batch.steps[last], batch.values[rows, last]
+    by_id = np.argsort(ids, kind="stable")
+    return ids[by_id], steps[by_id], values[by_id]
 
 
 def forget_latest(session: Session, run_key: int) -> None:

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..auth import Principal
 from ..batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
+from ..metric_ids import metric_id_cache
 from ..schemas import Accepted, MetricOut, SeriesResponse
 from ..services import ingest, query
 from .body import read_limited_body
@@ -56,13 +57,15 @@ def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[
         raise HTTPException(400, str(exc)) from None
     except BatchError as exc:
         raise HTTPException(422, str(exc)) from None
+    known = metric_id_cache(request.app.state.engine)
     with request.app.state.sessions() as session:
         run, _ = owned_run(session, who, run_id)
         try:
-            result = ingest.ingest_batch(session, run, batch)
+            result = ingest.ingest_batch(session, run, batch, known=known)
         except BatchError as exc:
             raise HTTPException(422, str(exc)) from None
         session.commit()
+    known.remember(run.key, result.metric_ids)  # committed: safe to reuse from now on
     if result.notifications:
         request.app.state.dispatcher.wake()
     return result.points, result.segment

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
 from .. import storage
 from ..batch import BatchError, MetricBatch
+from ..metric_ids import MetricIdCache
 from ..models import Event, Run
 from ..schemas import EventCreate, EventOut
 from . import alerting
@@ -19,26 +20,30 @@ class Ingested:
     segment: int
     notifications: int
     """Alert notifications the batch made owed (delivered by the dispatcher)."""
+    metric_ids: dict[str, int] = field(default_factory=dict, compare=False)
+    """Ids of the batch's metrics, for the caller to `MetricIdCache.remember` once committed."""
 
 
-def ingest_batch(session: Session, run: Run, batch: MetricBatch) -> Ingested:
+def ingest_batch(
+    session: Session, run: Run, batch: MetricBatch, *, known: MetricIdCache | None = None
+) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
     The run row is updated before the rules run, so concurrent batches of one run are
-    evaluated one after the other (the row lock is held until commit).
+    evaluated one after the other (the row lock is held until commit). Metric ids found
+    in ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`).
     """
     segment = batch.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
-    names = [c.name for c in batch.columns if c.logged.any()]
-    metric_ids = storage.resolve_metric_ids(session, run.key, names)
+    metric_ids = storage.resolve_metric_ids(session, run.key, batch.logged_names, known=known)
     points = storage.write_points(session, run.key, segment, batch, metric_ids)
     last = None
     if segment == run.segment:
         last = storage.update_latest(session, run.key, batch, metric_ids)
     storage.touch_run(session, run.key, last, storage.now())
     owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids)
-    return Ingested(points, segment, owed)
+    return Ingested(points, segment, owed, metric_ids)
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:
