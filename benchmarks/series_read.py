@@ -1,19 +1,25 @@
-"""Series read and bulk load of one long metric, against the raw driver in the same run.
+"""Series read, bulk load, compaction and storage of one long metric, against the raw driver.
 
 What is measured, per backend (Postgres and/or SQLite, each in a scratch database that the
 script creates, migrates and removes):
 
 * **load**: ``--steps`` steps of one metric (a noisy decaying curve with one spike at a
-  random step) go in through the service path, ``parse_batch`` then ``ingest_batch``, in
-  chunks of 100k steps, one transaction each. Baseline: the same rows, in the same chunks,
-  into a bare table with the same columns and primary key, by ``COPY ... FROM STDIN`` with
-  ``write_row`` on Postgres and by ``executemany`` on SQLite. Ratio: load rate / baseline.
-* **at rest**: bytes per point of ``points`` (heap + primary-key index), from
-  ``pg_total_relation_size`` after ``VACUUM ANALYZE`` on Postgres, from the file size on
-  SQLite.
-* **read**: ``query.read_series(..., points=1000)`` over the full range and over 10k steps
-  centred on the spike (median of 7 after a warm-up), with the returned point counts and
-  whether the spike survived. Baseline: the raw driver running
+  random step) go into the hot ``points`` table in pieces of 100k steps, one transaction
+  each. Up to 1M steps they go through the service path, ``parse_batch`` then
+  ``ingest_batch``. Above that (or with ``--load direct``) they go straight into ``points``:
+  on Postgres as binary ``COPY`` streams built by NumPy (``pgcopy.encode_points``, what the
+  service itself sends), on SQLite by ``executemany``: the service path wants the series as
+  JSON-like Python lists first (about a gigabyte of objects at 10M steps) and then takes
+  35-55 s on a 2-core machine, which tells nothing the 1M run does not. Baseline: the same
+  rows, in the same pieces, into a bare table with the same columns and primary key, by
+  ``COPY ... FROM STDIN`` with ``write_row`` on Postgres and by ``executemany`` on SQLite.
+  Ratio: load rate / baseline.
+* **at rest, hot**: bytes per point of ``points`` (heap + primary-key index), from
+  ``pg_total_relation_size`` after ``VACUUM ANALYZE`` on Postgres, from the used pages of
+  the file on SQLite.
+* **read, hot**: ``query.read_series(..., points=1000)`` over the full range and over 10k
+  steps centred on the spike (median of ``--repeat``, 7, after a warm-up), with the
+  returned point counts and whether the spike survived. Baseline: the raw driver running
   ``SELECT step, value FROM points WHERE run_key=.. AND metric_id=.. ORDER BY step`` with
   ``fetchall`` over the same range. Ratio: read_series / raw fetch (above 1 = slower). The
   full-range read is also split into fetching rows into arrays and M4 in NumPy. The raw
@@ -21,27 +27,46 @@ script creates, migrates and removes):
   never restarted: without it neither database can walk the primary key in step order, and
   the baseline would pay a sort (or, on Postgres with one run, a sequential scan) that the
   service does not.
+* **compaction**: ``compaction.compact_everything`` with the default policy (4096-point
+  float32 chunks) moves every hot point into chunks and the summary pyramid; points/s.
+* **at rest, compacted**: on Postgres ``pg_total_relation_size`` (heap, indexes and TOAST)
+  of ``points`` + ``chunks`` + ``rollups`` + ``series`` per stored point, after a plain
+  ``VACUUM points`` (which gives the emptied hot table's heap back, as autovacuum would,
+  but not the pages of its primary-key index: those stay, free for the next hot points, so
+  the report also gives the chunks, rollups and series alone); on SQLite the file size per
+  point after ``PRAGMA wal_checkpoint(TRUNCATE)`` and ``VACUUM``. The bare baseline table
+  is dropped before either measurement.
+* **read, compacted**: the same two ``read_series`` calls, now served by the pyramid, with
+  the full-range read split into ``pyramid.extent``, ``pyramid.gather`` and M4.
+
+Every ``read_series`` result must hold the spike, as a real stored (step, value): the script
+stops with an ``AssertionError`` otherwise. ``read_series`` is timed alone, on an open
+connection with the run already loaded, ending each call's read transaction, as a request
+handler does after authentication.
 
 Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``, by default
-``postgresql+psycopg://postgres@127.0.0.1:5432/test``, which must allow CREATE DATABASE)::
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``, which must allow CREATE DATABASE;
+``flock`` keeps two benchmarks from sharing the machine)::
 
-    .venv/bin/python benchmarks/series_read.py                  # 1M steps, both backends
-    .venv/bin/python benchmarks/series_read.py --quick          # 100k steps, 3 repeats
+    flock /tmp/nw-bench.lock .venv/bin/python benchmarks/series_read.py            # 1M steps
+    flock /tmp/nw-bench.lock .venv/bin/python benchmarks/series_read.py --quick    # 100k steps
+    flock /tmp/nw-bench.lock .venv/bin/python benchmarks/series_read.py --steps 10000000 --repeat 5
     .venv/bin/python benchmarks/series_read.py --backend postgresql --steps 300000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from _harness import Timing, say, scratch_postgres, scratch_sqlite, table, timed
-from normwatch.server import storage
+from normwatch.server import compaction, pgcopy, pyramid, storage
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
@@ -49,11 +74,12 @@ from normwatch.server.m4 import m4_select
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
-from sqlalchemy import Engine
+from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 METRIC = "grad/norm/total"
 CHUNK = 100_000
+DIRECT_ABOVE = 1_000_000
 POINTS = 1000
 ZOOM = 10_000
 SPIKE = 50.0
@@ -63,18 +89,47 @@ BARE_TABLE = (
     "segment SMALLINT NOT NULL, step BIGINT NOT NULL, value DOUBLE PRECISION, "
     "PRIMARY KEY (run_key, metric_id, segment, step))"
 )
+COMPACTED_TABLES = ("points", "chunks", "rollups", "series")
+
+Read = tuple[Timing, int, bool | None]
 
 
 @dataclass
 class Result:
     backend: str
     steps: int
+    load_name: str = ""
     load_pps: float = 0.0
     baseline_name: str = ""
     baseline_pps: float = 0.0
     bytes_per_point: float = 0.0
     at_rest_detail: str = ""
-    reads: dict[str, tuple[Timing, int, bool | None]] = field(default_factory=dict)
+    reads: dict[str, Read] = field(default_factory=dict)
+    compact_s: float = 0.0
+    compact_cpu_s: float = 0.0
+    chunks_written: int = 0
+    compacted_bytes_per_point: float = 0.0
+    compacted_only_bytes_per_point: float = 0.0
+    compacted_detail: str = ""
+    compacted_reads: dict[str, Read] = field(default_factory=dict)
+    load_average: tuple[float, float] = (0.0, 0.0)
+    """The machine's 1-minute load average before and after the compacted reads."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the read, once compacted, is measured against."""
+
+    run_id: str
+    run_key: int
+    metric_id: int
+    steps: int
+    spike: int
+
+    @property
+    def zoom(self) -> tuple[int, int]:
+        lo = max(0, min(self.spike - ZOOM // 2, self.steps - ZOOM))
+        return lo, lo + ZOOM - 1
 
 
 def series_data(steps: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -88,6 +143,7 @@ def series_data(steps: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def chunks(steps: np.ndarray, values: np.ndarray) -> Iterator[tuple[list[int], list[float]]]:
+    """The series as Python lists, a piece at a time (built before each piece's clock starts)."""
     for lo in range(0, len(steps), CHUNK):
         yield steps[lo : lo + CHUNK].tolist(), values[lo : lo + CHUNK].tolist()
 
@@ -101,9 +157,9 @@ def create_run(factory: sessionmaker[Session]) -> str:
 
 
 def load_rows(
-    factory: sessionmaker[Session], run_id: str, data: list[tuple[list[int], list[float]]]
+    factory: sessionmaker[Session], run_id: str, data: Iterator[tuple[list[int], list[float]]]
 ) -> float:
-    """Seconds to store every chunk through ``parse_batch`` + ``ingest_batch``."""
+    """Seconds to store every piece through ``parse_batch`` + ``ingest_batch``."""
     total = 0.0
     done = 0
     for steps, values in data:
@@ -116,14 +172,49 @@ def load_rows(
             ingest.ingest_batch(session, found[0], batch)
         total += time.perf_counter() - t0
         done += len(steps)
-        say(f"  load (service): {done:>10,} points, {done / total:>10,.0f} points/s")
+        if done < 1_000_000 or done % 1_000_000 == 0:
+            say(f"  load (service): {done:>11,} points, {done / total:>10,.0f} points/s")
+    return total
+
+
+def load_direct(
+    engine: Engine, run_key: int, metric_id: int, steps: np.ndarray, values: np.ndarray
+) -> float:
+    """Seconds to put the points straight into ``points``, one commit a piece."""
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        total = 0.0
+        for lo in range(0, len(steps), CHUNK):
+            s, v = steps[lo : lo + CHUNK], values[lo : lo + CHUNK]
+            t0 = time.perf_counter()
+            if engine.dialect.name == "postgresql":
+                payload = pgcopy.encode_points(run_key, 1, np.full(len(s), metric_id), s, v)
+                with cur.copy(pgcopy.COPY_POINTS) as copy:
+                    copy.write(payload)
+            else:
+                cur.executemany(
+                    f"INSERT INTO points ({BARE_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (run_key, metric_id, 1, a, b)
+                        for a, b in zip(s.tolist(), v.tolist(), strict=True)
+                    ],
+                )
+            raw.commit()
+            total += time.perf_counter() - t0
+            done = lo + len(s)
+            if done % 1_000_000 == 0 or done == len(steps):
+                say(f"  load (direct): {done:>12,} points, {done / total:>10,.0f} points/s")
+        cur.close()
+    finally:
+        raw.close()
     return total
 
 
 def load_baseline(
-    engine: Engine, run_key: int, metric_id: int, data: list[tuple[list[int], list[float]]]
+    engine: Engine, run_key: int, metric_id: int, data: Iterator[tuple[list[int], list[float]]]
 ) -> float:
-    """Seconds to put the same rows into ``bare`` with the raw driver, one commit a chunk."""
+    """Seconds to put the same rows into ``bare`` with the raw driver, one commit a piece."""
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
@@ -145,7 +236,11 @@ def load_baseline(
             raw.commit()
             total += time.perf_counter() - t0
             done += len(steps)
-            say(f"  load (baseline): {done:>9,} points, {done / total:>10,.0f} points/s")
+            if done < 1_000_000 or done % 1_000_000 == 0:
+                say(f"  load (baseline): {done:>10,} points, {done / total:>10,.0f} points/s")
+        # The bare table only gives the load its yardstick: it must not count at rest.
+        cur.execute("DROP TABLE bare")
+        raw.commit()
         cur.close()
     finally:
         raw.close()
@@ -153,7 +248,7 @@ def load_baseline(
 
 
 def at_rest(engine: Engine, rows: int) -> tuple[float, str]:
-    """Bytes per stored point of ``points``, and how they split."""
+    """Bytes per stored point of the hot ``points`` table, and how they split."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -171,40 +266,106 @@ def at_rest(engine: Engine, rows: int) -> tuple[float, str]:
     return (pages - free) * size / rows, "whole file (rowid table + primary-key index)"
 
 
+def at_rest_compacted(engine: Engine, url: str, rows: int) -> tuple[float, float, str]:
+    """Bytes per stored point once compacted: every table that holds points, all included.
+
+    Also the same without ``points`` (the chunks, rollups and series alone), and how the
+    bytes split.
+    """
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("VACUUM points")
+            sizes: dict[str, tuple[int, int, int]] = {}
+            for name in COMPACTED_TABLES:
+                sizes[name] = conn.exec_driver_sql(
+                    f"SELECT pg_total_relation_size('{name}'), pg_relation_size('{name}'), "
+                    f"pg_indexes_size('{name}')"
+                ).one()
+            data, buckets = conn.exec_driver_sql(
+                "SELECT sum(octet_length(data)), sum(octet_length(buckets)) FROM chunks"
+            ).one()
+            rollup = conn.exec_driver_sql("SELECT sum(octet_length(buckets)) FROM rollups").one()
+        split = "; ".join(
+            f"{name} {total / rows:.2f} (heap {heap / rows:.2f}, index {index / rows:.2f}, "
+            f"TOAST {(total - heap - index) / rows:.2f})"
+            for name, (total, heap, index) in sizes.items()
+        )
+        blobs = (
+            f"blobs: chunk data {int(data or 0) / rows:.2f}, chunk buckets "
+            f"{int(buckets or 0) / rows:.2f}, rollup buckets {int(rollup[0] or 0) / rows:.3f}"
+        )
+        everything = sum(total for total, _, _ in sizes.values())
+        compacted = everything - sizes["points"][0]
+        return everything / rows, compacted / rows, f"B/point: {split}; {blobs}"
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.exec_driver_sql("VACUUM")
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    path = make_url(url).database
+    assert path is not None
+    size = os.path.getsize(path) / rows
+    return size, size, "whole file after VACUUM"
+
+
+def compact(factory: sessionmaker[Session], steps: int) -> tuple[float, float, int]:
+    """Seconds to compact every hot point with the default policy, and the chunks written.
+
+    Also the CPU seconds of this process: SQLite's work is among them, Postgres's is not.
+    """
+    say("  compacting (default policy: 4096-point float32 chunks)")
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    report = compaction.compact_everything(factory, compaction.Policy())
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if report.points != steps:
+        raise RuntimeError(f"compacted {report.points} points, expected {steps}")
+    say(f"  compacted {report.points:,} points in {seconds:.1f} s ({steps / seconds:,.0f}/s)")
+    return seconds, cpu, report.chunks_written
+
+
+def spike_check(target: Target, name: str, s: query.Series) -> bool:
+    """The spike is in the result as the stored point it is; stops the run otherwise."""
+    hit = np.flatnonzero(s.steps == target.spike)
+    if not (len(hit) == 1 and float(s.values[hit[0]]) == SPIKE):
+        raise AssertionError(f"{name}: the spike at step {target.spike:,} is missing")
+    return True
+
+
+def time_read_series(
+    engine: Engine, target: Target, repeat: int, suffix: str = ""
+) -> dict[str, Read]:
+    """``read_series`` full and zoomed, alone, on an open connection, one transaction a call."""
+    out: dict[str, Read] = {}
+    with engine.connect() as conn, Session(bind=conn) as session:
+        found = runs.get_run(session, target.run_id)
+        assert found is not None
+        run = found[0]
+        session.expunge(run)  # ending each read transaction must not expire it
+        session.rollback()
+        for label, (lo, hi) in (("full", (None, None)), ("zoom", target.zoom)):
+
+            def call(lo: int | None = lo, hi: int | None = hi) -> query.Series:
+                try:
+                    return query.read_series(
+                        session, run, [METRIC], start=lo, end=hi, points=POINTS
+                    )[0]
+                finally:
+                    session.rollback()
+
+            name = f"read_series {label}{suffix}"
+            say(f"  timing {name} ({repeat} runs + warm-up)")
+            timing, result = timed(call, repeat=repeat)
+            out[name] = (timing, len(result.steps), spike_check(target, name, result))
+    return out
+
+
 def measure_reads(
-    engine: Engine,
-    factory: sessionmaker[Session],
-    run_id: str,
-    run_key: int,
-    metric_id: int,
-    steps: int,
-    spike: int,
-    repeat: int,
-) -> dict[str, tuple[Timing, int, bool | None]]:
-    zoom_lo = max(0, min(spike - ZOOM // 2, steps - ZOOM))
-    zoom_hi = zoom_lo + ZOOM - 1
-
-    def series(start: int | None, end: int | None) -> Callable[[], query.Series]:
-        def call() -> query.Series:
-            with factory() as session:
-                found = runs.get_run(session, run_id)
-                assert found is not None
-                return query.read_series(
-                    session, found[0], [METRIC], start=start, end=end, points=POINTS
-                )[0]
-
-        return call
-
-    def survived(s: query.Series) -> bool:
-        hit = np.flatnonzero(s.steps == spike)
-        return len(hit) == 1 and float(s.values[hit[0]]) == SPIKE
-
-    out: dict[str, tuple[Timing, int, bool | None]] = {}
-    for label, lo, hi in (("full", None, None), ("zoom", zoom_lo, zoom_hi)):
-        name = f"read_series {label}"
-        say(f"  timing {name} ({repeat} runs + warm-up)")
-        timing, result = timed(series(lo, hi), repeat=repeat)
-        out[name] = (timing, len(result.steps), survived(result))
+    engine: Engine, factory: sessionmaker[Session], target: Target, repeat: int
+) -> dict[str, Read]:
+    """Reads of the hot table: ``read_series``, the raw driver, and where the time goes."""
+    zoom_lo, zoom_hi = target.zoom
+    out = time_read_series(engine, target, repeat)
 
     raw = engine.raw_connection()
     try:
@@ -216,7 +377,7 @@ def measure_reads(
         )
         for label, bounds in (("full", ()), ("zoom", (zoom_lo, zoom_hi))):
             text = sql + (f" AND step BETWEEN {mark} AND {mark}" if bounds else "")
-            params = (run_key, metric_id, 1, *bounds)
+            params = (target.run_key, target.metric_id, 1, *bounds)
 
             def fetch(text: str = text + " ORDER BY step", params: Any = params) -> Sequence[Any]:
                 cur.execute(text, params)
@@ -228,16 +389,19 @@ def measure_reads(
             say(f"  timing {name} ({repeat} runs + warm-up)")
             timing, rows = timed(fetch, repeat=repeat)
             out[name] = (timing, len(rows), None)
+            del rows
         cur.close()
     finally:
         raw.close()
 
     # Where the full-range read goes: rows into arrays, then M4.
     with factory() as session:
-        lineage = storage.lineage_of(storage.segments_of(session, run_key))
+        lineage = storage.lineage_of(storage.segments_of(session, target.run_key))
 
         def read_points() -> tuple[np.ndarray, np.ndarray]:
-            arrays = storage.read_points(session, run_key, metric_id, lineage, None, None)
+            arrays = storage.read_points(
+                session, target.run_key, target.metric_id, lineage, None, None
+            )
             session.rollback()
             return arrays
 
@@ -250,72 +414,155 @@ def measure_reads(
     return out
 
 
-def run_backend(backend: str, url: str, steps: int, repeat: int, seed: int) -> Result:
+def measure_compacted_reads(
+    engine: Engine, factory: sessionmaker[Session], target: Target, repeat: int
+) -> dict[str, Read]:
+    """Reads served by the pyramid: ``read_series``, split into extent, gather and M4."""
+    out = time_read_series(engine, target, repeat, " (compacted)")
+    with factory() as session:
+        lineage = storage.lineage_of(storage.segments_of(session, target.run_key))
+        session.rollback()
+
+        def extent() -> tuple[int, int]:
+            found = pyramid.extent(session, target.run_key, target.metric_id, lineage)
+            session.rollback()
+            assert found is not None
+            return found
+
+        say(f"  timing pyramid.extent ({repeat} runs + warm-up)")
+        timing, (lo, hi) = timed(extent, repeat=repeat)
+        out["  of which pyramid.extent"] = (timing, 2, None)
+        pixel = (hi - lo + 1) / POINTS
+
+        def gather() -> pyramid.Gathered:
+            got = pyramid.gather(
+                session, target.run_key, target.metric_id, lineage, None, None, pixel
+            )
+            session.rollback()
+            return got
+
+        say(f"  timing pyramid.gather full ({repeat} runs + warm-up)")
+        timing, got = timed(gather, repeat=repeat)
+        out["  of which pyramid.gather"] = (timing, len(got.points), None)
+        s, v = got.points.steps, got.points.values
+        say(f"  timing m4_select of the candidates ({repeat} runs + warm-up)")
+        timing, keep = timed(lambda: m4_select(s, v, POINTS, lo, hi), repeat=repeat)
+        out["  of which m4_select"] = (timing, len(keep), None)
+    return out
+
+
+def run_backend(backend: str, url: str, steps: int, repeat: int, seed: int, direct: bool) -> Result:
     result = Result(backend, steps)
     engine = build_engine(url, pool_size=2)
     factory = session_factory(engine)
     try:
         run_id = create_run(factory)
         x, values, spike = series_data(steps, seed)
-        data = list(chunks(x, values))
         say(f"[{backend}] {steps:,} steps of {METRIC!r}, spike at step {spike:,}")
-        load_s = load_rows(factory, run_id, data)
+        with session_scope(factory) as session:
+            run_key = session.query(Run).filter(Run.id == run_id).one().key
+            metric_id = storage.resolve_metric_ids(session, run_key, [METRIC])[METRIC]
+        if direct:
+            result.load_name = "COPY (binary, NumPy)" if backend == "postgresql" else "executemany"
+            load_s = load_direct(engine, run_key, metric_id, x, values)
+        else:
+            result.load_name = "service"
+            load_s = load_rows(factory, run_id, chunks(x, values))
         result.load_pps = steps / load_s
         with factory() as session:
-            run = session.query(Run).filter(Run.id == run_id).one()
-            run_key = run.key
-            metric_id = storage.metric_ids_by_name(session, run_key, [METRIC])[METRIC]
             stored = storage.point_count(session, run_key)
         if stored != steps:
             raise RuntimeError(f"stored {stored} points, expected {steps}")
         result.bytes_per_point, result.at_rest_detail = at_rest(engine, stored)
         say(f"  at rest: {result.bytes_per_point:.1f} bytes/point ({result.at_rest_detail})")
         result.baseline_name = "COPY write_row" if backend == "postgresql" else "executemany"
-        base_s = load_baseline(engine, run_key, metric_id, data)
+        base_s = load_baseline(engine, run_key, metric_id, chunks(x, values))
         result.baseline_pps = steps / base_s
-        if backend == "postgresql":
-            with engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                    "VACUUM ANALYZE bare"
-                )
-        result.reads = measure_reads(
-            engine, factory, run_id, run_key, metric_id, steps, spike, repeat
-        )
+        target = Target(run_id, run_key, metric_id, steps, spike)
+        result.reads = measure_reads(engine, factory, target, repeat)
+
+        result.compact_s, result.compact_cpu_s, result.chunks_written = compact(factory, steps)
+        (
+            result.compacted_bytes_per_point,
+            result.compacted_only_bytes_per_point,
+            result.compacted_detail,
+        ) = at_rest_compacted(engine, url, steps)
+        say(f"  at rest, compacted: {result.compacted_bytes_per_point:.2f} bytes/point")
+        say(f"    {result.compacted_detail}")
+        before = os.getloadavg()[0]
+        result.compacted_reads = measure_compacted_reads(engine, factory, target, repeat)
+        result.load_average = (before, os.getloadavg()[0])
     finally:
         engine.dispose()
     return result
 
 
+def _read_rows(reads: dict[str, Read]) -> list[list[str]]:
+    return [
+        [
+            name,
+            f"{timing.median_ms:,.1f}",
+            f"{timing.min_ms:,.1f}–{timing.max_ms:,.1f}",
+            f"{count:,}",
+            "" if spike is None else ("yes" if spike else "NO"),
+        ]
+        for name, (timing, count, spike) in reads.items()
+    ]
+
+
+def _ratio(reads: dict[str, Read], name: str, base: dict[str, Read], base_name: str) -> str:
+    return f"{reads[name][0].median_ms / base[base_name][0].median_ms:.3f}"
+
+
 def report(results: list[Result]) -> None:
     for r in results:
         say(f"\n## {r.backend}, {r.steps:,} steps, points={POINTS}\n")
-        rows = []
-        for name, (timing, count, spike) in r.reads.items():
-            rows.append(
-                [
-                    name,
-                    f"{timing.median_ms:,.1f}",
-                    f"{timing.min_ms:,.1f}–{timing.max_ms:,.1f}",
-                    f"{count:,}",
-                    "" if spike is None else ("yes" if spike else "NO"),
-                ]
-            )
-        say(table(["read", "median ms", "range ms", "points", "spike kept"], rows))
-        full = r.reads["read_series full"][0].median_ms / r.reads["raw fetch full"][0].median_ms
-        zoom = r.reads["read_series zoom"][0].median_ms / r.reads["raw fetch zoom"][0].median_ms
+        headers = ["read", "median ms", "range ms", "points", "spike kept"]
+        say(table(headers, _read_rows(r.reads) + _read_rows(r.compacted_reads)))
+        hot, packed = r.reads, r.compacted_reads
         say("")
         say(
             table(
                 ["measure", "value"],
                 [
-                    ["load, service (points/s)", f"{r.load_pps:,.0f}"],
-                    [f"load, {r.baseline_name} (points/s)", f"{r.baseline_pps:,.0f}"],
-                    ["load ratio service / baseline", f"{r.load_pps / r.baseline_pps:.2f}"],
-                    ["bytes per point at rest", f"{r.bytes_per_point:.1f} ({r.at_rest_detail})"],
-                    ["read ratio read_series / raw fetch, full", f"{full:.2f}"],
-                    ["read ratio read_series / raw fetch, zoom", f"{zoom:.2f}"],
+                    [f"load, {r.load_name} (points/s)", f"{r.load_pps:,.0f}"],
+                    [f"load, {r.baseline_name} into bare (points/s)", f"{r.baseline_pps:,.0f}"],
+                    ["load ratio / baseline", f"{r.load_pps / r.baseline_pps:.2f}"],
+                    ["bytes per point, hot", f"{r.bytes_per_point:.1f} ({r.at_rest_detail})"],
+                    [
+                        "read ratio read_series / raw fetch, full, hot",
+                        _ratio(hot, "read_series full", hot, "raw fetch full"),
+                    ],
+                    [
+                        "read ratio read_series / raw fetch, zoom, hot",
+                        _ratio(hot, "read_series zoom", hot, "raw fetch zoom"),
+                    ],
+                    ["compaction (points/s)", f"{r.steps / r.compact_s:,.0f}"],
+                    [
+                        "compaction: seconds, of which this process's CPU",
+                        f"{r.compact_s:.1f}, {r.compact_cpu_s:.1f}",
+                    ],
+                    ["chunks written", f"{r.chunks_written:,}"],
+                    ["bytes per point, compacted", f"{r.compacted_bytes_per_point:.2f}"],
+                    [
+                        "  of which chunks + rollups + series",
+                        f"{r.compacted_only_bytes_per_point:.2f}",
+                    ],
+                    [
+                        "read ratio read_series / raw fetch, full, compacted",
+                        _ratio(packed, "read_series full (compacted)", hot, "raw fetch full"),
+                    ],
+                    [
+                        "read ratio read_series / raw fetch, zoom, compacted",
+                        _ratio(packed, "read_series zoom (compacted)", hot, "raw fetch zoom"),
+                    ],
                 ],
             )
+        )
+        say(f"\nat rest, compacted: {r.compacted_detail}")
+        say(
+            f"1-minute load average around the compacted reads: {r.load_average[0]:.1f} → "
+            f"{r.load_average[1]:.1f} ({os.cpu_count()} CPUs; other work on the machine shows)"
         )
 
 
@@ -325,12 +572,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="default 1,000,000")
     parser.add_argument("--quick", action="store_true", help="100k steps, 3 timed repeats")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per read (7)")
+    parser.add_argument(
+        "--load",
+        choices=["auto", "service", "direct"],
+        default="auto",
+        help=f"how points reach the hot table (auto: the service up to {DIRECT_ABOVE:,} steps)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     steps = args.steps or (100_000 if args.quick else 1_000_000)
     repeat = args.repeat or (3 if args.quick else 7)
     if steps < ZOOM:
         parser.error(f"--steps must be at least {ZOOM}")
+    direct = args.load == "direct" or (args.load == "auto" and steps > DIRECT_ABOVE)
     backends = ["postgresql", "sqlite"] if args.backend == "both" else [args.backend]
     started = time.perf_counter()
     results = []
@@ -339,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
             scratch_postgres("normwatch_bench") if backend == "postgresql" else scratch_sqlite()
         )
         with scratch as url:
-            results.append(run_backend(backend, url, steps, repeat, args.seed))
+            results.append(run_backend(backend, url, steps, repeat, args.seed, direct))
     report(results)
     say(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
     return 0

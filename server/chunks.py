@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,8 @@ _F32, _F64 = 0, 1
 _STEPS_STRIDE, _STEPS_DELTA_ZLIB = 0, 1
 _RAW, _SHUFFLE_ZLIB = 0, 1
 _F32_MAX = float(np.finfo(np.float32).max)
+_POW10 = 10.0 ** np.arange(64, dtype=np.int64)  # float32 needs shifts 0..53 at most
+_UNSHUFFLE_BLOBS = 16
 
 
 class ChunkFormatError(ValueError):
@@ -98,8 +101,44 @@ def value_kind(values: FloatArray, precision: str) -> int:
 def stored_values(values: FloatArray, precision: str) -> FloatArray:
     """The values as a chunk will give them back (float32-rounded by default)."""
     if value_kind(values, precision) == _F32:
-        return values.astype(np.float32).astype(np.float64)
+        return readable(values.astype(np.float32))
     return values
+
+
+def readable(values: npt.NDArray[np.float32]) -> FloatArray:
+    """float32 values as the float64 of their shortest decimal: 15.37, not 15.369999885559082.
+
+    The result converts back to exactly the same float32, so nothing is lost; a value that
+    was logged as ``15.37`` reads back as ``15.37``. Values where the shortest search does not
+    land (extreme magnitudes) are widened as they are.
+    """
+    wide = values.astype(np.float64)
+    out = wide.copy()
+    todo = np.flatnonzero(np.isfinite(wide) & (wide != 0))
+    if not len(todo):
+        return out
+    v, target = wide[todo], values[todo]
+    mag = np.floor(np.log10(np.abs(v))).astype(np.int64)
+    for digits in range(1, 10):
+        shift = digits - 1 - mag
+        if bool((shift >= 0).all()):
+            # The usual case (values below 10**8), about half the work of the general one:
+            # one branch, a table of the powers np.power gives, and rint in place.
+            scale = _POW10[shift]
+            r = v * scale
+            np.rint(r, out=r)
+            r /= scale
+        else:
+            scale = 10.0 ** np.abs(shift)
+            r = np.where(shift >= 0, np.round(v * scale) / scale, np.round(v / scale) * scale)
+        ok = r.astype(np.float32) == target
+        if ok.any():
+            out[todo[ok]] = r[ok]
+            miss = ~ok
+            todo, mag, v, target = todo[miss], mag[miss], v[miss], target[miss]
+            if not len(todo):
+                break
+    return out
 
 
 def encode(points: Points, precision: str = "float32") -> bytes:
@@ -127,6 +166,19 @@ def encode(points: Points, precision: str = "float32") -> bytes:
 
 
 def decode(blob: bytes) -> Points:
+    """A chunk's points, float32 values in their :func:`readable` form."""
+    points, narrow = decode_raw(blob)
+    if narrow:
+        return Points(points.steps, readable(points.values.astype(np.float32)))
+    return points
+
+
+def decode_raw(blob: bytes) -> tuple[Points, bool]:
+    """A chunk's points as stored, and whether its values are float32.
+
+    Float32 values come back merely widened; pass the ones you keep through
+    :func:`readable` to get what :func:`decode` gives (much cheaper on a few of them).
+    """
     if len(blob) < _HEADER.size:
         raise ChunkFormatError("chunk shorter than its header")
     version, kind, step_codec, value_codec, n, first, stride, step_len = _HEADER.unpack_from(blob)
@@ -153,7 +205,7 @@ def decode(blob: bytes) -> Points:
     values = np.frombuffer(body, dtype="<f4" if width == 4 else "<f8").astype(np.float64)
     if len(values) != n:
         raise ChunkFormatError(f"chunk says {n} points but holds {len(values)} values")
-    return Points(steps, values)
+    return Points(steps, values), kind == _F32
 
 
 # --- bucket summaries -------------------------------------------------------------------
@@ -219,21 +271,73 @@ def decode_buckets(blob: bytes) -> npt.NDArray[np.void]:
     return np.frombuffer(_unshuffle(blob, BUCKET.itemsize), dtype=BUCKET)
 
 
+def decode_bucket_rows(
+    blobs: Sequence[bytes],
+) -> tuple[npt.NDArray[np.void], npt.NDArray[np.int64]]:
+    """The buckets of several summaries as one array, in order, and how many each held.
+
+    Equal to concatenating `decode_buckets` of each blob, but consecutive blobs of the same
+    length are unshuffled by one transpose, so a read that opens hundreds of summary rows
+    does not pay NumPy's per-call overhead hundreds of times. They go a few at a time
+    (:data:`_UNSHUFFLE_BLOBS`), which keeps the temporary copy small: a large fresh one
+    costs more in page faults than the transpose itself.
+    """
+    width = BUCKET.itemsize
+    raw = [zlib.decompress(blob) for blob in blobs]
+    sizes = np.fromiter((len(r) for r in raw), dtype=np.int64, count=len(raw))
+    if bool((sizes % width).any()):
+        raise ChunkFormatError(f"bucket summary not a whole number of {width}-byte buckets")
+    counts = sizes // width
+    out = np.empty(int(counts.sum()), dtype=BUCKET)
+    flat = out.view(np.uint8).reshape(len(out), width)
+    # Runs of blobs with the same bucket count (all but a series' last, usually), cut short.
+    cuts = np.flatnonzero(np.diff(counts)) + 1
+    bounds = sorted({*cuts.tolist(), *range(0, len(raw), _UNSHUFFLE_BLOBS), len(raw)})
+    pos = 0
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        n = int(counts[lo])
+        block = np.frombuffer(b"".join(raw[lo:hi]), dtype=np.uint8)
+        flat[pos : pos + (hi - lo) * n] = (
+            block.reshape(hi - lo, width, n).transpose(0, 2, 1).reshape(-1, width)
+        )
+        pos += (hi - lo) * n
+    return out, counts
+
+
 def bucket_points(buckets: npt.NDArray[np.void]) -> Points:
     """The real points that buckets name (first, last, min, max, first NaN), by step."""
-    parts_s = [buckets["first_step"], buckets["last_step"]]
-    parts_v = [buckets["first"], buckets["last"]]
-    for field in ("min", "max"):
-        have = buckets[f"{field}_step"] != NO_STEP
-        parts_s.append(buckets[f"{field}_step"][have])
-        parts_v.append(buckets[field][have])
-    have_nan = buckets["nan_step"] != NO_STEP
-    parts_s.append(buckets["nan_step"][have_nan])
-    parts_v.append(np.full(int(have_nan.sum()), np.nan))
-    steps = np.concatenate(parts_s).astype(np.int64)
-    values = np.concatenate(parts_v).astype(np.float64)
-    steps, first = np.unique(steps, return_index=True)
-    return Points(steps, values[first])
+    n = len(buckets)
+    # One row a bucket, its candidates in step order: first <= min, max, NaN <= last, so
+    # only the middle three need sorting (three compare-and-swaps); a missing one
+    # (NO_STEP) becomes a repeat of ``first`` and is dropped with the other repeats.
+    steps = np.empty((n, 5), dtype=np.int64)
+    values = np.empty((n, 5), dtype=np.float64)
+    for col, (step, value) in enumerate(
+        (("first_step", "first"), ("min_step", "min"), ("max_step", "max"), ("nan_step", ""))
+    ):
+        steps[:, col] = buckets[step]
+        values[:, col] = buckets[value] if value else np.nan
+        if col:
+            np.copyto(steps[:, col], steps[:, 0], where=steps[:, col] == NO_STEP)
+    steps[:, 4], values[:, 4] = buckets["last_step"], buckets["last"]
+    for i, j in ((1, 2), (2, 3), (1, 2)):
+        swap = steps[:, j] < steps[:, i]
+        if swap.any():
+            for arr in (steps, values):
+                held = arr[:, i].copy()
+                np.copyto(arr[:, i], arr[:, j], where=swap)
+                np.copyto(arr[:, j], held, where=swap)
+    flat_steps, flat_values = steps.ravel(), values.ravel()
+    if len(flat_steps):
+        keep = np.empty(len(flat_steps), dtype=np.bool_)
+        keep[0] = True
+        np.not_equal(flat_steps[1:], flat_steps[:-1], out=keep[1:])
+        flat_steps, flat_values = flat_steps[keep], flat_values[keep]
+    if len(flat_steps) < 2 or bool((flat_steps[1:] > flat_steps[:-1]).all()):
+        return Points(flat_steps, flat_values)
+    # Buckets out of order or overlapping: sort, keeping one point a step.
+    flat_steps, first_at = np.unique(flat_steps, return_index=True)
+    return Points(flat_steps, flat_values[first_at])
 
 
 def merge_points(old: Points, new: Points) -> Points:

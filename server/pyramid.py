@@ -12,15 +12,28 @@ M4 on the merged candidates then keeps each pixel's first, last, minimum and max
 would on every raw point: exactly, where buckets fall within pixels, and at worst choosing a
 pixel's extreme from a bucket that spans two neighbouring pixels. A spike is always some
 bucket's maximum, so it is never lost.
+
+A read costs two queries of the pyramid, whatever the number of rows it opens: one for the
+rollup rows of every level (a row's own first and last step and count say whether the
+walk will open it), one for the chunks (consecutive ones asked for as a range of ``seq``),
+with their data where their buckets are about a pixel wide or wider, or the chunk is cut
+by the range's edge, since those will be opened. Each level's rows are decoded and
+classified as one array, and the blobs come in the driver's binary format.
 """
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Connection, bindparam, text
+import psycopg
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from . import chunks, storage
@@ -28,6 +41,12 @@ from .chunks import FANOUT, Points
 from .compaction import LEVELS
 
 _EMPTY = Points(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+_I64 = np.iinfo(np.int64)
+_RUNS_PER_QUERY = 200
+_NAMED = re.compile(r"(?<!:):(\w+)")
+
+Buckets = npt.NDArray[np.void]
+SeqArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -45,27 +64,27 @@ def extent(
     session: Session, run_key: int, metric_id: int, lineage: storage.Lineage
 ) -> tuple[int, int] | None:
     """First and last stored step of the metric in the lineage (None when it has none)."""
-    conn = session.connection()
+    if not lineage.ranges:
+        return None
+    # One round trip: four scalar subqueries a segment, each a walk down a primary key.
+    params: dict[str, int] = {"rk": run_key, "mid": metric_id, "top": LEVELS}
+    columns: list[str] = []
+    for i, (seg, _, _) in enumerate(lineage.ranges):
+        params[f"s{i}"] = seg
+        key = f"run_key = :rk AND metric_id = :mid AND segment = :s{i}"
+        columns += [
+            f"(SELECT min(first_step) FROM rollups WHERE {key} AND level = :top)",
+            f"(SELECT max(last_step) FROM rollups WHERE {key} AND level = :top)",
+            f"(SELECT min(step) FROM points WHERE {key})",
+            f"(SELECT max(step) FROM points WHERE {key})",
+        ]
+    row = session.connection().execute(text("SELECT " + ", ".join(columns)), params).one()
     lo: int | None = None
     hi: int | None = None
-    for seg, seg_lo, seg_hi in lineage.ranges:
-        params = {"rk": run_key, "mid": metric_id, "seg": seg}
-        row = conn.execute(
-            text(
-                "SELECT min(first_step), max(last_step) FROM rollups WHERE run_key = :rk "
-                "AND metric_id = :mid AND segment = :seg AND level = :top"
-            ),
-            {**params, "top": LEVELS},
-        ).one()
-        hot = conn.execute(
-            text(
-                "SELECT min(step), max(step) FROM points WHERE run_key = :rk "
-                "AND metric_id = :mid AND segment = :seg"
-            ),
-            params,
-        ).one()
-        firsts = [v for v in (row[0], hot[0]) if v is not None]
-        lasts = [v for v in (row[1], hot[1]) if v is not None]
+    for i, (_, seg_lo, seg_hi) in enumerate(lineage.ranges):
+        top_first, top_last, hot_first, hot_last = row[4 * i : 4 * i + 4]
+        firsts = [int(v) for v in (top_first, hot_first) if v is not None]
+        lasts = [int(v) for v in (top_last, hot_last) if v is not None]
         if not firsts:
             continue
         first, last = min(firsts), max(lasts)
@@ -99,17 +118,13 @@ def gather(
     total = 0
     summarized = False
     for seg, seg_lo, seg_hi in lineage.ranges:
-        a = max(x for x in (start, seg_lo, np.iinfo(np.int64).min) if x is not None)
-        b = min(
-            x
-            for x in (end, None if seg_hi is None else seg_hi - 1, np.iinfo(np.int64).max)
-            if x is not None
-        )
+        a = max(x for x in (start, seg_lo, _I64.min) if x is not None)
+        b = min(x for x in (end, None if seg_hi is None else seg_hi - 1, _I64.max) if x is not None)
         if a > b:
             continue
         walk = _Walk(conn, run_key, metric_id, seg, int(a), int(b), pixel_steps)
         walk.run()
-        parts.extend(walk.parts)
+        parts.append(walk.points())
         total += walk.total
         summarized = summarized or walk.summarized
         hs, hv = storage.read_points(
@@ -123,11 +138,7 @@ def gather(
         dup = np.isin(hot.steps, compacted.steps, assume_unique=True)
         hot = hot.take(~dup)
     total += len(hot)
-    merged = _concat([compacted, hot])
-    if len(merged) > 1:
-        steps, first = np.unique(merged.steps, return_index=True)
-        merged = Points(steps, merged.values[first])
-    return Gathered(merged, total, summarized)
+    return Gathered(_ascending([compacted, hot]), total, summarized)
 
 
 def read_all(
@@ -153,6 +164,83 @@ def _concat(parts: list[Points]) -> Points:
     )
 
 
+def _ascending(parts: list[Points]) -> Points:
+    """The union by step of ``parts``, ascending; where a step repeats, the earlier part wins.
+
+    Parts that are each ascending and do not interleave (the pieces of a read) are only
+    put in order and joined; anything else is sorted.
+    """
+    parts = [p for p in parts if len(p)]
+    merged = _concat(sorted(parts, key=lambda p: int(p.steps[0])))
+    steps = merged.steps
+    if len(steps) < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return merged
+    merged = _concat(parts)
+    steps, first = np.unique(merged.steps, return_index=True)
+    return Points(steps, merged.values[first])
+
+
+def _fetch(conn: Connection, sql: str, params: Mapping[str, float]) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` (``:name`` parameters), through the driver itself on Postgres.
+
+    There they come in binary format, so summary and chunk blobs arrive as stored rather
+    than as hex text: a zoomed-out read fetches a few hundred kilobytes of them, and the
+    hex costs the server and the client about three times as long as the bytes. Errors come
+    out as SQLAlchemy's would (``OperationalError`` for a lost connection, then invalidated).
+    """
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        return [tuple(r) for r in conn.execute(text(sql), params)]
+    try:
+        with driver.cursor(binary=True) as cursor:
+            cursor.execute(_pyformat(sql), params)
+            return cursor.fetchall()
+    except psycopg.Error as exc:
+        lost = driver.broken or driver.closed
+        if lost:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc
+
+
+@functools.lru_cache(maxsize=256)
+def _pyformat(sql: str) -> str:
+    """``:name`` parameters as psycopg's ``%(name)s``."""
+    return _NAMED.sub(r"%(\1)s", sql)
+
+
+def _running_total(counts: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """0 and the running sums of ``counts``: where each row's items start, then the total."""
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _seq_runs(seqs: SeqArray) -> list[tuple[int, int]]:
+    """Ascending ``seqs`` as inclusive ranges of consecutive numbers."""
+    cut = np.flatnonzero(np.diff(seqs) != 1)
+    lows = np.concatenate((seqs[:1], seqs[cut + 1]))
+    highs = np.concatenate((seqs[cut], seqs[-1:]))
+    return list(zip(lows.tolist(), highs.tolist(), strict=True))
+
+
+def _unpack(rows: list[tuple[int, bytes]]) -> tuple[Buckets, npt.NDArray[np.int64]]:
+    """Rows' buckets as one array, and where each row's start in it (then their total)."""
+    if not rows:
+        return np.zeros(0, dtype=chunks.BUCKET), np.zeros(1, dtype=np.int64)
+    buckets, counts = chunks.decode_bucket_rows([blob for _, blob in rows])
+    return buckets, _running_total(counts)
+
+
+def _children(rows: list[tuple[int, bytes]], offsets: npt.NDArray[np.int64]) -> SeqArray:
+    """Each bucket's number one level down: its row's ``seq`` · 64 + its slot in the row."""
+    counts = np.diff(offsets)
+    row = np.repeat(np.arange(len(rows)), counts)
+    seqs = np.fromiter((seq for seq, _ in rows), dtype=np.int64, count=len(rows))
+    return seqs[row] * FANOUT + np.arange(offsets[-1], dtype=np.int64) - offsets[row]
+
+
 class _Walk:
     """One segment's part of a read: the pyramid from the top level down to chunk data."""
 
@@ -162,13 +250,12 @@ class _Walk:
         self.conn = conn
         self.key = {"rk": run_key, "mid": metric_id, "seg": segment}
         self.a, self.b, self.w = a, b, w
+        self.used: list[Buckets] = []
         self.parts: list[Points] = []
         self.total = 0
         self.summarized = False
 
-    def _classify(
-        self, buckets: npt.NDArray[np.void]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    def _classify(self, buckets: Buckets) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
         """Which buckets to use whole (summary) and which to open."""
         first, last = buckets["first_step"], buckets["last_step"]
         overlap = (last >= self.a) & (first <= self.b)
@@ -177,89 +264,134 @@ class _Walk:
         use = overlap & inside & narrow
         return use, overlap & ~use
 
-    def _emit(self, buckets: npt.NDArray[np.void]) -> None:
+    def _use(self, buckets: Buckets, use: npt.NDArray[np.bool_]) -> None:
+        """Keep ``buckets[use]`` as summaries (all of them, uncopied, in a zoomed-out read)."""
+        if not use.all():
+            buckets = buckets[use]
         if len(buckets):
-            self.parts.append(chunks.bucket_points(buckets))
-            self.total += int(buckets["count"].sum())
-            if bool((buckets["count"] > 1).any()):
+            self.used.append(buckets)
+            counts = buckets["count"]
+            self.total += int(counts.sum())
+            if bool((counts > 1).any()):
                 self.summarized = True
+
+    def points(self) -> Points:
+        """What the walk found, ascending by step."""
+        # Each level's summaries are in step order, and so are the opened chunks' points.
+        return _ascending([chunks.bucket_points(b) for b in self.used] + self.parts)
 
     def run(self) -> None:
-        # Rollup levels, top down: each bucket of a level-L row is one level-(L-1) unit.
-        rows: list[tuple[int, bytes]] = [
-            (int(seq), bytes(blob))
-            for seq, blob in self.conn.execute(
-                text(
-                    "SELECT seq, buckets FROM rollups WHERE run_key = :rk AND metric_id = :mid "
-                    "AND segment = :seg AND level = :level AND last_step >= :a "
-                    "AND first_step <= :b ORDER BY seq"
-                ),
-                {**self.key, "level": LEVELS, "a": self.a, "b": self.b},
-            )
-        ]
+        # Every rollup row the walk can need, in one query: the top level's rows in the
+        # range, and a lower level's rows whose own bucket one level up will be opened.
+        # That bucket's first and last step and count are the row's own columns, and a
+        # bucket that is opened has every bucket above it opened too (it is cut by the
+        # range's edge or a pixel wide, and so is every bucket that holds it).
+        fetched: dict[int, dict[int, bytes]] = {}
+        for level, seq, blob in _fetch(
+            self.conn,
+            "SELECT level, seq, buckets FROM rollups WHERE run_key = :rk AND metric_id = :mid "
+            "AND segment = :seg AND last_step >= :a AND first_step <= :b AND (level = :top "
+            "OR NOT (first_step >= :a AND last_step <= :b AND (last_step - first_step < :w "
+            "OR count = 1))) ORDER BY level DESC, seq",
+            {**self.key, "top": LEVELS, "a": self.a, "b": self.b, "w": self.w},
+        ):
+            fetched.setdefault(int(level), {})[int(seq)] = bytes(blob)
+        rows = list(fetched.get(LEVELS, {}).items())
         for level in range(LEVELS, 0, -1):
-            children: list[int] = []
-            for seq, blob in rows:
-                buckets = chunks.decode_buckets(blob)
-                use, open_ = self._classify(buckets)
-                self._emit(buckets[use])
-                children.extend((seq * FANOUT + np.flatnonzero(open_)).tolist())
-            if not children:
+            # Each bucket of a level-L row is one level-(L-1) unit.
+            buckets, offsets = _unpack(rows)
+            use, open_ = self._classify(buckets)
+            self._use(buckets, use)
+            if not open_.any():
                 return
-            if level > 1:
-                rows = self._rows(
+            children = _children(rows, offsets)[open_]
+            if level == 1:
+                self._chunks(children, buckets[open_])
+                return
+            have = fetched.get(level - 1, {})
+            rows = [(seq, have[seq]) for seq in children.tolist() if seq in have]
+            if len(rows) < len(children):  # not expected; the rows' columns disagree
+                missing = np.array([s for s in children.tolist() if s not in have], np.int64)
+                rows += self._blobs(
                     "SELECT seq, buckets FROM rollups WHERE run_key = :rk AND metric_id = :mid "
-                    "AND segment = :seg AND level = :level AND seq IN :seqs ORDER BY seq",
-                    children,
+                    "AND segment = :seg AND level = :level",
+                    missing,
                     level=level - 1,
                 )
-        self._chunks(children)
+                rows.sort()
 
-    def _rows(self, sql: str, seqs: list[int], **extra: int) -> list[tuple[int, bytes]]:
-        stmt = text(sql).bindparams(bindparam("seqs", expanding=True))
-        out: list[tuple[int, bytes]] = []
-        for i in range(0, len(seqs), 2000):
-            out.extend(
-                (int(s), bytes(b))
-                for s, b in self.conn.execute(
-                    stmt, {**self.key, **extra, "seqs": seqs[i : i + 2000]}
-                )
-            )
+    def _rows(self, sql: str, seqs: SeqArray, **extra: int) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` numbered ``seqs``, ascending by ``seq``.
+
+        Consecutive numbers go as one ``BETWEEN``, so a level costs one query however many
+        rows it opens.
+        """
+        runs = _seq_runs(np.sort(seqs))
+        out: list[tuple[Any, ...]] = []
+        for i in range(0, len(runs), _RUNS_PER_QUERY):
+            part = runs[i : i + _RUNS_PER_QUERY]
+            params: dict[str, int] = {**self.key, **extra}
+            for j, (lo, hi) in enumerate(part):
+                params[f"lo{j}"], params[f"hi{j}"] = lo, hi
+            ranges = " OR ".join(f"seq BETWEEN :lo{j} AND :hi{j}" for j in range(len(part)))
+            out += _fetch(self.conn, f"{sql} AND ({ranges}) ORDER BY seq", params)
         return out
 
-    def _chunks(self, seqs: list[int]) -> None:
-        """Chunk level: 64-point buckets, and the points themselves where those don't do."""
-        need_data: dict[int, npt.NDArray[np.bool_]] = {}
-        summaries: dict[int, npt.NDArray[np.void]] = {}
-        for seq, blob in self._rows(
-            "SELECT seq, buckets FROM chunks WHERE run_key = :rk AND metric_id = :mid "
-            "AND segment = :seg AND seq IN :seqs ORDER BY seq",
-            seqs,
-        ):
-            buckets = chunks.decode_buckets(blob)
-            use, open_ = self._classify(buckets)
-            self._emit(buckets[use])
-            if open_.any():
-                need_data[seq] = open_
-                summaries[seq] = buckets
-        if not need_data:
+    def _blobs(self, sql: str, seqs: SeqArray, **extra: int) -> list[tuple[int, bytes]]:
+        """``(seq, buckets)`` rows of ``sql`` (see `_rows`)."""
+        return [(int(r[0]), bytes(r[1])) for r in self._rows(sql, seqs, **extra)]
+
+    def _chunks(self, seqs: SeqArray, summaries: Buckets) -> None:
+        """Chunk level: 64-point buckets, and the points themselves where those don't do.
+
+        ``summaries`` are the chunks' one-bucket summaries, from their level-1 row.
+        """
+        first, last = summaries["first_step"], summaries["last_step"]
+        cut = (first < self.a) | (last > self.b)
+        # A chunk's buckets span about (last - first) · 64 / count steps; if that is a
+        # pixel or more they will be opened, so the chunk's data comes in the same query.
+        wide = (last - first) * FANOUT >= self.w * np.maximum(summaries["count"], 1)
+        early = cut | wide
+        where = "FROM chunks WHERE run_key = :rk AND metric_id = :mid AND segment = :seg"
+        data: dict[int, bytes | None] = {}
+        rows: list[tuple[int, bytes]] = []
+        if early.any():
+            for seq, blob, points in self._rows(f"SELECT seq, buckets, data {where}", seqs[early]):
+                rows.append((int(seq), bytes(blob)))
+                data[int(seq)] = None if points is None else bytes(points)
+        if not early.all():
+            rows += self._blobs(f"SELECT seq, buckets {where}", seqs[~early])
+            rows.sort()
+        buckets, offsets = _unpack(rows)
+        use, open_ = self._classify(buckets)
+        self._use(buckets, use)
+        if not open_.any():
             return
-        stmt = text(
-            "SELECT seq, data FROM chunks WHERE run_key = :rk AND metric_id = :mid "
-            "AND segment = :seg AND seq IN :seqs"
-        ).bindparams(bindparam("seqs", expanding=True))
-        for seq, data in self.conn.execute(stmt, {**self.key, "seqs": sorted(need_data)}):
-            open_ = need_data[int(seq)]
-            if data is None:  # retention kept the summaries only: they stand in for the points
-                buckets = summaries[int(seq)][open_]
-                pts = chunks.bucket_points(buckets)
-                keep = (pts.steps >= self.a) & (pts.steps <= self.b)
-                self.parts.append(pts.take(keep))
-                self.total += int(keep.sum())
-                self.summarized = True
-                continue
-            pts = chunks.decode(bytes(data))
-            member = np.repeat(open_, FANOUT)[: len(pts)]
-            keep = member & (pts.steps >= self.a) & (pts.steps <= self.b)
-            self.parts.append(pts.take(keep))
-            self.total += int(keep.sum())
+        opened_before = _running_total(open_)
+        opened = np.flatnonzero(opened_before[offsets[1:]] > opened_before[offsets[:-1]]).tolist()
+        missing = [rows[i][0] for i in opened if rows[i][0] not in data]
+        if missing:
+            for seq, points in self._rows(
+                f"SELECT seq, data {where}", np.array(missing, dtype=np.int64)
+            ):
+                data[int(seq)] = None if points is None else bytes(points)
+        for i in opened:
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            self._open(data[rows[i][0]], buckets[lo:hi], open_[lo:hi])
+
+    def _open(self, blob: bytes | None, buckets: Buckets, open_: npt.NDArray[np.bool_]) -> None:
+        """The points of one chunk's opened buckets that lie in the range."""
+        if blob is None:  # retention kept the summaries only: they stand in for the points
+            pts = chunks.bucket_points(buckets[open_])
+            self.summarized = True
+            narrow = False
+        else:
+            pts, narrow = chunks.decode_raw(blob)
+            if not open_.all():
+                pts = pts.take(np.repeat(open_, FANOUT)[: len(pts)])
+        if len(pts) and (pts.steps[0] < self.a or pts.steps[-1] > self.b):
+            pts = pts.take((pts.steps >= self.a) & (pts.steps <= self.b))
+        if narrow:  # only the points kept pay for the shortest-decimal form
+            pts = Points(pts.steps, chunks.readable(pts.values.astype(np.float32)))
+        self.parts.append(pts)
+        self.total += len(pts)

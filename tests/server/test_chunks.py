@@ -20,7 +20,9 @@ def test_round_trip_keeps_steps_and_non_finite_values(precision: str) -> None:
     values[[3, 10, 11]] = [np.nan, np.inf, -np.inf]
     back = chunks.decode(chunks.encode(Points(steps, values), precision))
     assert same(back.steps, steps)
-    expected = values.astype(np.float32).astype(np.float64) if precision == "float32" else values
+    expected = chunks.stored_values(values, precision)
+    if precision == "float32":
+        assert same(expected.astype(np.float32), values.astype(np.float32))
     assert same(back.values, expected)
     assert np.isnan(back.values[3]) and back.values[10] == np.inf and back.values[11] == -np.inf
 
@@ -89,3 +91,13 @@ def test_merge_points_keeps_the_stored_value() -> None:
     merged = chunks.merge_points(old, new)
     assert merged.steps.tolist() == [1, 2, 3]
     assert merged.values.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_float32_values_read_back_as_their_shortest_decimal() -> None:
+    logged = np.array([15.37, 15.24, 3e-4, 6e-4, -2.5, 1e-45, 3.4e38, 123456789.0, 0.0])
+    back = chunks.decode(chunks.encode(Points(np.arange(len(logged), dtype=np.int64), logged)))
+    assert back.values.tolist()[:5] == [15.37, 15.24, 3e-4, 6e-4, -2.5]
+    assert same(back.values.astype(np.float32), logged.astype(np.float32))  # nothing lost
+    rng = np.random.default_rng(5)
+    noise = (rng.normal(size=5000) * 10.0 ** rng.integers(-20, 20, size=5000)).astype(np.float32)
+    assert same(chunks.readable(noise).astype(np.float32), noise)

@@ -112,7 +112,7 @@ def noisy(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def f32(values: np.ndarray) -> np.ndarray:
-    return values.astype(np.float32).astype(np.float64)
+    return chunks.stored_values(values, "float32")
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:
