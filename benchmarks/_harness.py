@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import psycopg
-from normwatch.server.auth import create_token
+from normwatch.server.auth import Scope, create_token
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
 from sqlalchemy import make_url
@@ -124,3 +124,57 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     for row in rows:
         lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
     return "\n".join(lines)
+
+
+def make_tokens(database_url: str, project: str, *scopes: Scope) -> list[str]:
+    """Tokens of a new project, one for each of ``scopes`` (``"ingest"``, ``"read"``...)."""
+    engine = build_engine(database_url, pool_size=1)
+    try:
+        with session_factory(engine)() as session, session.begin():
+            secrets = [create_token(session, project, scope)[0] for scope in scopes]
+    finally:
+        engine.dispose()
+    return secrets
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (Linux ``/proc``), parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        tree.append(current)
+        todo.extend(sorted(children.get(current, [])))
+    return tree
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of one process (``VmRSS`` of ``/proc/<pid>/status``); 0 once it exited."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def process_cpu_seconds(pid: int, *, reaped_children: bool = False) -> float:
+    """User + system CPU seconds of one process, plus those of its exited and reaped
+    children when ``reaped_children`` (``cutime``/``cstime``); 0 once it exited."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
