@@ -57,6 +57,6 @@ def test_ingest_compaction_reads_and_retention_stay_on_one_run(
     compaction.compact_pass(sessions, Policy(idle_s=0.0))
     retention.sweep(sessions, 3650, "summaries")
     touching = [s for s in statements if SERIES_TABLE.search(s)]
-    assert len(touching) > 20
+    assert len(touching) >= 10
     for statement in touching:
         assert ONE_RUN.search(statement) or ONE_RUN_INSERT.search(statement), statement
