@@ -38,7 +38,7 @@ server's Python compete with Postgres for the same cores.
 Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``, by default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``, which must allow CREATE DATABASE)::
 
-    .venv/bin/python benchmarks/ingest_http.py --seconds 60        # acceptance (~3.5 min)
+    .venv/bin/python benchmarks/ingest_http.py --seconds 60        # acceptance (~3 min)
     .venv/bin/python benchmarks/ingest_http.py                     # 20 s + 15 s (~1.5 min)
     .venv/bin/python benchmarks/ingest_http.py --quick             # 5 s + 5 s, 500 metrics
     .venv/bin/python benchmarks/ingest_http.py --senders 8 --latency-steps 1
