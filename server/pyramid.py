@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from . import chunks, storage
@@ -44,6 +43,14 @@ _EMPTY = Points(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
 _I64 = np.iinfo(np.int64)
 _RUNS_PER_QUERY = 200
 _NAMED = re.compile(r"(?<!:):(\w+)")
+_HOT_LEVEL = -1
+_HOT = (
+    f"SELECT {_HOT_LEVEL}, 0, string_agg(int8send(step), ''::bytea), "
+    "string_agg(float8send(coalesce(value, 'NaN'::float8)), ''::bytea) "
+    "FROM (SELECT step, value FROM points WHERE run_key = :rk AND metric_id = :mid "
+    "AND segment = :seg AND step BETWEEN :a AND :b ORDER BY step) AS hot"
+)
+"""A range's hot points, as `storage.read_points` reads them on Postgres (NULL: NaN)."""
 
 Buckets = npt.NDArray[np.void]
 SeqArray = npt.NDArray[np.int64]
@@ -127,11 +134,12 @@ def gather(
         parts.append(walk.points())
         total += walk.total
         summarized = summarized or walk.summarized
-        hs, hv = storage.read_points(
-            session, run_key, metric_id, storage.Lineage(((seg, seg_lo, seg_hi),)), start, end
-        )
-        if len(hs):
-            hot_parts.append(Points(hs, hv))
+        if walk.hot is None:
+            hs, hv = storage.read_points(
+                session, run_key, metric_id, storage.Lineage(((seg, seg_lo, seg_hi),)), start, end
+            )
+            walk.hot = Points(hs, hv)
+        hot_parts.append(walk.hot)
     compacted = _concat(parts)
     hot = _concat(hot_parts)
     if len(hot) and len(compacted):
@@ -188,20 +196,11 @@ def _fetch(conn: Connection, sql: str, params: Mapping[str, float]) -> list[tupl
     hex costs the server and the client about three times as long as the bytes. Errors come
     out as SQLAlchemy's would (``OperationalError`` for a lost connection, then invalidated).
     """
-    driver = conn.connection.driver_connection
-    if not isinstance(driver, psycopg.Connection):
+    if not isinstance(conn.connection.driver_connection, psycopg.Connection):
         return [tuple(r) for r in conn.execute(text(sql), params)]
-    try:
-        with driver.cursor(binary=True) as cursor:
-            cursor.execute(_pyformat(sql), params)
-            return cursor.fetchall()
-    except psycopg.Error as exc:
-        lost = driver.broken or driver.closed
-        if lost:
-            conn.invalidate(exc)
-        raise DBAPIError.instance(
-            sql, params, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
-        ) from exc
+    with storage.psycopg_of(conn, sql) as driver, driver.cursor(binary=True) as cursor:
+        cursor.execute(_pyformat(sql), params)
+        return cursor.fetchall()
 
 
 @functools.lru_cache(maxsize=256)
@@ -215,6 +214,16 @@ def _running_total(counts: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> npt
     out = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=out[1:])
     return out
+
+
+def _unpack_hot(steps: bytes | None, values: bytes | None) -> Points:
+    """Hot points sent as two ``bytea`` of big-endian ``int8`` steps and ``float8`` values."""
+    if steps is None or values is None:
+        return _EMPTY
+    return Points(
+        np.frombuffer(steps, dtype=">i8").astype(np.int64),
+        np.frombuffer(values, dtype=">f8").astype(np.float64),
+    )
 
 
 def _seq_runs(seqs: SeqArray) -> list[tuple[int, int]]:
@@ -254,6 +263,8 @@ class _Walk:
         self.parts: list[Points] = []
         self.total = 0
         self.summarized = False
+        self.hot: Points | None = None
+        """The hot points of the range, when they came with the rollups (Postgres)."""
 
     def _classify(self, buckets: Buckets) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
         """Which buckets to use whole (summary) and which to open."""
@@ -286,17 +297,24 @@ class _Walk:
         # That bucket's first and last step and count are the row's own columns, and a
         # bucket that is opened has every bucket above it opened too (it is cut by the
         # range's edge or a pixel wide, and so is every bucket that holds it).
+        sql = (
+            "SELECT level, seq, buckets, NULL AS hot_values FROM rollups WHERE run_key = :rk "
+            "AND metric_id = :mid AND segment = :seg AND last_step >= :a AND first_step <= :b "
+            "AND (level = :top OR NOT (first_step >= :a AND last_step <= :b "
+            "AND (last_step - first_step < :w OR count = 1)))"
+        )
+        if self.conn.dialect.name == "postgresql":
+            # The hot points come in the same round trip, as storage.read_points packs them.
+            sql = f"({sql}) UNION ALL ({_HOT})"
         fetched: dict[int, dict[int, bytes]] = {}
-        for level, seq, blob in _fetch(
-            self.conn,
-            "SELECT level, seq, buckets FROM rollups WHERE run_key = :rk AND metric_id = :mid "
-            "AND segment = :seg AND last_step >= :a AND first_step <= :b AND (level = :top "
-            "OR NOT (first_step >= :a AND last_step <= :b AND (last_step - first_step < :w "
-            "OR count = 1))) ORDER BY level DESC, seq",
-            {**self.key, "top": LEVELS, "a": self.a, "b": self.b, "w": self.w},
+        for level, seq, blob, hot_values in _fetch(
+            self.conn, sql, {**self.key, "top": LEVELS, "a": self.a, "b": self.b, "w": self.w}
         ):
-            fetched.setdefault(int(level), {})[int(seq)] = bytes(blob)
-        rows = list(fetched.get(LEVELS, {}).items())
+            if level == _HOT_LEVEL:
+                self.hot = _unpack_hot(blob, hot_values)
+            else:
+                fetched.setdefault(int(level), {})[int(seq)] = bytes(blob)
+        rows = sorted(fetched.get(LEVELS, {}).items())
         for level in range(LEVELS, 0, -1):
             # Each bucket of a level-L row is one level-(L-1) unit.
             buckets, offsets = _unpack(rows)
@@ -356,9 +374,9 @@ class _Walk:
         data: dict[int, bytes | None] = {}
         rows: list[tuple[int, bytes]] = []
         if early.any():
-            for seq, blob, points in self._rows(f"SELECT seq, buckets, data {where}", seqs[early]):
+            for seq, blob, stored in self._rows(f"SELECT seq, buckets, data {where}", seqs[early]):
                 rows.append((int(seq), bytes(blob)))
-                data[int(seq)] = None if points is None else bytes(points)
+                data[int(seq)] = None if stored is None else bytes(stored)
         if not early.all():
             rows += self._blobs(f"SELECT seq, buckets {where}", seqs[~early])
             rows.sort()
@@ -371,10 +389,10 @@ class _Walk:
         opened = np.flatnonzero(opened_before[offsets[1:]] > opened_before[offsets[:-1]]).tolist()
         missing = [rows[i][0] for i in opened if rows[i][0] not in data]
         if missing:
-            for seq, points in self._rows(
+            for seq, stored in self._rows(
                 f"SELECT seq, data {where}", np.array(missing, dtype=np.int64)
             ):
-                data[int(seq)] = None if points is None else bytes(points)
+                data[int(seq)] = None if stored is None else bytes(stored)
         for i in opened:
             lo, hi = int(offsets[i]), int(offsets[i + 1])
             self._open(data[rows[i][0]], buckets[lo:hi], open_[lo:hi])

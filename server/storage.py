@@ -173,7 +173,7 @@ def _copy_points(conn: Connection, payload: bytes) -> bool:
     Returns False, with nothing stored and the transaction usable, when a row's key is
     stored already.
     """
-    with _driver(conn, pgcopy.COPY_POINTS) as driver, driver.cursor() as cursor:
+    with psycopg_of(conn, pgcopy.COPY_POINTS) as driver, driver.cursor() as cursor:
         cursor.execute("SAVEPOINT normwatch_copy_points")
         try:
             with cursor.copy(pgcopy.COPY_POINTS) as copy:
@@ -186,7 +186,7 @@ def _copy_points(conn: Connection, payload: bytes) -> bool:
 
 
 @contextmanager
-def _driver(conn: Connection, statement: str) -> Iterator[psycopg.Connection[Any]]:
+def psycopg_of(conn: Connection, statement: str) -> Iterator[psycopg.Connection[Any]]:
     """The psycopg connection under ``conn``, for what SQLAlchemy cannot send (``COPY``,
     a statement that must not be prepared).
 
@@ -227,7 +227,7 @@ def _insert_points_pg(
         "steps": _pg_array(steps),
         "vals": _pg_array(values),
     }
-    with _driver(conn, statement) as driver, _array_cursor(driver) as cursor:
+    with psycopg_of(conn, statement) as driver, _array_cursor(driver) as cursor:
         cursor.execute(statement, params)
 
 
@@ -295,7 +295,7 @@ def update_latest(
             "steps": _pg_array(steps),
             "vals": _pg_array(values),
         }
-        with _driver(conn, _UPDATE_LATEST) as driver, _array_cursor(driver) as cursor:
+        with psycopg_of(conn, _UPDATE_LATEST) as driver, _array_cursor(driver) as cursor:
             cursor.execute("SELECT 1 FROM runs WHERE key = %(rk)s FOR NO KEY UPDATE", params)
             # Planned with the real arrays every time: a generic plan guesses a few rows
             # where there are thousands, and may rescan the unnest once per metric.
