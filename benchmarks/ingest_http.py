@@ -369,7 +369,7 @@ def stored_points(database_url: str) -> int:
     """Points held, hot or compacted, read in one snapshot."""
     with psycopg.connect(admin_dsn(database_url)) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        hot = conn.execute("SELECT count(*) FROM points").fetchone()
+        hot = conn.execute("SELECT coalesce(sum(count), 0) FROM blocks").fetchone()
         compacted = conn.execute("SELECT coalesce(sum(points), 0) FROM series").fetchone()
     return int(hot[0] if hot else 0) + int(compacted[0] if compacted else 0)
 

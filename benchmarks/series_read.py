@@ -66,7 +66,7 @@ from typing import Any
 
 import numpy as np
 from _harness import Timing, say, scratch_postgres, scratch_sqlite, table, timed
-from normwatch.server import compaction, pgcopy, pyramid, storage
+from normwatch.server import blocks, compaction, pgcopy, pyramid, storage
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
@@ -89,7 +89,7 @@ BARE_TABLE = (
     "segment SMALLINT NOT NULL, step BIGINT NOT NULL, value DOUBLE PRECISION, "
     "PRIMARY KEY (run_key, metric_id, segment, step))"
 )
-COMPACTED_TABLES = ("points", "chunks", "rollups", "series")
+COMPACTED_TABLES = ("blocks", "chunks", "rollups", "series")
 
 Read = tuple[Timing, int, bool | None]
 
@@ -180,7 +180,7 @@ def load_rows(
 def load_direct(
     engine: Engine, run_key: int, metric_id: int, steps: np.ndarray, values: np.ndarray
 ) -> float:
-    """Seconds to put the points straight into ``points``, one commit a piece."""
+    """Seconds to put the points straight into ``blocks``, one block and commit a piece."""
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
@@ -188,17 +188,24 @@ def load_direct(
         for lo in range(0, len(steps), CHUNK):
             s, v = steps[lo : lo + CHUNK], values[lo : lo + CHUNK]
             t0 = time.perf_counter()
+            block = blocks.encode(s, v, metric_id)
             if engine.dialect.name == "postgresql":
-                payload = pgcopy.encode_points(run_key, 1, np.full(len(s), metric_id), s, v)
-                with cur.copy(pgcopy.COPY_POINTS) as copy:
-                    copy.write(payload)
+                with cur.copy(pgcopy.COPY_BLOCKS) as copy:
+                    copy.write(pgcopy.encode_blocks(run_key, 1, [block]))
             else:
-                cur.executemany(
-                    f"INSERT INTO points ({BARE_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (run_key, metric_id, 1, a, b)
-                        for a, b in zip(s.tolist(), v.tolist(), strict=True)
-                    ],
+                cur.execute(
+                    "INSERT INTO blocks (run_key, metric_id, segment, first_step, last_step, "
+                    "count, last_value, steps, data) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_key,
+                        metric_id,
+                        block.first_step,
+                        block.last_step,
+                        block.count,
+                        block.last_value,
+                        block.steps,
+                        block.data,
+                    ),
                 )
             raw.commit()
             total += time.perf_counter() - t0
@@ -238,26 +245,38 @@ def load_baseline(
             done += len(steps)
             if done < 1_000_000 or done % 1_000_000 == 0:
                 say(f"  load (baseline): {done:>10,} points, {done / total:>10,.0f} points/s")
-        # The bare table only gives the load its yardstick: it must not count at rest.
-        cur.execute("DROP TABLE bare")
-        raw.commit()
         cur.close()
     finally:
         raw.close()
     return total
 
 
+def drop_baseline(engine: Engine) -> None:
+    """The bare table is the load's and the hot reads' yardstick: it must not count at rest."""
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("DROP TABLE bare")
+        raw.commit()
+        cur.close()
+    finally:
+        raw.close()
+
+
 def at_rest(engine: Engine, rows: int) -> tuple[float, str]:
-    """Bytes per stored point of the hot ``points`` table, and how they split."""
+    """Bytes per stored point of the hot ``blocks`` table, and how they split."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql("VACUUM ANALYZE points")
+            conn.exec_driver_sql("VACUUM ANALYZE blocks")
             total, heap, index = conn.exec_driver_sql(
-                "SELECT pg_total_relation_size('points'), pg_relation_size('points'), "
-                "pg_indexes_size('points')"
+                "SELECT pg_total_relation_size('blocks'), pg_relation_size('blocks'), "
+                "pg_indexes_size('blocks')"
             ).one()
-        return total / rows, f"heap {heap / rows:.1f} + index {index / rows:.1f} B/point"
+        return total / rows, (
+            f"heap {heap / rows:.1f} + index {index / rows:.1f} + TOAST "
+            f"{(total - heap - index) / rows:.1f} B/point"
+        )
     with engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
@@ -275,7 +294,7 @@ def at_rest_compacted(engine: Engine, url: str, rows: int) -> tuple[float, float
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql("VACUUM points")
+            conn.exec_driver_sql("VACUUM blocks")
             sizes: dict[str, tuple[int, int, int]] = {}
             for name in COMPACTED_TABLES:
                 sizes[name] = conn.exec_driver_sql(
@@ -296,7 +315,7 @@ def at_rest_compacted(engine: Engine, url: str, rows: int) -> tuple[float, float
             f"{int(buckets or 0) / rows:.2f}, rollup buckets {int(rollup[0] or 0) / rows:.3f}"
         )
         everything = sum(total for total, _, _ in sizes.values())
-        compacted = everything - sizes["points"][0]
+        compacted = everything - sizes["blocks"][0]
         return everything / rows, compacted / rows, f"B/point: {split}; {blobs}"
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -372,7 +391,7 @@ def measure_reads(
         cur = raw.cursor()
         mark = "%s" if engine.dialect.name == "postgresql" else "?"
         sql = (
-            f"SELECT step, value FROM points WHERE run_key = {mark} AND metric_id = {mark} "
+            f"SELECT step, value FROM bare WHERE run_key = {mark} AND metric_id = {mark} "
             f"AND segment = {mark}"
         )
         for label, bounds in (("full", ()), ("zoom", (zoom_lo, zoom_hi))):
@@ -480,6 +499,7 @@ def run_backend(backend: str, url: str, steps: int, repeat: int, seed: int, dire
         result.baseline_pps = steps / base_s
         target = Target(run_id, run_key, metric_id, steps, spike)
         result.reads = measure_reads(engine, factory, target, repeat)
+        drop_baseline(engine)
 
         result.compact_s, result.compact_cpu_s, result.chunks_written = compact(factory, steps)
         (

@@ -586,7 +586,7 @@ class Sampler:
         busy, total = machine_busy()
         row = self._conn.execute(
             "SELECT n_live_tup, n_dead_tup, pg_total_relation_size(relid) "
-            "FROM pg_stat_user_tables WHERE relname = 'points'"
+            "FROM pg_stat_user_tables WHERE relname = 'blocks'"
         ).fetchone()
         live, dead, size = row if row is not None else (0, 0, 0)
         sample = Sample(
@@ -612,7 +612,7 @@ class Sampler:
         """Exact (hot rows, compacted points), read in one snapshot."""
         with self._conn.transaction():
             self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            hot = self._scalar("SELECT count(*) FROM points")
+            hot = self._scalar("SELECT coalesce(sum(count), 0) FROM blocks")
             compacted = self._scalar("SELECT sum(points) FROM series")
         return hot, compacted
 
@@ -620,7 +620,7 @@ class Sampler:
         """Wait until the hot table is empty (the compactor caught up)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._scalar("SELECT count(*) FROM points") == 0:
+            if self._scalar("SELECT count(*) FROM blocks") == 0:
                 return True
             time.sleep(1.0)
         return False

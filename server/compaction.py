@@ -1,15 +1,16 @@
 """Background compaction: hot points into chunks, and the summary pyramid above them.
 
-Points arrive in the write-optimised ``points`` table (one row a point). A run is compacted
-once its newest step is :attr:`Policy.chunk_points` steps past the last compaction, once its
-oldest uncompacted point is :attr:`Policy.max_age_s` old, or once it has been quiet for
-:attr:`Policy.idle_s`: every hot point of the run at or below a cut step then moves into
-per-series chunks (:mod:`normwatch.server.chunks`), and the rollup rows above those chunks
-are updated.
+Points arrive in the write-optimised ``blocks`` table (a row a series and batch, see
+:mod:`normwatch.server.blocks`). A run is compacted once its newest step is
+:attr:`Policy.chunk_points` steps past the last compaction, once its oldest uncompacted point
+is :attr:`Policy.max_age_s` old, or once it has been quiet for :attr:`Policy.idle_s`: every
+hot block of the run that starts at or below a cut step then moves into per-series chunks
+(:mod:`normwatch.server.chunks`), the rollup rows above those chunks are updated, and each
+metric's latest value moves forward to what the blocks held.
 
 Crash safety and idempotence come from one rule: a group of series is compacted in **one
-transaction** that deletes the hot rows it read (``DELETE … RETURNING``), writes the chunks
-and rollups, and moves each series' watermark. A kill at any instant leaves either all of it
+transaction** that deletes the hot blocks it read (``DELETE … RETURNING``), writes the
+chunks and rollups, and moves each series' watermark. A kill at any instant leaves either all of it
 or none. A point that lands at or below a series' watermark later (a re-sent batch, a
 late import) is merged into the chunk that covers its step on the next pass, the stored
 value winning, so nothing is stored twice. Several workers or replicas share the work: a run
@@ -31,7 +32,7 @@ import numpy.typing as npt
 from sqlalchemy import Connection, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import chunks
+from . import blocks, chunks
 from .chunks import FANOUT, Points
 from .models import Compaction, Run, UtcDateTime, utcnow
 from .telemetry import Sample
@@ -238,7 +239,7 @@ def compact_everything(sessions: sessionmaker[Session], policy: Policy) -> PassR
 def _older_hot_segments(sessions: sessionmaker[Session], run_key: int, segment: int) -> list[int]:
     with sessions() as session:
         rows = session.connection().execute(
-            text("SELECT DISTINCT segment FROM points WHERE run_key = :rk AND segment < :seg"),
+            text("SELECT DISTINCT segment FROM blocks WHERE run_key = :rk AND segment < :seg"),
             {"rk": run_key, "seg": segment},
         )
         return sorted(int(r[0]) for r in rows)
@@ -269,7 +270,10 @@ def compact_run(
             )
         ]
         lo, hi = conn.execute(
-            text("SELECT min(step), max(step) FROM points WHERE run_key = :rk AND segment = :seg"),
+            text(
+                "SELECT min(first_step), max(last_step) FROM blocks "
+                "WHERE run_key = :rk AND segment = :seg"
+            ),
             {"rk": run_key, "seg": segment},
         ).one()
     if lo is None:
@@ -304,6 +308,7 @@ def compact_group(
     hot = _take_hot(conn, run_key, segment, list(metric_ids), cut)
     if not hot:
         return
+    _move_latest(conn, run_key, segment, hot)
     states = _load_states(conn, run_key, segment, sorted(hot))
     # Unfinished tail chunks grow with the new points: read them all in one go.
     tails = {
@@ -408,47 +413,43 @@ def compact_group(
 def _take_hot(
     conn: Connection, run_key: int, segment: int, metric_ids: list[int], cut: int
 ) -> dict[int, Points]:
-    """Delete the group's hot points at or below ``cut`` and return them by metric."""
-    params: dict[str, object] = {"rk": run_key, "seg": segment, "cut": cut}
-    out: dict[int, Points] = {}
-    if conn.dialect.name == "postgresql":
-        params["mids"] = metric_ids
-        rows = conn.execute(
-            text(
-                "WITH taken AS (DELETE FROM points WHERE run_key = :rk AND segment = :seg "
-                "AND metric_id = ANY(:mids) AND step <= :cut RETURNING metric_id, step, value) "
-                "SELECT metric_id, string_agg(int8send(step), ''::bytea ORDER BY step), "
-                "string_agg(float8send(coalesce(value, 'NaN'::float8)), ''::bytea ORDER BY step) "
-                "FROM taken GROUP BY metric_id"
-            ),
-            params,
-        )
-        for mid, steps, values in rows:
-            out[int(mid)] = Points(
-                np.frombuffer(steps, dtype=">i8").astype(np.int64),
-                np.frombuffer(values, dtype=">f8").astype(np.float64),
-            )
-        return out
-    placeholders = ", ".join(f":m{i}" for i in range(len(metric_ids)))
-    params.update({f"m{i}": m for i, m in enumerate(metric_ids)})
+    """Delete the group's hot blocks that start at or below ``cut``; their points by metric."""
     taken = conn.execute(
         text(
-            f"DELETE FROM points WHERE run_key = :rk AND segment = :seg AND metric_id IN "
-            f"({placeholders}) AND step <= :cut RETURNING metric_id, step, value"
-        ),
-        params,
+            "DELETE FROM blocks WHERE run_key = :rk AND segment = :seg AND metric_id IN :mids "
+            "AND first_step <= :cut RETURNING metric_id, first_step, last_step, count, steps, data"
+        ).bindparams(bindparam("mids", expanding=True)),
+        {"rk": run_key, "seg": segment, "mids": metric_ids, "cut": cut},
     ).all()
-    if not taken:
-        return out
-    mids = np.array([r[0] for r in taken], dtype=np.int64)
-    steps = np.array([r[1] for r in taken], dtype=np.int64)
-    values = np.array([np.nan if r[2] is None else r[2] for r in taken], dtype=np.float64)
-    order = np.lexsort((steps, mids))
-    mids, steps, values = mids[order], steps[order], values[order]
-    bounds = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        out[int(mids[lo])] = Points(steps[lo:hi], values[lo:hi])
-    return out
+    by_metric: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
+    for mid, first, last, count, steps, data in taken:
+        by_metric.setdefault(int(mid), []).append((first, last, count, steps, data))
+    return {mid: blocks.decode_many(rows) for mid, rows in by_metric.items()}
+
+
+def _move_latest(conn: Connection, run_key: int, segment: int, hot: dict[int, Points]) -> None:
+    """Each metric's latest value moves forward to the last of its taken points, if the
+    segment is still the run's current one (a restart starts the latest values afresh)."""
+    rows = [
+        {"mid": mid, "step": int(pts.steps[-1]), "value": _stored_value(pts.values[-1])}
+        for mid, pts in sorted(hot.items())
+        if len(pts)
+    ]
+    if not rows:
+        return
+    conn.execute(
+        text(
+            "UPDATE metrics SET last_step = :step, last_value = :value WHERE id = :mid "
+            "AND run_key = :rk AND (last_step IS NULL OR last_step < :step) "
+            "AND EXISTS (SELECT 1 FROM runs WHERE key = :rk AND segment = :seg)"
+        ),
+        [{**r, "rk": run_key, "seg": segment} for r in rows],
+    )
+
+
+def _stored_value(value: float) -> float | None:
+    """A value for a column: NaN as NULL."""
+    return None if value != value else float(value)
 
 
 def _load_states(
@@ -663,18 +664,8 @@ def lag_samples(session: Session) -> Iterator[Sample]:
         age,
         "Time since the least recently compacted run with pending points was last compacted.",
     )
-    conn = session.connection()
-    if conn.dialect.name == "postgresql":
-        hot = conn.execute(
-            text("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'points'::regclass")
-        ).scalar_one()
-    else:
-        hot = conn.execute(text("SELECT count(*) FROM points")).scalar_one()
-    yield Sample(
-        "normwatch_hot_points",
-        float(hot),
-        "Points not compacted yet (an estimate on Postgres, from the planner's statistics).",
-    )
+    hot = session.connection().execute(text("SELECT sum(count) FROM blocks")).scalar_one()
+    yield Sample("normwatch_hot_points", float(hot or 0), "Points not compacted yet.")
 
 
 # --- the background thread ---------------------------------------------------------------

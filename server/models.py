@@ -131,20 +131,24 @@ class Metric(Base):
     last_value: Mapped[float | None] = mapped_column(Double)
 
 
-class Point(Base):
-    """One logged value. ``value`` NULL means NaN: "not logged" is never stored.
+class Block(Base):
+    """One series' points from one batch, not compacted yet (see :mod:`.blocks`).
 
-    The key (run, metric, segment, step) makes re-sent batches idempotent and groups
-    consecutive steps of one series, the unit that compaction turns into chunks.
+    The key (run, metric, segment, first step) orders a series' blocks by step; their
+    points never share a step. ``last_value`` NULL means NaN, as in every value column.
     """
 
-    __tablename__ = "points"
+    __tablename__ = "blocks"
 
     run_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     metric_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     segment: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
-    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    value: Mapped[float | None] = mapped_column(Double)
+    first_step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer)
+    last_value: Mapped[float | None] = mapped_column(Double)
+    steps: Mapped[bytes | None] = mapped_column(LargeBinary)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Chunk(Base):

@@ -30,11 +30,17 @@ True
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+if TYPE_CHECKING:
+    from .blocks import Block
+
 __all__ = [
+    "COPY_BLOCKS",
     "COPY_POINTS",
     "FLOAT8_ARRAY_OID",
     "HEADER",
@@ -42,11 +48,18 @@ __all__ = [
     "POINT_ROW",
     "TRAILER",
     "encode_array",
+    "encode_blocks",
     "encode_points",
 ]
 
 COPY_POINTS = "COPY points (run_key, metric_id, segment, step, value) FROM STDIN (FORMAT BINARY)"
 """The statement that reads what `encode_points` writes."""
+
+COPY_BLOCKS = (
+    "COPY blocks (run_key, metric_id, segment, first_step, last_step, count, last_value, "
+    "steps, data) FROM STDIN (FORMAT BINARY)"
+)
+"""The statement that reads what `encode_blocks` writes."""
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 TRAILER = (-1).to_bytes(2, "big", signed=True)
@@ -154,3 +167,48 @@ def _with_nulls(rows: npt.NDArray[np.void], null: npt.NDArray[np.bool_], length:
     keep = np.ones((len(rows), size), dtype=np.bool_)
     keep[null, -_VALUE_BYTES:] = False
     return rows.view(np.uint8).reshape(len(rows), size)[keep].tobytes()
+
+
+_BLOCK_KEY = struct.Struct(">hiqiqihiqiqii")
+"""A ``blocks`` tuple up to its ``count``: 9 fields, then each field's length and value."""
+_NULL = struct.pack(">i", -1)
+
+
+def encode_blocks(run_key: int, segment: int, blocks: Sequence[Block]) -> bytes:
+    """The whole ``COPY ... (FORMAT BINARY)`` stream of one run's blocks of one segment.
+
+    A NaN ``last_value`` becomes NULL, as every NaN in a column does; a block without
+    ``steps`` (evenly spaced) sends NULL there.
+    """
+    if not _SMALLINT[0] <= segment <= _SMALLINT[1]:
+        raise ValueError(f"segment must fit a smallint, got {segment}")
+    parts = [HEADER]
+    key = _BLOCK_KEY.pack
+    for b in blocks:
+        parts.append(
+            key(
+                9,
+                8,
+                run_key,
+                8,
+                b.metric_id,
+                2,
+                segment,
+                8,
+                b.first_step,
+                8,
+                b.last_step,
+                4,
+                b.count,
+            )
+        )
+        parts.append(_NULL if b.last_value != b.last_value else struct.pack(">id", 8, b.last_value))
+        if b.steps is None:
+            parts.append(_NULL)
+        else:
+            parts.append(struct.pack(">i", len(b.steps)))
+            parts.append(b.steps)
+        parts.append(struct.pack(">i", len(b.data)))
+        parts.append(b.data)
+    parts.append(TRAILER)
+    return b"".join(parts)

@@ -35,7 +35,7 @@ import psycopg
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
-from . import chunks, storage
+from . import blocks, chunks, storage
 from .chunks import FANOUT, Points
 from .compaction import LEVELS
 
@@ -45,12 +45,11 @@ _RUNS_PER_QUERY = 200
 _NAMED = re.compile(r"(?<!:):(\w+)")
 _HOT_LEVEL = -1
 _HOT = (
-    f"SELECT {_HOT_LEVEL}, 0, string_agg(int8send(step), ''::bytea), "
-    "string_agg(float8send(coalesce(value, 'NaN'::float8)), ''::bytea) "
-    "FROM (SELECT step, value FROM points WHERE run_key = :rk AND metric_id = :mid "
-    "AND segment = :seg AND step BETWEEN :a AND :b ORDER BY step) AS hot"
+    f"SELECT {_HOT_LEVEL}, count, steps, data, first_step, last_step FROM blocks "
+    "WHERE run_key = :rk AND metric_id = :mid AND segment = :seg "
+    "AND first_step <= :b AND last_step >= :a"
 )
-"""A range's hot points, as `storage.read_points` reads them on Postgres (NULL: NaN)."""
+"""The hot blocks of a range, in the columns of the rollup query they are joined to."""
 
 Buckets = npt.NDArray[np.void]
 SeqArray = npt.NDArray[np.int64]
@@ -82,8 +81,8 @@ def extent(
         columns += [
             f"(SELECT min(first_step) FROM rollups WHERE {key} AND level = :top)",
             f"(SELECT max(last_step) FROM rollups WHERE {key} AND level = :top)",
-            f"(SELECT min(step) FROM points WHERE {key})",
-            f"(SELECT max(step) FROM points WHERE {key})",
+            f"(SELECT min(first_step) FROM blocks WHERE {key})",
+            f"(SELECT max(last_step) FROM blocks WHERE {key})",
         ]
     row = session.connection().execute(text("SELECT " + ", ".join(columns)), params).one()
     lo: int | None = None
@@ -216,16 +215,6 @@ def _running_total(counts: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> npt
     return out
 
 
-def _unpack_hot(steps: bytes | None, values: bytes | None) -> Points:
-    """Hot points sent as two ``bytea`` of big-endian ``int8`` steps and ``float8`` values."""
-    if steps is None or values is None:
-        return _EMPTY
-    return Points(
-        np.frombuffer(steps, dtype=">i8").astype(np.int64),
-        np.frombuffer(values, dtype=">f8").astype(np.float64),
-    )
-
-
 def _seq_runs(seqs: SeqArray) -> list[tuple[int, int]]:
     """Ascending ``seqs`` as inclusive ranges of consecutive numbers."""
     cut = np.flatnonzero(np.diff(seqs) != 1)
@@ -298,22 +287,29 @@ class _Walk:
         # bucket that is opened has every bucket above it opened too (it is cut by the
         # range's edge or a pixel wide, and so is every bucket that holds it).
         sql = (
-            "SELECT level, seq, buckets, NULL AS hot_values FROM rollups WHERE run_key = :rk "
+            "SELECT level, seq, buckets, NULL::bytea, NULL::bigint, NULL::bigint "
+            "FROM rollups WHERE run_key = :rk "
             "AND metric_id = :mid AND segment = :seg AND last_step >= :a AND first_step <= :b "
             "AND (level = :top OR NOT (first_step >= :a AND last_step <= :b "
             "AND (last_step - first_step < :w OR count = 1)))"
         )
-        if self.conn.dialect.name == "postgresql":
-            # The hot points come in the same round trip, as storage.read_points packs them.
+        postgres = self.conn.dialect.name == "postgresql"
+        if postgres:
+            # The hot blocks come in the same round trip.
             sql = f"({sql}) UNION ALL ({_HOT})"
+        else:
+            sql = sql.replace("NULL::bytea, NULL::bigint, NULL::bigint", "NULL, NULL, NULL")
         fetched: dict[int, dict[int, bytes]] = {}
-        for level, seq, blob, hot_values in _fetch(
+        hot: list[tuple[int, int, int, bytes | None, bytes]] = []
+        for level, seq, blob, data, first, last in _fetch(
             self.conn, sql, {**self.key, "top": LEVELS, "a": self.a, "b": self.b, "w": self.w}
         ):
             if level == _HOT_LEVEL:
-                self.hot = _unpack_hot(blob, hot_values)
+                hot.append((first, last, seq, blob, data))
             else:
                 fetched.setdefault(int(level), {})[int(seq)] = bytes(blob)
+        if postgres:
+            self.hot = storage.clip(blocks.decode_many(hot), self.a, self.b)
         rows = sorted(fetched.get(LEVELS, {}).items())
         for level in range(LEVELS, 0, -1):
             # Each bucket of a level-L row is one level-(L-1) unit.

@@ -30,7 +30,7 @@ from .models import UtcDateTime, utcnow
 log = logging.getLogger("normwatch.retention")
 
 Mode = Literal["summaries", "drop"]
-_TABLES_BY_RUN = ("points", "chunks", "rollups", "series")  # no foreign key to runs: by hand
+_TABLES_BY_RUN = ("blocks", "chunks", "rollups", "series")  # no foreign key to runs: by hand
 
 
 @dataclass
@@ -59,7 +59,7 @@ def old_runs(session: Session, older_than: datetime, mode: Mode) -> list[int]:
         return quiet
     pending = text(
         "SELECT EXISTS (SELECT 1 FROM chunks WHERE run_key = :k AND data IS NOT NULL) "
-        "OR EXISTS (SELECT 1 FROM points WHERE run_key = :k)"
+        "OR EXISTS (SELECT 1 FROM blocks WHERE run_key = :k)"
     )
     return [k for k in quiet if conn.execute(pending, {"k": k}).scalar_one()]
 
@@ -90,7 +90,7 @@ def sweep(
             # chunks first, so that they are summarised rather than kept whole or lost.
             with sessions() as session:
                 segments = session.connection().execute(
-                    text("SELECT DISTINCT segment FROM points WHERE run_key = :k"), {"k": key}
+                    text("SELECT DISTINCT segment FROM blocks WHERE run_key = :k"), {"k": key}
                 )
                 hot_segments = sorted(int(r[0]) for r in segments)
             for seg in hot_segments:

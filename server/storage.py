@@ -1,34 +1,37 @@
 """All SQL lives here. The hot paths (points in, series out) bypass the ORM.
 
-Points go in on Postgres as one binary ``COPY`` per batch, built by NumPy
-(:mod:`.pgcopy`); a batch that overlaps stored points goes instead as one array insert
-(``unnest`` of typed arrays, ``ON CONFLICT DO NOTHING``), so a re-sent batch stores
-nothing twice. SQLite takes one ``executemany``. NaN is stored as NULL on both, since
-SQLite cannot hold a NaN and "not logged" is never stored.
+A batch goes in as one hot block a metric (:mod:`.blocks`): on Postgres one binary
+``COPY`` per batch (:mod:`.pgcopy`), on SQLite one ``executemany``. Batches of one run are
+stored one after the other under the run's row lock; a batch whose steps all lie past the
+run's last step (a live trainer's) goes straight in, and any other first drops the points
+that its series' hot blocks hold already, so a re-sent batch stores nothing twice. A
+point re-sent after its step was compacted is merged at the next compaction, the stored
+value winning (:mod:`.compaction`), and reads prefer the compacted value meanwhile.
+NaN in a value column is stored as NULL, since SQLite cannot hold a NaN; inside the
+blocks' blobs it is kept bit for bit.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import psycopg
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
-from sqlalchemy import Connection, func, select, text, update
+from sqlalchemy import Connection, bindparam, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from . import pgcopy
+from . import blocks, pgcopy
 from .batch import MetricBatch
+from .chunks import Points
 from .metric_ids import MetricIdCache
-from .models import Event, Metric, Point, Run, Segment, utcnow
+from .models import Block, Event, Metric, Run, Segment, utcnow
 
 
 @dataclass(frozen=True)
@@ -107,82 +110,108 @@ def resolve_metric_ids(
     return ids
 
 
-def write_points(
-    session: Session, run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
-) -> int:
-    """Store a batch's logged values; returns how many points it carried.
+def lock_run(session: Session, run_key: int) -> tuple[int, int | None]:
+    """Take the run's row lock until the transaction ends; its segment and last step as
+    committed by the batches before.
 
-    Rows go in ordered by (metric id, step): concurrent batches of one run that overlap
-    then meet on their first common key, and the later one waits for the earlier instead
-    of the two deadlocking. On Postgres they go as one binary ``COPY`` inside a savepoint;
-    if any of them is stored already (a re-sent or overlapping batch), the savepoint is
-    rolled back and the batch goes again as ``INSERT ... ON CONFLICT DO NOTHING``, which
-    stores only the new ones.
+    Batches of one run are thereby stored one at a time, and each sees what the one before
+    it stored. On SQLite a write takes the database's write lock, and the read after it is
+    then current.
     """
-    mids, steps, values = _point_rows(batch, metric_ids)
-    if len(steps) == 0:
-        return 0
     conn = session.connection()
     if conn.dialect.name == "postgresql":
-        if not _copy_points(conn, pgcopy.encode_points(run_key, segment, mids, steps, values)):
-            _insert_points_pg(conn, run_key, segment, mids, steps, values)
+        row = conn.execute(
+            text("SELECT segment, last_step FROM runs WHERE key = :rk FOR NO KEY UPDATE"),
+            {"rk": run_key},
+        ).one()
     else:
-        count = len(steps)
-        conn.exec_driver_sql(
-            "INSERT OR IGNORE INTO points (run_key, metric_id, segment, step, value) "
-            "VALUES (?, ?, ?, ?, ?)",
-            list(
-                zip(
-                    repeat(run_key, count),
-                    mids.tolist(),
-                    repeat(segment, count),
-                    steps.tolist(),
-                    _nan_to_none(values),
-                    strict=True,
-                )
-            ),
-        )
-    return len(steps)
+        conn.execute(text("UPDATE runs SET last_seen = last_seen WHERE key = :rk"), {"rk": run_key})
+        row = conn.execute(
+            text("SELECT segment, last_step FROM runs WHERE key = :rk"), {"rk": run_key}
+        ).one()
+    return int(row[0]), None if row[1] is None else int(row[1])
 
 
-def _point_rows(
-    batch: MetricBatch, metric_ids: dict[str, int]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """The batch's logged points as (metric id, step, value) arrays, by metric id then step."""
-    values, logged, names = batch.values, batch.logged, batch.names
-    if not batch.all_logged:
-        present = logged.any(axis=1)
-        if not present.all():
-            values, logged = values[present], logged[present]
-            names = [names[i] for i in np.flatnonzero(present).tolist()]
-    ids = np.fromiter((metric_ids[n] for n in names), dtype=np.int64, count=len(names))
-    by_id = np.argsort(ids, kind="stable")
-    by_step = np.argsort(batch.steps, kind="stable")
-    ids, steps = ids[by_id], batch.steps[by_step]
-    values = values[by_id][:, by_step]
-    if batch.all_logged:
-        return np.repeat(ids, len(steps)), np.tile(steps, len(ids)), values.ravel()
-    logged = logged[by_id][:, by_step]
-    rows, cols = np.nonzero(logged)
-    return ids[rows], steps[cols], values[rows, cols]
+def write_points(
+    session: Session,
+    run_key: int,
+    segment: int,
+    batch: MetricBatch,
+    metric_ids: dict[str, int],
+    *,
+    fresh: bool = False,
+) -> int:
+    """Store a batch's logged values as hot blocks; returns how many points it carried.
 
-
-def _copy_points(conn: Connection, payload: bytes) -> bool:
-    """``COPY`` a binary stream into ``points`` in a savepoint of the caller's transaction.
-
-    Returns False, with nothing stored and the transaction usable, when a row's key is
-    stored already.
+    ``fresh`` says that no stored point of the segment can share a step with the batch
+    (every step lies past the segment's last one, read under `lock_run`): the batch then
+    goes in without looking. Otherwise the points its series' hot blocks hold already are
+    dropped first, in one query.
     """
-    with psycopg_of(conn, pgcopy.COPY_POINTS) as driver, driver.cursor() as cursor:
-        cursor.execute("SAVEPOINT normwatch_copy_points")
-        try:
-            with cursor.copy(pgcopy.COPY_POINTS) as copy:
+    if batch.point_count == 0:
+        return 0
+    keep = None if fresh else _unstored(session, run_key, segment, batch, metric_ids)
+    rows = blocks.of_batch(batch, metric_ids, keep)
+    if not rows:
+        return batch.point_count
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        payload = pgcopy.encode_blocks(run_key, segment, rows)
+        with psycopg_of(conn, pgcopy.COPY_BLOCKS) as driver, driver.cursor() as cursor:
+            with cursor.copy(pgcopy.COPY_BLOCKS) as copy:
                 copy.write(payload)
-        except psycopg.errors.UniqueViolation:
-            cursor.execute("ROLLBACK TO SAVEPOINT normwatch_copy_points")
-            return False
-        cursor.execute("RELEASE SAVEPOINT normwatch_copy_points")
-    return True
+    else:
+        conn.exec_driver_sql(
+            "INSERT INTO blocks (run_key, metric_id, segment, first_step, last_step, count, "
+            "last_value, steps, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    run_key,
+                    b.metric_id,
+                    segment,
+                    b.first_step,
+                    b.last_step,
+                    b.count,
+                    None if b.last_value != b.last_value else b.last_value,
+                    b.steps,
+                    b.data,
+                )
+                for b in rows
+            ],
+        )
+    return batch.point_count
+
+
+_IDS_PER_QUERY = 500
+
+
+def _unstored(
+    session: Session, run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
+) -> npt.NDArray[np.bool_]:
+    """Which of the batch's points (``batch.logged``'s shape) no hot block holds yet."""
+    lo, hi = int(batch.steps.min()), int(batch.steps.max())
+    rows_of: dict[int, int] = {}
+    for i, name in enumerate(batch.names):
+        if name in metric_ids:
+            rows_of[metric_ids[name]] = i
+    found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
+    conn = session.connection()
+    ids = sorted(rows_of)
+    query = text(
+        "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
+        "WHERE run_key = :rk AND segment = :seg AND metric_id IN :mids "
+        "AND last_step >= :lo AND first_step <= :hi"
+    ).bindparams(bindparam("mids", expanding=True))
+    for i in range(0, len(ids), _IDS_PER_QUERY):
+        params = {"rk": run_key, "seg": segment, "lo": lo, "hi": hi}
+        for mid, first, last, count, steps, data in conn.execute(
+            query, {**params, "mids": ids[i : i + _IDS_PER_QUERY]}
+        ):
+            found.setdefault(int(mid), []).append((first, last, count, steps, data))
+    keep = np.ones(batch.logged.shape, dtype=np.bool_)
+    for mid, stored in found.items():
+        keep[rows_of[mid]] = ~np.isin(batch.steps, blocks.decode_many(stored).steps)
+    return keep
 
 
 @contextmanager
@@ -204,144 +233,6 @@ def psycopg_of(conn: Connection, statement: str) -> Iterator[psycopg.Connection[
         raise DBAPIError.instance(
             statement, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
         ) from exc
-
-
-def _insert_points_pg(
-    conn: Connection,
-    run_key: int,
-    segment: int,
-    mids: npt.NDArray[np.int64],
-    steps: npt.NDArray[np.int64],
-    values: npt.NDArray[np.float64],
-) -> None:
-    """The slow path of a batch that overlaps stored points: only the new ones are stored."""
-    statement = (
-        "INSERT INTO points (run_key, metric_id, segment, step, value) "
-        "SELECT %(rk)s, m, %(seg)s, s, v FROM unnest(%(mids)s, %(steps)s, %(vals)s) AS t(m, s, v) "
-        "ON CONFLICT DO NOTHING"
-    )
-    params = {
-        "rk": run_key,
-        "seg": segment,
-        "mids": _pg_array(mids),
-        "steps": _pg_array(steps),
-        "vals": _pg_array(values),
-    }
-    with psycopg_of(conn, statement) as driver, _array_cursor(driver) as cursor:
-        cursor.execute(statement, params)
-
-
-class _Int8Array(bytes):
-    """A ``bigint[]`` parameter already in Postgres' binary array format."""
-
-
-class _Float8Array(bytes):
-    """A ``float8[]`` parameter already in Postgres' binary array format."""
-
-
-class _Int8ArrayDumper(Dumper):
-    format = Format.BINARY
-    oid = pgcopy.INT8_ARRAY_OID
-
-    def dump(self, obj: Any) -> bytes:
-        return bytes(obj)
-
-
-class _Float8ArrayDumper(_Int8ArrayDumper):
-    oid = pgcopy.FLOAT8_ARRAY_OID
-
-
-def _pg_array(values: npt.NDArray[np.int64] | npt.NDArray[np.float64]) -> bytes:
-    """An array parameter (NaN as NULL) for a cursor from `_array_cursor`: psycopg adapts
-    a list element by element in Python, hundreds of times slower for thousands of them."""
-    wrap = _Int8Array if values.dtype.kind == "i" else _Float8Array
-    return wrap(pgcopy.encode_array(values))
-
-
-def _array_cursor(driver: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """A cursor that sends `_pg_array` parameters as they are."""
-    cursor = driver.cursor()
-    cursor.adapters.register_dumper(_Int8Array, _Int8ArrayDumper)
-    cursor.adapters.register_dumper(_Float8Array, _Float8ArrayDumper)
-    return cursor
-
-
-def _nan_to_none(values: npt.NDArray[np.float64]) -> list[float | None]:
-    """Values as Python floats, NaN as None (stored as NULL)."""
-    out: list[float | None] = values.tolist()
-    if np.isnan(values).any():
-        out = [None if v != v else v for v in out]
-    return out
-
-
-def update_latest(
-    session: Session, run_key: int, batch: MetricBatch, metric_ids: dict[str, int]
-) -> int | None:
-    """Move each metric's and the run's last step forward; returns the batch's last step.
-
-    A metric's row only moves forward: a late batch of earlier steps leaves it alone. On
-    Postgres it is one statement for the whole batch, after taking the run's row lock:
-    concurrent batches of one run then update its metric rows one after the other, and
-    cannot deadlock on them whatever order the plan visits them in.
-    """
-    if len(batch.steps) == 0:
-        return None
-    ids, steps, values = _latest_rows(batch, metric_ids)
-    conn = session.connection()
-    if len(ids) > 0 and conn.dialect.name == "postgresql":
-        params = {
-            "rk": run_key,
-            "ids": _pg_array(ids),
-            "steps": _pg_array(steps),
-            "vals": _pg_array(values),
-        }
-        with psycopg_of(conn, _UPDATE_LATEST) as driver, _array_cursor(driver) as cursor:
-            cursor.execute("SELECT 1 FROM runs WHERE key = %(rk)s FOR NO KEY UPDATE", params)
-            # Planned with the real arrays every time: a generic plan guesses a few rows
-            # where there are thousands, and may rescan the unnest once per metric.
-            cursor.execute(_UPDATE_LATEST, params, prepare=False)
-    elif len(ids) > 0:
-        conn.exec_driver_sql(
-            "UPDATE metrics SET last_step = ?, last_value = ? "
-            "WHERE id = ? AND (last_step IS NULL OR last_step <= ?)",
-            [
-                (step, value, mid, step)
-                for mid, step, value in zip(
-                    ids.tolist(), steps.tolist(), _nan_to_none(values), strict=True
-                )
-            ],
-        )
-    return int(batch.steps.max())
-
-
-_UPDATE_LATEST = (
-    "UPDATE metrics AS m SET last_step = u.step, last_value = u.value "
-    "FROM unnest(%(ids)s, %(steps)s, %(vals)s) AS u(id, step, value) "
-    "WHERE m.id = ANY(%(ids)s) AND m.id = u.id "
-    "AND (m.last_step IS NULL OR m.last_step <= u.step)"
-)
-
-
-def _latest_rows(
-    batch: MetricBatch, metric_ids: dict[str, int]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """Each logged metric's id, last logged step and its value, in id order."""
-    order = np.argsort(batch.steps, kind="stable")
-    rows = np.arange(len(batch.names))
-    if batch.all_logged:
-        last = np.full(len(rows), order[-1])
-    else:
-        logged = batch.logged[:, order]
-        # The last True of each row is the first True of the row reversed.
-        last = order[len(order) - 1 - np.argmax(logged[:, ::-1], axis=1)]
-        rows = np.flatnonzero(logged.any(axis=1))
-        last = last[rows]
-    ids = np.fromiter(
-        (metric_ids[batch.names[i]] for i in rows.tolist()), dtype=np.int64, count=len(rows)
-    )
-    steps, values = batch.steps[last], batch.values[rows, last]
-    by_id = np.argsort(ids, kind="stable")
-    return ids[by_id], steps[by_id], values[by_id]
 
 
 def forget_latest(session: Session, run_key: int) -> None:
@@ -380,71 +271,69 @@ def read_points(
     start: int | None,
     end: int | None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """All stored (step, value) of one metric in the lineage, ascending by step."""
-    clauses = []
-    params: dict[str, object] = {"rk": run_key, "mid": metric_id}
-    for i, (seg, lo, hi) in enumerate(lineage.ranges):
-        parts = [f"segment = :seg{i}"]
-        params[f"seg{i}"] = seg
-        if lo is not None:
-            parts.append(f"step >= :lo{i}")
-            params[f"lo{i}"] = lo
-        if hi is not None:
-            parts.append(f"step < :hi{i}")
-            params[f"hi{i}"] = hi
-        clauses.append("(" + " AND ".join(parts) + ")")
-    where = "run_key = :rk AND metric_id = :mid AND (" + " OR ".join(clauses or ["FALSE"]) + ")"
-    if start is not None:
-        where += " AND step >= :start"
-        params["start"] = start
-    if end is not None:
-        where += " AND step <= :end"
-        params["end"] = end
+    """All hot (uncompacted) (step, value) of one metric in the lineage, ascending by step."""
+    parts: list[Points] = []
     conn = session.connection()
-    if conn.dialect.name == "postgresql":
-        # Two bytea aggregates of big-endian int8/float8 decode with one frombuffer each:
-        # ~5x faster than building a million Python tuples.
-        packed = conn.execute(
+    for seg, lo, hi in lineage.ranges:
+        a = max(x for x in (start, lo, _I64_MIN) if x is not None)
+        b = min(x for x in (end, None if hi is None else hi - 1, _I64_MAX) if x is not None)
+        if a > b:
+            continue
+        rows = conn.execute(
             text(
-                "SELECT string_agg(int8send(step), ''::bytea), "
-                "string_agg(float8send(coalesce(value, 'NaN'::float8)), ''::bytea) "
-                f"FROM (SELECT step, value FROM points WHERE {where} ORDER BY step) AS ordered"
+                "SELECT first_step, last_step, count, steps, data FROM blocks WHERE run_key = :rk "
+                "AND metric_id = :mid AND segment = :seg AND first_step <= :b AND last_step >= :a"
             ),
-            params,
-        ).one()
-        if packed[0] is None:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        steps = np.frombuffer(packed[0], dtype=">i8").astype(np.int64)
-        values = np.frombuffer(packed[1], dtype=">f8").astype(np.float64)
-    else:
-        # The sqlite3 cursor's plain tuples convert to an array in one call; SQLAlchemy's
-        # Row objects would go through NumPy's slow generic-sequence path.
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(
-                "SELECT step, ifnull(value, 0.0), value IS NULL FROM points "
-                f"WHERE {where} ORDER BY step",
-                params,
-            )
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
-        if not rows:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        table = np.array(rows, dtype=np.float64)
-        steps = table[:, 0].astype(np.int64)  # steps < 2**53 are exact in float64
-        values = np.where(table[:, 2] != 0, np.nan, table[:, 1])
-    if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
-        # The aggregate is fed in subquery order in practice; never rely on it blindly.
+            {"rk": run_key, "mid": metric_id, "seg": seg, "a": a, "b": b},
+        ).all()
+        parts.append(clip(blocks.decode_many([tuple(r) for r in rows]), a, b))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    steps = np.concatenate([p.steps for p in parts])
+    values = np.concatenate([p.values for p in parts])
+    if len(parts) > 1:
         order = np.argsort(steps, kind="stable")
         steps, values = steps[order], values[order]
     return steps, values
 
 
-def metrics_of(session: Session, run_key: int) -> list[Metric]:
-    return list(
-        session.scalars(select(Metric).where(Metric.run_key == run_key).order_by(Metric.name))
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def clip(points: Points, a: int, b: int) -> Points:
+    """The points with ``a <= step <= b``."""
+    if not len(points) or (points.steps[0] >= a and points.steps[-1] <= b):
+        return points
+    lo, hi = np.searchsorted(points.steps, [a, b + 1])
+    return points.take(slice(int(lo), int(hi)))
+
+
+def latest_values(session: Session, run_key: int) -> list[tuple[str, int | None, float | None]]:
+    """Each metric's name, last step and value in the run's current segment, by name.
+
+    A metric's row holds what compaction has taken in; its newest hot block, anything
+    newer. The value is NaN where one was logged as NaN, None where nothing was.
+    """
+    newest = (
+        "(SELECT b.{col} FROM blocks b WHERE b.run_key = m.run_key AND b.metric_id = m.id "
+        "AND b.segment = r.segment ORDER BY b.first_step DESC LIMIT 1)"
     )
+    rows = session.connection().execute(
+        text(
+            f"SELECT m.name, m.last_step, m.last_value, {newest.format(col='last_step')}, "
+            f"{newest.format(col='last_value')} FROM metrics m JOIN runs r ON r.key = m.run_key "
+            "WHERE m.run_key = :rk ORDER BY m.name"
+        ),
+        {"rk": run_key},
+    )
+    out: list[tuple[str, int | None, float | None]] = []
+    for name, step, value, hot_step, hot_value in rows:
+        if hot_step is not None and (step is None or hot_step >= step):
+            step, value = hot_step, hot_value
+        nan = math.nan if step is not None and value is None else value
+        out.append((name, None if step is None else int(step), nan))
+    return out
 
 
 def metric_ids_by_name(session: Session, run_key: int, names: Sequence[str]) -> dict[str, int]:
@@ -463,9 +352,8 @@ def events_of(session: Session, run_key: int) -> list[Event]:
 
 
 def point_count(session: Session, run_key: int) -> int:
-    return int(
-        session.scalar(select(func.count()).select_from(Point).where(Point.run_key == run_key)) or 0
-    )
+    """How many of the run's points are hot (not compacted yet)."""
+    return int(session.scalar(select(func.sum(Block.count)).where(Block.run_key == run_key)) or 0)
 
 
 def now() -> datetime:

@@ -108,7 +108,8 @@ def counts(url: str, run_key: int) -> tuple[int, int]:
     try:
         with engine.connect() as conn:
             hot = conn.execute(
-                text("SELECT count(*) FROM points WHERE run_key = :k"), {"k": run_key}
+                text("SELECT coalesce(sum(count), 0) FROM blocks WHERE run_key = :k"),
+                {"k": run_key},
             ).scalar_one()
             done = conn.execute(
                 text("SELECT coalesce(sum(points), 0) FROM series WHERE run_key = :k"),

@@ -25,6 +25,7 @@ import httpx
 import psycopg
 import pytest
 from normwatch.client import Run
+from normwatch.server import blocks
 from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server
@@ -73,12 +74,17 @@ def servers(tmp_path: Path) -> Iterator[list[ServerProcess]]:
 def stored(database_url: str, project: str, name: str) -> dict[tuple[str, int], float]:
     """Every stored point of the run, asserting each is in segment 1."""
     with psycopg.connect(admin_dsn(database_url)) as conn:
-        rows = conn.execute(
-            "SELECT m.name, p.step, p.value, p.segment FROM points p "
-            "JOIN metrics m ON m.id = p.metric_id JOIN runs r ON r.key = p.run_key "
+        stored_blocks = conn.execute(
+            "SELECT m.name, b.segment, b.first_step, b.last_step, b.count, b.steps, b.data "
+            "FROM blocks b JOIN metrics m ON m.id = b.metric_id JOIN runs r ON r.key = b.run_key "
             "JOIN projects j ON j.id = r.project_id WHERE j.name = %s AND r.name = %s",
             (project, name),
         ).fetchall()
+    rows = []
+    for metric, segment, first, last, count, steps, data in stored_blocks:
+        pts = blocks.decode(first, last, count, steps, data)
+        for step, value in zip(pts.steps.tolist(), pts.values.tolist(), strict=True):
+            rows.append((metric, step, None if value != value else value, segment))
     assert {row[3] for row in rows} <= {1}, "a replay opened a segment of its own"
     points = {(metric, step): stored_value for metric, step, stored_value, _ in rows}
     assert len(points) == len(rows)

@@ -29,18 +29,19 @@ def ingest_batch(
 ) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
-    The run row is updated before the rules run, so concurrent batches of one run are
-    evaluated one after the other (the row lock is held until commit). Metric ids found
+    The run's row is locked first, so concurrent batches of one run are stored and
+    evaluated one after the other (the lock is held until commit), each seeing the run's
+    segment and last step as the one before left them. Metric ids found
     in ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`).
     """
-    segment = batch.segment or run.segment
-    if segment > run.segment:
-        raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
+    current, last_step = storage.lock_run(session, run.key)
+    segment = batch.segment or current
+    if segment > current:
+        raise BatchError(f"segment: run has {current} segment(s), got {segment}")
     metric_ids = storage.resolve_metric_ids(session, run.key, batch.logged_names, known=known)
-    points = storage.write_points(session, run.key, segment, batch, metric_ids)
-    last = None
-    if segment == run.segment:
-        last = storage.update_latest(session, run.key, batch, metric_ids)
+    last = int(batch.steps.max()) if len(batch.steps) and segment == current else None
+    fresh = last is not None and (last_step is None or int(batch.steps.min()) > last_step)
+    points = storage.write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
     storage.touch_run(session, run.key, last, storage.now())
     owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids)
     return Ingested(points, segment, owed, metric_ids)

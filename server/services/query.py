@@ -47,13 +47,11 @@ def encode_value(v: float) -> float | str:
 def list_metrics(session: Session, run: Run) -> list[MetricOut]:
     return [
         MetricOut(
-            name=m.name,
-            last_step=m.last_step,
-            last_value=None
-            if m.last_step is None
-            else encode_value(math.nan if m.last_value is None else m.last_value),
+            name=name,
+            last_step=step,
+            last_value=None if step is None or value is None else encode_value(value),
         )
-        for m in storage.metrics_of(session, run.key)
+        for name, step, value in storage.latest_values(session, run.key)
     ]
 
 

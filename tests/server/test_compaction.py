@@ -126,7 +126,7 @@ def test_compacted_points_read_back_exactly_and_hot_rows_go(sessions: Sessions) 
     for lo in range(0, 20_000, 5000):
         post(sessions, run, steps[lo : lo + 5000], g=values[lo : lo + 5000])
     compact(sessions, run)
-    assert count_rows(sessions, run, "points") == 0
+    assert count_rows(sessions, run, "blocks") == 0
     assert count_rows(sessions, run, "chunks") == 5  # 4096 points a chunk
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, steps)
@@ -217,7 +217,7 @@ def test_compaction_is_idempotent_and_resends_are_stored_once(sessions: Sessions
     assert same(got_steps, steps)  # no step twice, even before compaction
     assert same(got_values, f32(values))  # the stored values win
     compact(sessions, run)
-    assert count_rows(sessions, run, "points") == 0
+    assert count_rows(sessions, run, "blocks") == 0
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, steps) and same(got_values, f32(values))
     with session_scope(sessions) as session:
@@ -255,7 +255,7 @@ def test_restart_segments_compact_and_read_by_lineage(sessions: Sessions) -> Non
     later = np.arange(8000, 12_000, dtype=np.int64)
     post(sessions, run, later, g=np.full(len(later), 7.0))
     compact(sessions, run)
-    assert count_rows(sessions, run, "points") == 0
+    assert count_rows(sessions, run, "blocks") == 0
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, np.arange(12_000))
     assert same(got_values[:8000], f32(values[:8000])) and (got_values[8000:] == 7.0).all()
@@ -275,7 +275,7 @@ def test_the_pass_follows_the_policy(fresh_pg_url: str) -> None:
         assert report.points == 0  # young, near and busy: left hot
         report = compaction.compact_pass(sessions, policy, utcnow() + timedelta(hours=2))
         assert report.points == 1000 and report.runs == 1
-        assert count_rows(sessions, run, "points") == 0
+        assert count_rows(sessions, run, "blocks") == 0
         post(sessions, run, np.arange(1000, 6000), g=np.ones(5000))
         report = compaction.compact_pass(sessions, policy)
         assert report.points == 5000  # far enough past the last cut

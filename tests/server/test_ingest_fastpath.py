@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import psycopg
 import pytest
-from normwatch.server import pgcopy, storage
+from normwatch.server import blocks, pgcopy, storage
 from normwatch.server.auth import Principal, authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory
@@ -226,26 +226,29 @@ def new_run(session: Session, name: str) -> Run:
 
 
 def stored_points(session: Session, run: Run) -> dict[tuple[str, int], float | None]:
+    """Every hot point of the run (NaN as None), asserting none is stored twice."""
     rows = session.execute(
         text(
-            "SELECT m.name, p.step, p.value FROM points p JOIN metrics m ON m.id = p.metric_id "
-            "WHERE p.run_key = :rk"
+            "SELECT m.name, b.first_step, b.last_step, b.count, b.steps, b.data FROM blocks b "
+            "JOIN metrics m ON m.id = b.metric_id WHERE b.run_key = :rk"
         ),
         {"rk": run.key},
     )
     out: dict[tuple[str, int], float | None] = {}
-    for name, step, value in rows:
-        assert (name, step) not in out, f"{name} at {step} stored twice"
-        out[(name, step)] = value
+    for name, first, last, count, steps, data in rows:
+        pts = blocks.decode(first, last, count, steps, data)
+        for step, value in zip(pts.steps.tolist(), pts.values.tolist(), strict=True):
+            assert (name, step) not in out, f"{name} at {step} stored twice"
+            out[(name, step)] = None if value != value else value
     return out
 
 
 def latest(session: Session, run: Run) -> dict[str, tuple[int | None, float | None]]:
-    rows = session.execute(
-        text("SELECT name, last_step, last_value FROM metrics WHERE run_key = :rk"),
-        {"rk": run.key},
-    )
-    return {name: (step, value) for name, step, value in rows}
+    """Each metric's latest (step, value) as listings show it (NaN as None)."""
+    return {
+        name: (step, None if value is None or value != value else value)
+        for name, step, value in storage.latest_values(session, run.key)
+    }
 
 
 def batch_of(steps: list[int], metrics: dict[str, list[Any]]) -> Any:

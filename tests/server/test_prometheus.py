@@ -57,9 +57,7 @@ def new_run(api: httpx.Client, tenant: Tenant, name: str = "exp") -> str:
     return str(r.json()["id"])
 
 
-def test_ingest_counters_move_by_exactly_what_was_posted(
-    api: httpx.Client, tenant: Tenant
-) -> None:
+def test_ingest_counters_move_by_exactly_what_was_posted(api: httpx.Client, tenant: Tenant) -> None:
     run = new_run(api, tenant)
     url = f"/api/v1/runs/{run}/metrics"
     before = scrape(api)
@@ -99,13 +97,14 @@ def test_latency_is_labelled_by_route_template_only(api: httpx.Client, tenant: T
     assert api.get(f"/api/v1/runs/{run}/nothing-here").status_code == 404
     after = scrape(api)
     series = {"route": "/api/v1/runs/{run_id}/series", "method": "GET", "status": "2xx"}
-    assert after.value(f"{LATENCY}_count", **series) - before.value(
-        f"{LATENCY}_count", **series
-    ) == 3
+    assert (
+        after.value(f"{LATENCY}_count", **series) - before.value(f"{LATENCY}_count", **series) == 3
+    )
     unmatched = {"route": "unmatched", "method": "GET", "status": "4xx"}
-    assert after.value(f"{LATENCY}_count", **unmatched) - before.value(
-        f"{LATENCY}_count", **unmatched
-    ) == 1
+    assert (
+        after.value(f"{LATENCY}_count", **unmatched) - before.value(f"{LATENCY}_count", **unmatched)
+        == 1
+    )
     routes = after.label_values(f"{LATENCY}_count", "route")
     assert {"/api/v1/runs", "/metrics", "/healthz"} <= routes
     assert all(r == "unmatched" or r.startswith("/") and run not in r for r in routes), routes

@@ -52,8 +52,8 @@ def test_old_runs_keep_their_summaries_and_every_spike(own: Sessions) -> None:
     age(own, old, 40)
     swept = retention.sweep(own, 30, "summaries")
     assert swept.runs == 1 and swept.chunks_thinned == 25
-    assert count_rows(own, old, "points") == 0  # compacted first, then thinned
-    assert count_rows(own, recent, "points") == 1000  # untouched
+    assert count_rows(own, old, "blocks") == 0  # compacted first, then thinned
+    assert count_rows(own, recent, "blocks") == 1  # untouched: one batch, one block
     for kw in ({"points": 1000}, {"start": 77_000, "end": 78_000, "points": 1000}):
         s = series(own, old, "g", **kw)
         assert 40.0 in s.values.tolist() and 77_777 in s.steps.tolist()
@@ -71,7 +71,7 @@ def test_old_runs_can_be_dropped_whole(own: Sessions) -> None:
     assert retention.sweep(own, 30, "drop").runs == 1
     with session_scope(own) as session:
         ids = [r[0] for r in session.execute(text("SELECT id FROM runs"))]
-        left = session.execute(text("SELECT count(*) FROM points")).scalar_one()
+        left = session.execute(text("SELECT sum(count) FROM blocks")).scalar_one()
     assert ids == [recent] and left == 10
 
 
@@ -100,7 +100,7 @@ def test_command_line_compacts_and_applies_retention(tmp_path: Path) -> None:
         return done.stdout
 
     assert "compacted 10,000 points of 1 series in 1 runs" in cli("compact")
-    assert count_rows(sessions, run, "points") == 0
+    assert count_rows(sessions, run, "blocks") == 0
     age(sessions, run, 10)
     assert "1 run(s) would be affected (drop)" in cli(
         "retention", "--days", "5", "--mode", "drop", "--dry-run"

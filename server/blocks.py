@@ -1,0 +1,144 @@
+"""Hot blocks: the points of one series from one batch, as one row.
+
+A batch of ``S`` steps × ``M`` metrics is stored as ``M`` rows of the ``blocks`` table, not
+``S · M`` rows of one point each: a row's fixed cost in Postgres (tuple header, index
+entry, WAL record, about 100 bytes and a few microseconds) is then paid once per metric
+and batch, and a trainer that sends 25 steps a request pays it once per 25 points.
+
+A block holds its first and last step, its point count and the value at its last step as
+columns (the series' latest value is read from them), and its points as two blobs:
+
+- ``steps``: the steps as big-endian ``int8``, or NULL when they are evenly spaced
+  (``first_step``, ``first_step + stride``, …, ``last_step``; the usual batch), so a
+  regular block stores no steps at all;
+- ``data``: the values as big-endian ``float8``, NaN and ±Infinity bit for bit.
+
+Big-endian is Postgres' own binary order (``int8send``, ``float8send``), so SQL can build
+and read blocks itself (a migration does). The points of one series' blocks never share a
+step: ingest drops the points of a batch that are stored already (see
+:func:`normwatch.server.storage.write_points`).
+
+>>> import numpy as np
+>>> block = encode(np.array([10, 20, 30]), np.array([0.5, float("nan"), 2.0]))
+>>> block.steps is None, block.first_step, block.last_step, block.count
+(True, 10, 30, 3)
+>>> decode(block.first_step, block.last_step, block.count, block.steps, block.data).steps
+array([10, 20, 30])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .batch import MetricBatch
+from .chunks import Points
+
+__all__ = ["Block", "decode", "decode_many", "encode", "of_batch"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One series' points from one batch, as the ``blocks`` row stores them."""
+
+    metric_id: int
+    first_step: int
+    last_step: int
+    count: int
+    last_value: float
+    steps: bytes | None
+    data: bytes
+
+
+def encode(
+    steps: npt.NDArray[np.int64], values: npt.NDArray[np.float64], metric_id: int = 0
+) -> Block:
+    """A block of ascending, distinct ``steps`` (at least one) and their ``values``."""
+    count = len(steps)
+    if count == 0 or count != len(values):
+        raise ValueError(f"a block needs one value a step and at least one, got {count}")
+    first, last = int(steps[0]), int(steps[-1])
+    blob: bytes | None = None
+    if count > 2:
+        stride = (last - first) // (count - 1)
+        regular = stride * (count - 1) == last - first and bool(np.all(np.diff(steps) == stride))
+        if not regular:
+            blob = steps.astype(">i8").tobytes()
+    return Block(
+        metric_id, first, last, count, float(values[-1]), blob, values.astype(">f8").tobytes()
+    )
+
+
+def decode(first: int, last: int, count: int, steps: bytes | None, data: bytes) -> Points:
+    """The points of a stored block."""
+    values = np.frombuffer(data, dtype=">f8").astype(np.float64)
+    if steps is not None:
+        return Points(np.frombuffer(steps, dtype=">i8").astype(np.int64), values)
+    if count == 1:
+        return Points(np.array([first], dtype=np.int64), values)
+    stride = (last - first) // (count - 1)
+    return Points(np.arange(first, last + 1, stride, dtype=np.int64), values)
+
+
+def decode_many(rows: list[tuple[int, int, int, bytes | None, bytes]]) -> Points:
+    """The points of several blocks of one series, ascending by step.
+
+    ``rows`` are ``(first_step, last_step, count, steps, data)``, in any order.
+    """
+    if not rows:
+        return Points(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+    parts = [
+        decode(int(a), int(b), int(n), None if s is None else bytes(s), bytes(d))
+        for a, b, n, s, d in sorted(rows, key=lambda r: int(r[0]))
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    steps = np.concatenate([p.steps for p in parts])
+    values = np.concatenate([p.values for p in parts])
+    if not bool(np.all(steps[1:] > steps[:-1])):
+        # Blocks that interleave (a late batch between two others) are rare: sort them.
+        order = np.argsort(steps, kind="stable")
+        steps, values = steps[order], values[order]
+    return Points(steps, values)
+
+
+def of_batch(
+    batch: MetricBatch,
+    metric_ids: dict[str, int],
+    keep: npt.NDArray[np.bool_] | None = None,
+) -> list[Block]:
+    """The batch's blocks, one a metric with at least one point, by metric id.
+
+    ``keep`` (the shape of ``batch.logged``) narrows the points further: False drops one.
+    """
+    order = np.argsort(batch.steps, kind="stable")
+    steps = batch.steps[order]
+    values = batch.values[:, order]
+    mask = None if batch.all_logged and keep is None else batch.logged[:, order]
+    if keep is not None:
+        mask = keep[:, order] if mask is None else mask & keep[:, order]
+    out: list[Block] = []
+    if mask is None:
+        # Every metric at every step: the step column is shared, so its encoding too.
+        shared = encode(steps, values[0])
+        for i, name in enumerate(batch.names):
+            row = values[i]
+            out.append(
+                Block(
+                    metric_ids[name],
+                    shared.first_step,
+                    shared.last_step,
+                    shared.count,
+                    float(row[-1]),
+                    shared.steps,
+                    row.astype(">f8").tobytes(),
+                )
+            )
+    else:
+        for i in np.flatnonzero(mask.any(axis=1)).tolist():
+            row = mask[i]
+            out.append(encode(steps[row], values[i][row], metric_ids[batch.names[i]]))
+    out.sort(key=lambda b: b.metric_id)
+    return out
