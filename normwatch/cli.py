@@ -262,7 +262,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         # An import string and a factory: each worker process builds its own app.
         uvicorn.run(
-            "normwatch.server.app:create_app",
+            "normwatch.server.app:serve_app",
             factory=True,
             host=settings.host,
             port=settings.port,

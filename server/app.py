@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +13,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .alerts.delivery import Deliverer
 from .api import alerts, events, health, metrics, prometheus, runs
+from .auth import TokenCache
 from .compaction import Compactor, Policy, lag_samples
 from .config import Settings
 from .db import engine_from_settings, session_factory
@@ -21,8 +23,22 @@ from .telemetry import Telemetry
 log = logging.getLogger("normwatch.server")
 
 
-def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> FastAPI:
-    """Build the service. Nothing is created at import time; tests build their own."""
+def serve_app() -> FastAPI:
+    """The app of a ``normwatch serve`` worker process: `create_app` with ``freeze_gc``."""
+    return create_app(freeze_gc=True)
+
+
+def create_app(
+    settings: Settings | None = None, *, dashboard: bool = True, freeze_gc: bool = False
+) -> FastAPI:
+    """Build the service. Nothing is created at import time; tests build their own.
+
+    ``freeze_gc`` is for a process that runs this one app: at start-up, every object alive
+    (modules, the dashboard's layouts, SQLAlchemy's mappers: some 160,000 that never become
+    garbage) is moved out of the cyclic collector's sight. Its full passes would otherwise
+    walk them all, and under steady ingest they stopped a request for 50-90 ms about every
+    ten seconds.
+    """
     settings = settings or Settings()
     engine = engine_from_settings(settings)
 
@@ -53,6 +69,9 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
         dispatcher.start()
         if settings.compaction:
             compactor.start()
@@ -71,6 +90,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = True) -> F
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = sessions
+    app.state.token_cache = TokenCache(settings.token_cache_s)
     app.state.dispatcher = dispatcher
     app.state.compactor = compactor
     app.state.ingest_inflight = 0

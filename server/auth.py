@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal, cast
@@ -91,6 +94,49 @@ def authenticate(session: Session, token: str) -> Principal | None:
     ):
         session.execute(update(ApiToken).where(ApiToken.id == tok.id).values(last_used_at=now))
     return Principal(tok.id, tok.project_id, project_name, cast(Scope, tok.scope))
+
+
+class TokenCache:
+    """Principals of recently presented bearer tokens, trusted for ``ttl_s`` seconds.
+
+    Authentication is otherwise a transaction of its own on every request: for a trainer
+    posting a small batch several times a second, as much database work as storing it.
+    Only tokens that authenticated are kept (a new token works at once); a revoked one
+    stops working within ``ttl_s``, the same window the dashboard gives session cookies.
+    Entries are keyed by the token's digest, never the token itself.
+    """
+
+    def __init__(
+        self,
+        ttl_s: float = 5.0,
+        *,
+        limit: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.limit = limit
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._recent: dict[str, tuple[Principal, float]] = {}
+
+    def lookup(self, session_for: Callable[[], Session], token: str) -> Principal | None:
+        """The token's principal, from the cache or else from ``authenticate``."""
+        digest = hash_token(token)
+        now = self._clock()
+        with self._lock:
+            hit = self._recent.get(digest)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        with session_for() as session, session.begin():
+            who = authenticate(session, token)
+        with self._lock:
+            if who is None:
+                self._recent.pop(digest, None)
+            else:
+                if len(self._recent) >= self.limit:
+                    self._recent.clear()
+                self._recent[digest] = (who, now + self.ttl_s)
+        return who
 
 
 def principal_for_token_id(session: Session, token_id: int) -> Principal | None:

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         description="Metric batches handled at once per worker; more get 503 with Retry-After.",
     )
     session_max_age_s: int = 14 * 24 * 3600
+    token_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long an authenticated bearer token is trusted without a database "
+        "look-up (a revoked token stops working within this); 0 looks up every request.",
+    )
     workers: int = Field(
         default=1,
         ge=1,

@@ -49,6 +49,7 @@ __all__ = [
     "TRAILER",
     "encode_array",
     "encode_blocks",
+    "encode_full_blocks",
     "encode_points",
 ]
 
@@ -212,3 +213,65 @@ def encode_blocks(run_key: int, segment: int, blocks: Sequence[Block]) -> bytes:
         parts.append(b.data)
     parts.append(TRAILER)
     return b"".join(parts)
+
+
+def encode_full_blocks(
+    run_key: int,
+    segment: int,
+    metric_ids: npt.NDArray[np.int64],
+    steps: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    steps_blob: bytes | None,
+) -> bytes:
+    """The ``COPY`` stream of a batch that logged every metric at every step, vectorised.
+
+    ``values[i]`` are metric ``metric_ids[i]``'s values at the ascending ``steps``, and
+    ``steps_blob`` the blocks' shared ``steps`` field (None: evenly spaced). Every row then
+    has one layout, so the rows are one structured array; ``last_value`` goes as the float8
+    it is, NaN included (what `encode_blocks` sends as NULL).
+    """
+    if not _SMALLINT[0] <= segment <= _SMALLINT[1]:
+        raise ValueError(f"segment must fit a smallint, got {segment}")
+    count = len(steps)
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = [
+        ("fields", ">i2"),
+        ("run_key_len", ">i4"),
+        ("run_key", ">i8"),
+        ("metric_id_len", ">i4"),
+        ("metric_id", ">i8"),
+        ("segment_len", ">i4"),
+        ("segment", ">i2"),
+        ("first_len", ">i4"),
+        ("first", ">i8"),
+        ("last_len", ">i4"),
+        ("last", ">i8"),
+        ("count_len", ">i4"),
+        ("count", ">i4"),
+        ("last_value_len", ">i4"),
+        ("last_value", ">f8"),
+        ("steps_len", ">i4"),
+    ]
+    if steps_blob is not None:
+        fields.append(("steps", "V" + str(len(steps_blob))))
+    fields += [("data_len", ">i4"), ("data", ">f8", (count,))]
+    rows = np.empty(len(metric_ids), dtype=np.dtype(fields))
+    rows["fields"] = 9
+    rows["run_key_len"] = rows["metric_id_len"] = rows["first_len"] = rows["last_len"] = 8
+    rows["last_value_len"] = 8
+    rows["segment_len"] = 2
+    rows["count_len"] = 4
+    rows["run_key"] = run_key
+    rows["metric_id"] = metric_ids
+    rows["segment"] = segment
+    rows["first"] = steps[0]
+    rows["last"] = steps[-1]
+    rows["count"] = count
+    rows["last_value"] = values[:, -1]
+    if steps_blob is None:
+        rows["steps_len"] = -1
+    else:
+        rows["steps_len"] = len(steps_blob)
+        rows["steps"] = np.frombuffer(steps_blob, dtype="V" + str(len(steps_blob)))[0]
+    rows["data_len"] = 8 * count
+    rows["data"] = values
+    return b"".join((HEADER, rows.tobytes(), TRAILER))

@@ -151,16 +151,20 @@ def write_points(
     if batch.point_count == 0:
         return 0
     keep = None if fresh else _unstored(session, run_key, segment, batch, metric_ids)
-    rows = blocks.of_batch(batch, metric_ids, keep)
-    if not rows:
-        return batch.point_count
     conn = session.connection()
     if conn.dialect.name == "postgresql":
-        payload = pgcopy.encode_blocks(run_key, segment, rows)
+        if keep is None and batch.all_logged:
+            payload = _full_blocks(run_key, segment, batch, metric_ids)
+        else:
+            payload = pgcopy.encode_blocks(
+                run_key, segment, blocks.of_batch(batch, metric_ids, keep)
+            )
         with psycopg_of(conn, pgcopy.COPY_BLOCKS) as driver, driver.cursor() as cursor:
             with cursor.copy(pgcopy.COPY_BLOCKS) as copy:
                 copy.write(payload)
-    else:
+        return batch.point_count
+    rows = blocks.of_batch(batch, metric_ids, keep)
+    if rows:
         conn.exec_driver_sql(
             "INSERT INTO blocks (run_key, metric_id, segment, first_step, last_step, count, "
             "last_value, steps, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -180,6 +184,19 @@ def write_points(
             ],
         )
     return batch.point_count
+
+
+def _full_blocks(
+    run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
+) -> bytes:
+    """The ``COPY`` stream of a batch that logged every metric at every step."""
+    order = np.argsort(batch.steps, kind="stable")
+    steps = batch.steps[order]
+    values = batch.values[:, order] if len(order) > 1 else batch.values
+    ids = np.fromiter((metric_ids[n] for n in batch.names), dtype=np.int64, count=len(batch.names))
+    return pgcopy.encode_full_blocks(
+        run_key, segment, ids, steps, values, blocks.encode(steps, values[0]).steps
+    )
 
 
 _IDS_PER_QUERY = 500

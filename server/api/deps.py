@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..auth import Principal, Scope, authenticate
+from ..auth import Principal, Scope, TokenCache
 from ..config import Settings
 from ..models import Run
 from ..services import runs as run_service
@@ -45,9 +45,8 @@ def bearer_token(request: Request) -> str:
 
 def get_principal(request: Request) -> Principal:
     token = bearer_token(request)
-    factory: sessionmaker[Session] = request.app.state.sessions
-    with factory() as session, session.begin():
-        who = authenticate(session, token)
+    cache: TokenCache = request.app.state.token_cache
+    who = cache.lookup(request.app.state.sessions, token)
     if who is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return who

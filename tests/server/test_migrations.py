@@ -6,14 +6,16 @@ import os
 import uuid
 from collections.abc import Iterator
 
+import numpy as np
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from normwatch.server import blocks
 from normwatch.server.db import build_engine
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
-from sqlalchemy import inspect, make_url
+from sqlalchemy import inspect, make_url, text
 
 from tests.conftest import DEFAULT_PG, _admin_dsn
 
@@ -45,5 +47,49 @@ def test_upgrade_downgrade_upgrade_without_drift(empty_db: str) -> None:
             ctx = MigrationContext.configure(conn, opts={"compare_type": True})
             diff = compare_metadata(ctx, Base.metadata)
         assert diff == []
+    finally:
+        engine.dispose()
+
+
+def test_hot_points_move_into_blocks_and_back(empty_db: str) -> None:
+    """0004 turns each series' hot points into one block, and its downgrade turns them back."""
+    engine = build_engine(empty_db, pool_size=1)
+    rows = [(1, 10, 1, s, float(s) / 4) for s in (3, 1, 2, 9)]
+    rows += [(1, 10, 2, 5, None), (1, 11, 1, 7, float("inf")), (2, 12, 1, 0, -0.5)]
+    insert = text(
+        "INSERT INTO points (run_key, metric_id, segment, step, value) "
+        "VALUES (:rk, :mid, :seg, :step, :value)"
+    )
+    select_points = text(
+        "SELECT run_key, metric_id, segment, step, value FROM points ORDER BY 1, 2, 3, 4"
+    )
+    try:
+        upgrade(engine, "0003")
+        with engine.begin() as conn:
+            conn.execute(
+                insert,
+                [dict(zip(("rk", "mid", "seg", "step", "value"), r, strict=True)) for r in rows],
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            stored = conn.execute(
+                text(
+                    "SELECT run_key, metric_id, segment, first_step, last_step, count, "
+                    "last_value, steps, data FROM blocks ORDER BY 1, 2, 3"
+                )
+            ).all()
+        got = []
+        for rk, mid, seg, first, last, count, last_value, steps, data in stored:
+            pts = blocks.decode(first, last, count, steps, data)
+            assert (first, last, count) == (pts.steps[0], pts.steps[-1], len(pts))
+            last_nan = last_value is None or last_value != last_value
+            assert last_nan == bool(np.isnan(pts.values[-1]))
+            for step, value in zip(pts.steps.tolist(), pts.values.tolist(), strict=True):
+                got.append((rk, mid, seg, step, None if value != value else value))
+        assert got == sorted(rows)
+        assert len(stored) == 4  # one block a series
+        downgrade(engine, "0003")
+        with engine.connect() as conn:
+            assert [tuple(r) for r in conn.execute(select_points)] == sorted(rows)
     finally:
         engine.dispose()
