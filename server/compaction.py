@@ -54,6 +54,7 @@ class Policy:
     max_age_s: float = 300.0
     idle_s: float = 60.0
     metrics_per_transaction: int = 24
+    """The fewest metrics a transaction takes; more while their points fit the next."""
     points_per_transaction: int = 100_000
     lease_s: float = 300.0
 
@@ -269,17 +270,20 @@ def compact_run(
                 text("SELECT id FROM metrics WHERE run_key = :rk ORDER BY id"), {"rk": run_key}
             )
         ]
-        lo, hi = conn.execute(
+        lo, hi, hot = conn.execute(
             text(
-                "SELECT min(first_step), max(last_step) FROM blocks "
+                "SELECT min(first_step), max(last_step), sum(count) FROM blocks "
                 "WHERE run_key = :rk AND segment = :seg"
             ),
             {"rk": run_key, "seg": segment},
         ).one()
-    if lo is None:
+    if lo is None or not mids:
         return report
     end = min(int(hi), cut)
-    per = policy.metrics_per_transaction
+    # Many short series (a live run's last minutes) go in as few transactions as the point
+    # budget allows: most of a transaction's cost is per statement, not per point.
+    per_metric = max(1, int(hot) // len(mids))
+    per = max(policy.metrics_per_transaction, policy.points_per_transaction // per_metric)
     for i in range(0, len(mids), per):
         group = mids[i : i + per]
         chunks_per_window = policy.points_per_transaction // (len(group) * policy.chunk_points)
@@ -413,37 +417,59 @@ def compact_group(
 def _take_hot(
     conn: Connection, run_key: int, segment: int, metric_ids: list[int], cut: int
 ) -> dict[int, Points]:
-    """Delete the group's hot blocks that start at or below ``cut``; their points by metric."""
+    """Delete the group's hot blocks that start at or below ``cut``; their points by metric.
+
+    ``metric_ids`` are consecutive ids of the run's metrics (a slice of them in id order), so
+    they go as one range: a range of the key's second column bounds the index scan whatever
+    the planner knows of the table, where ``IN (...)`` on a table never analysed (a new
+    database, autovacuum off) became a filter over every hot block of the run.
+    """
     taken = conn.execute(
         text(
-            "DELETE FROM blocks WHERE run_key = :rk AND segment = :seg AND metric_id IN :mids "
-            "AND first_step <= :cut RETURNING metric_id, first_step, last_step, count, steps, data"
-        ).bindparams(bindparam("mids", expanding=True)),
-        {"rk": run_key, "seg": segment, "mids": metric_ids, "cut": cut},
+            "DELETE FROM blocks WHERE run_key = :rk AND metric_id BETWEEN :lo AND :hi "
+            "AND segment = :seg AND first_step <= :cut "
+            "RETURNING metric_id, first_step, last_step, count, steps, data"
+        ),
+        {"rk": run_key, "seg": segment, "lo": min(metric_ids), "hi": max(metric_ids), "cut": cut},
     ).all()
-    by_metric: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
-    for mid, first, last, count, steps, data in taken:
-        by_metric.setdefault(int(mid), []).append((first, last, count, steps, data))
-    return {mid: blocks.decode_many(rows) for mid, rows in by_metric.items()}
+    if not taken:
+        return {}
+    mids, points = blocks.decode_rows([tuple(r) for r in taken])
+    bounds = np.flatnonzero(np.r_[True, mids[1:] != mids[:-1], True])
+    return {
+        int(mids[lo]): points.take(slice(int(lo), int(hi)))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    }
 
 
 def _move_latest(conn: Connection, run_key: int, segment: int, hot: dict[int, Points]) -> None:
     """Each metric's latest value moves forward to the last of its taken points, if the
     segment is still the run's current one (a restart starts the latest values afresh)."""
     rows = [
-        {"mid": mid, "step": int(pts.steps[-1]), "value": _stored_value(pts.values[-1])}
+        (mid, int(pts.steps[-1]), _stored_value(pts.values[-1]))
         for mid, pts in sorted(hot.items())
         if len(pts)
     ]
     if not rows:
         return
+    # One statement for the group: a row of VALUES a metric.
+    params: dict[str, object] = {"rk": run_key, "seg": segment}
+    values = []
+    for i, (mid, step, value) in enumerate(rows):
+        params.update({f"m{i}": mid, f"s{i}": step, f"v{i}": value})
+        values.append(
+            f"(CAST(:m{i} AS BIGINT), CAST(:s{i} AS BIGINT), CAST(:v{i} AS DOUBLE PRECISION))"
+        )
     conn.execute(
         text(
-            "UPDATE metrics SET last_step = :step, last_value = :value WHERE id = :mid "
-            "AND run_key = :rk AND (last_step IS NULL OR last_step < :step) "
+            "WITH u(id, step, value) AS (VALUES "
+            + ", ".join(values)
+            + ") UPDATE metrics SET last_step = u.step, last_value = u.value FROM u "
+            "WHERE metrics.id = u.id AND metrics.run_key = :rk "
+            "AND (metrics.last_step IS NULL OR metrics.last_step < u.step) "
             "AND EXISTS (SELECT 1 FROM runs WHERE key = :rk AND segment = :seg)"
         ),
-        [{**r, "rk": run_key, "seg": segment} for r in rows],
+        params,
     )
 
 

@@ -23,7 +23,9 @@ from tests.conftest import create_scratch_pg, drop_scratch_pg
 
 METRICS = 24
 STEPS = 6000
-POLICY = dict(chunk_points=256, precision="float64", metrics_per_transaction=2)
+POLICY = dict(
+    chunk_points=256, precision="float64", metrics_per_transaction=2, points_per_transaction=512
+)
 
 COMPACTOR = """
 import sys, time
@@ -31,7 +33,9 @@ from normwatch.server import compaction
 from normwatch.server.db import build_engine, session_factory
 engine = build_engine(sys.argv[1], pool_size=1)
 sessions = session_factory(engine)
-policy = compaction.Policy(chunk_points=256, precision="float64", metrics_per_transaction=2)
+policy = compaction.Policy(
+    chunk_points=256, precision="float64", metrics_per_transaction=2, points_per_transaction=512
+)
 stop_in = int(sys.argv[3])
 if stop_in:
     # Freeze inside the n-th group's transaction: its hot rows are deleted, nothing written.
