@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -108,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     compact = db_sub.add_parser(
         "compact", help="compact every hot point into chunks now (the server does it in time)"
     )
+    compact.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep compacting as the policy says until stopped (what `serve` runs beside "
+        "its workers), applying retention too when NORMWATCH_RETENTION_DAYS is set",
+    )
+    compact.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)
     compact.set_defaults(handler=_db_compact)
     retain = db_sub.add_parser(
         "retention", help="apply retention now to runs quiet for a number of days"
@@ -180,6 +188,8 @@ def _db_compact(args: argparse.Namespace) -> int:
     from normwatch.server.db import session_factory
 
     settings, engine = _settings_and_engine()
+    if args.follow:
+        return _compact_following(settings, engine, args.parent)
     try:
         t0 = time.perf_counter()
         report = compact_everything(session_factory(engine), _policy(settings))
@@ -190,6 +200,35 @@ def _db_compact(args: argparse.Namespace) -> int:
         f"compacted {report.points:,} points of {report.series:,} series in {report.runs:,} runs "
         f"({report.chunks_written:,} chunks written) in {took:.1f} s"
     )
+    return 0
+
+
+def _compact_following(settings: Settings, engine: Engine, parent: int | None) -> int:
+    """Run the background compactor in this process until SIGTERM or SIGINT, or until the
+    process ``parent`` (the ``serve`` that started it) is gone."""
+    import logging
+    import signal
+    import threading
+
+    from normwatch.server.compaction import Compactor
+    from normwatch.server.db import session_factory
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if parent is not None and os.getppid() != parent:
+        return 0  # serve died while this process started
+    compactor = Compactor.from_settings(session_factory(engine), settings)
+    compactor.start()
+    try:
+        # A compactor started by `serve` ends with it, even when it was SIGKILLed.
+        while not stop.wait(1.0):
+            if parent is not None and os.getppid() != parent:
+                break
+    finally:
+        compactor.stop()
+        engine.dispose()
     return 0
 
 
@@ -258,6 +297,10 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ["NORMWATCH_HOST"] = settings.host
     os.environ["NORMWATCH_PORT"] = str(settings.port)
     metrics_dir, made_here = _prometheus_dir(workers)
+    compactor = _CompactorProcess() if settings.compaction else None
+    if compactor is not None:
+        compactor.start()
+        os.environ["NORMWATCH_COMPACTION"] = "false"  # the workers leave it to that process
     print(f"normwatch serving on {settings.base_url}  (API docs: {settings.base_url}/docs)")
     try:
         # An import string and a factory: each worker process builds its own app.
@@ -271,9 +314,71 @@ def _serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=10,
         )
     finally:
+        if compactor is not None:
+            compactor.stop()
         if made_here and metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
+
+
+class _CompactorProcess:
+    """``normwatch db compact --follow`` beside the server's workers, restarted if it dies.
+
+    A process of its own, at a lower CPU priority (nice 10), keeps compaction's work off the
+    workers' interpreter lock and behind their requests: reads and ingest stay fast while it
+    works through a backlog. It gets SIGTERM when ``serve`` ends, and exits by itself when
+    ``serve`` was killed.
+    """
+
+    def __init__(self, restart_after_s: float = 2.0) -> None:
+        import threading
+
+        self._restart_after_s = restart_after_s
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._watch = threading.Thread(target=self._supervise, name="compactor-watch", daemon=True)
+
+    def start(self) -> None:
+        self._proc = self._spawn()
+        self._watch.start()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "normwatch", "db", "compact", "--follow"]
+            + ["--parent", str(os.getpid())],
+            env=dict(os.environ),
+        )
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, 10)
+        except OSError:  # not permitted here: it runs at the server's priority
+            pass
+        return proc
+
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            proc = self._proc
+            if proc is None or proc.poll() is None:
+                self._stop.wait(1.0)
+                continue
+            print(
+                f"normwatch: the compactor exited with {proc.returncode}; restarting it",
+                file=sys.stderr,
+            )
+            if self._stop.wait(self._restart_after_s):
+                return
+            self._proc = self._spawn()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._stop.set()
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _prometheus_dir(workers: int) -> tuple[str | None, bool]:

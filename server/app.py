@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from .alerts.delivery import Deliverer
 from .api import alerts, events, health, metrics, prometheus, runs
 from .auth import TokenCache
-from .compaction import Compactor, Policy, lag_samples
+from .compaction import Compactor, lag_samples
 from .config import Settings
 from .db import engine_from_settings, session_factory
 from .services.dispatcher import Dispatcher
@@ -53,19 +53,7 @@ def create_app(
     telemetry = Telemetry(engine, sessions)
     telemetry.add_collector(lag_samples, name="compaction")
 
-    compactor = Compactor(
-        sessions,
-        Policy(
-            chunk_points=settings.compaction_chunk_points,
-            precision=settings.compaction_precision,
-            max_age_s=settings.compaction_max_age_s,
-            idle_s=settings.compaction_idle_s,
-        ),
-        interval_s=settings.compaction_interval_s,
-        retention=None
-        if settings.retention_days is None
-        else (settings.retention_days, settings.retention_mode),
-    )
+    compactor = Compactor.from_settings(sessions, settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import blocks, chunks
 from .chunks import FANOUT, Points
+from .config import Settings
 from .models import Compaction, Run, UtcDateTime, utcnow
 from .telemetry import Sample
 
@@ -722,6 +723,23 @@ class Compactor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_report: PassReport | None = None
+
+    @classmethod
+    def from_settings(cls, sessions: sessionmaker[Session], settings: Settings) -> Compactor:
+        """The compactor that ``settings`` describe (policy, interval, retention)."""
+        return cls(
+            sessions,
+            Policy(
+                chunk_points=settings.compaction_chunk_points,
+                precision=settings.compaction_precision,
+                max_age_s=settings.compaction_max_age_s,
+                idle_s=settings.compaction_idle_s,
+            ),
+            interval_s=settings.compaction_interval_s,
+            retention=None
+            if settings.retention_days is None
+            else (settings.retention_days, settings.retention_mode),
+        )
 
     @property
     def policy(self) -> Policy:

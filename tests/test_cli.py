@@ -135,3 +135,76 @@ def test_demo_streams_live_past_the_config_change(tmp_path: Path) -> None:
         proc.wait(20)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def compactor_children(pid: int) -> list[int]:
+    """Pids of the ``db compact --follow`` processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and b"--follow" in cmdline and b"compact" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for(check: object, timeout: float = 20.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()  # type: ignore[operator]
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def test_serve_compacts_in_a_process_beside_it_restarts_it_and_ends_it(tmp_path: Path) -> None:
+    """`serve` runs the compactor as a child process: it compacts what the workers take in,
+    comes back when it dies, and goes away when the server is SIGKILLed."""
+    from normwatch.testing import start_server
+
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    assert normwatch("db", "upgrade", env={"NORMWATCH_DATABASE_URL": url}).returncode == 0
+    tenant = make_tenant(url)
+    server = start_server(
+        url, tmp_path, NORMWATCH_COMPACTION_INTERVAL_S="0.2", NORMWATCH_COMPACTION_IDLE_S="0.5"
+    )
+    try:
+        pid = server.process.pid
+        [first] = wait_for(lambda: compactor_children(pid))  # type: ignore[misc]
+        with httpx.Client(base_url=server.url, headers=tenant.headers(), timeout=30) as api:
+            run = api.post("/api/v1/runs", json={"name": "beside"}).json()["id"]
+            body = {"steps": list(range(300)), "metrics": {"g": [0.5] * 300}}
+            assert api.post(f"/api/v1/runs/{run}/metrics", json=body).status_code == 202
+
+            def hot_points() -> float:
+                for line in api.get("/metrics").text.splitlines():
+                    if line.startswith("normwatch_hot_points "):
+                        return float(line.split()[1])
+                raise AssertionError("no normwatch_hot_points on /metrics")
+
+            wait_for(lambda: hot_points() == 0)
+            os.kill(first, 9)
+            [second] = wait_for(  # type: ignore[misc]
+                lambda: [p for p in compactor_children(pid) if p != first]
+            )
+            server.process.kill()
+            server.process.wait(10)
+            wait_for(lambda: _gone(second))
+    finally:
+        server.stop()
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie not reaped yet counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
