@@ -4,24 +4,25 @@ What is measured, per backend (Postgres and/or SQLite, each in a scratch databas
 script creates, migrates and removes):
 
 * **load**: ``--steps`` steps of one metric (a noisy decaying curve with one spike at a
-  random step) go into the hot ``points`` table in pieces of 100k steps, one transaction
-  each. Up to 1M steps they go through the service path, ``parse_batch`` then
-  ``ingest_batch``. Above that (or with ``--load direct``) they go straight into ``points``:
-  on Postgres as binary ``COPY`` streams built by NumPy (``pgcopy.encode_points``, what the
-  service itself sends), on SQLite by ``executemany``: the service path wants the series as
+  random step) go into the hot ``blocks`` table in pieces of 100k steps, one transaction
+  (and so one block) each. Up to 1M steps they go through the service path, ``parse_batch``
+  then ``ingest_batch``. Above that (or with ``--load direct``) they go straight into
+  ``blocks``: on Postgres as binary ``COPY`` streams (``pgcopy.encode_blocks``, what the
+  service itself sends), on SQLite by ``execute``: the service path wants the series as
   JSON-like Python lists first (about a gigabyte of objects at 10M steps) and then takes
   35-55 s on a 2-core machine, which tells nothing the 1M run does not. Baseline: the same
   rows, in the same pieces, into a bare table with the same columns and primary key, by
   ``COPY ... FROM STDIN`` with ``write_row`` on Postgres and by ``executemany`` on SQLite.
   Ratio: load rate / baseline.
-* **at rest, hot**: bytes per point of ``points`` (heap + primary-key index), from
+* **at rest, hot**: bytes per point of ``blocks`` (heap, primary-key index, TOAST), from
   ``pg_total_relation_size`` after ``VACUUM ANALYZE`` on Postgres, from the used pages of
   the file on SQLite.
 * **read, hot**: ``query.read_series(..., points=1000)`` over the full range and over 10k
   steps centred on the spike (median of ``--repeat``, 7, after a warm-up), with the
   returned point counts and whether the spike survived. Baseline: the raw driver running
-  ``SELECT step, value FROM points WHERE run_key=.. AND metric_id=.. ORDER BY step`` with
-  ``fetchall`` over the same range. Ratio: read_series / raw fetch (above 1 = slower). The
+  ``SELECT step, value FROM bare WHERE run_key=.. AND metric_id=.. ORDER BY step`` with
+  ``fetchall`` over the same range, on the load baseline's table of one row a point (the
+  layout a row-per-point store reads). Ratio: read_series / raw fetch (above 1 = slower). The
   full-range read is also split into fetching rows into arrays and M4 in NumPy. The raw
   query also says ``AND segment = 1``, as the service's lineage filter does for a run that
   never restarted: without it neither database can walk the primary key in step order, and
@@ -30,9 +31,9 @@ script creates, migrates and removes):
 * **compaction**: ``compaction.compact_everything`` with the default policy (4096-point
   float32 chunks) moves every hot point into chunks and the summary pyramid; points/s.
 * **at rest, compacted**: on Postgres ``pg_total_relation_size`` (heap, indexes and TOAST)
-  of ``points`` + ``chunks`` + ``rollups`` + ``series`` per stored point, after a plain
-  ``VACUUM points`` (which gives the emptied hot table's heap back, as autovacuum would,
-  but not the pages of its primary-key index: those stay, free for the next hot points, so
+  of ``blocks`` + ``chunks`` + ``rollups`` + ``series`` per stored point, after a plain
+  ``VACUUM blocks`` (which gives the emptied hot table's heap back, as autovacuum would,
+  but not the pages of its primary-key index: those stay, free for the next hot blocks, so
   the report also gives the chunks, rollups and series alone); on SQLite the file size per
   point after ``PRAGMA wal_checkpoint(TRUNCATE)`` and ``VACUUM``. The bare baseline table
   is dropped before either measurement.

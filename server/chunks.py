@@ -165,6 +165,25 @@ def encode(points: Points, precision: str = "float32") -> bytes:
     return header + step_blob + value_blob
 
 
+def pack(points: Points, precision: str = "float32") -> tuple[bytes, npt.NDArray[np.void]]:
+    """A chunk's bytes (`encode`) and its bucket summary (`summarize`) of the values it will
+    give back.
+
+    For a float32 chunk the summary is taken over the values merely widened and only its
+    values are then given their :func:`readable` form: that form keeps order and equality,
+    so the summary is the same as one over readable values, for a tenth of the work.
+    """
+    if value_kind(points.values, precision) == _F64:
+        return encode(points, precision), summarize(points)
+    widened = Points(points.steps, points.values.astype(np.float32).astype(np.float64))
+    buckets = summarize(widened)
+    fields = ("first", "last", "min", "max")
+    done = readable(np.concatenate([buckets[f] for f in fields]).astype(np.float32))
+    for i, field in enumerate(fields):
+        buckets[field] = done[i * len(buckets) : (i + 1) * len(buckets)]
+    return encode(widened, precision), buckets
+
+
 def decode(blob: bytes) -> Points:
     """A chunk's points, float32 values in their :func:`readable` form."""
     points, narrow = decode_raw(blob)

@@ -336,8 +336,7 @@ def compact_group(
     for work in works:
         for seq in sorted(work.written):
             pts = work.written[seq]
-            pts = Points(pts.steps, chunks.stored_values(pts.values, policy.precision))
-            buckets = chunks.summarize(pts)
+            data, buckets = chunks.pack(pts, policy.precision)
             chunk_rows.append(
                 {
                     "rk": run_key,
@@ -347,7 +346,7 @@ def compact_group(
                     "first": int(pts.steps[0]),
                     "last": int(pts.steps[-1]),
                     "count": len(pts),
-                    "data": chunks.encode(pts, policy.precision),
+                    "data": data,
                     "buckets": chunks.encode_buckets(buckets),
                 }
             )
@@ -602,7 +601,8 @@ def _load_tails(
         )
         for mid, data in rows:
             if data is not None:
-                out[int(mid)] = chunks.decode(bytes(data))
+                # Widened, not readable: the tail is merged and packed again as it is.
+                out[int(mid)] = chunks.decode_raw(bytes(data))[0]
     return out
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +60,31 @@ class Gathered:
     """Candidate points of a range: every point where detail matters, summaries elsewhere."""
 
     points: Points
+    """Candidates by step. Values from float32 chunks are merely widened (see `finish`)."""
     total: int
     """How many stored points the range holds."""
     summarized: bool
     """True when some points are stood for by their bucket's extremes."""
+    narrow: npt.NDArray[np.bool_] | None = None
+    """Which candidates came widened from float32 (None: none did)."""
+
+    def finish(self, keep: npt.NDArray[np.int64] | None = None) -> Points:
+        """The candidates ``keep`` picks (all by default), float32 ones in their
+        shortest-decimal form (`chunks.readable`).
+
+        That form keeps order and equality, so choosing points (M4) before it gives the same
+        points as after; it costs about 0.2 µs a value, so it is paid for the few points a
+        chart gets rather than for all of a zoom's candidates.
+        """
+        points = self.points if keep is None else self.points.take(keep)
+        if self.narrow is None:
+            return points
+        narrow = self.narrow if keep is None else self.narrow[keep]
+        if not narrow.any():
+            return points
+        values = points.values.copy()
+        values[narrow] = chunks.readable(values[narrow].astype(np.float32))
+        return Points(points.steps, values)
 
 
 def extent(
@@ -120,6 +141,7 @@ def gather(
     """
     conn = session.connection()
     parts: list[Points] = []
+    part_narrow: list[npt.NDArray[np.bool_] | None] = []
     hot_parts: list[Points] = []
     total = 0
     summarized = False
@@ -130,7 +152,9 @@ def gather(
             continue
         walk = _Walk(conn, run_key, metric_id, seg, int(a), int(b), pixel_steps)
         walk.run()
-        parts.append(walk.points())
+        found, narrow = walk.points()
+        parts.append(found)
+        part_narrow.append(narrow)
         total += walk.total
         summarized = summarized or walk.summarized
         if walk.hot is None:
@@ -140,12 +164,23 @@ def gather(
             walk.hot = Points(hs, hv)
         hot_parts.append(walk.hot)
     compacted = _concat(parts)
+    compacted_narrow = None
+    if any(n is not None for n in part_narrow):
+        compacted_narrow = np.concatenate(
+            [
+                np.zeros(len(p), np.bool_) if n is None else n
+                for p, n in zip(parts, part_narrow, strict=True)
+            ]
+        )
     hot = _concat(hot_parts)
     if len(hot) and len(compacted):
         dup = np.isin(hot.steps, compacted.steps, assume_unique=True)
         hot = hot.take(~dup)
     total += len(hot)
-    return Gathered(_ascending([compacted, hot]), total, summarized)
+    if compacted_narrow is None:
+        return Gathered(_ascending([compacted, hot])[0], total, summarized)
+    points, narrow = _ascending([compacted, hot], [compacted_narrow, False])
+    return Gathered(points, total, summarized, narrow)
 
 
 def read_all(
@@ -157,7 +192,7 @@ def read_all(
     end: int | None,
 ) -> Points:
     """Every stored point in the range (hot and compacted), ascending by step."""
-    return gather(session, run_key, metric_id, lineage, start, end, 0.0).points
+    return gather(session, run_key, metric_id, lineage, start, end, 0.0).finish()
 
 
 def _concat(parts: list[Points]) -> Points:
@@ -171,20 +206,34 @@ def _concat(parts: list[Points]) -> Points:
     )
 
 
-def _ascending(parts: list[Points]) -> Points:
+Flags = bool | npt.NDArray[np.bool_]
+
+
+def _ascending(
+    parts: list[Points], flags: Sequence[Flags] | None = None
+) -> tuple[Points, npt.NDArray[np.bool_] | None]:
     """The union by step of ``parts``, ascending; where a step repeats, the earlier part wins.
 
-    Parts that are each ascending and do not interleave (the pieces of a read) are only
-    put in order and joined; anything else is sorted.
+    ``flags`` mark points (a bool for a whole part, or one per point) and follow them; the
+    result's flags are None when none is set. Parts that are each ascending and do not
+    interleave (the pieces of a read) are only put in order and joined; anything else is
+    sorted.
     """
-    parts = [p for p in parts if len(p)]
-    merged = _concat(sorted(parts, key=lambda p: int(p.steps[0])))
+    marks = [
+        np.broadcast_to(np.asarray(f, np.bool_), len(p))
+        for p, f in zip(parts, flags or [False] * len(parts), strict=True)
+    ]
+    kept = [(p, m) for p, m in zip(parts, marks, strict=True) if len(p)]
+    flagged = any(m.any() for _, m in kept)
+    by_first = sorted(kept, key=lambda pm: int(pm[0].steps[0]))
+    merged = _concat([p for p, _ in by_first])
     steps = merged.steps
     if len(steps) < 2 or bool((steps[1:] > steps[:-1]).all()):
-        return merged
-    merged = _concat(parts)
+        return merged, np.concatenate([m for _, m in by_first]) if flagged else None
+    merged = _concat([p for p, _ in kept])
     steps, first = np.unique(merged.steps, return_index=True)
-    return Points(steps, merged.values[first])
+    mask = np.concatenate([m for _, m in kept])[first] if flagged else None
+    return Points(steps, merged.values[first]), mask
 
 
 def _fetch(conn: Connection, sql: str, params: Mapping[str, float]) -> list[tuple[Any, ...]]:
@@ -250,6 +299,8 @@ class _Walk:
         self.a, self.b, self.w = a, b, w
         self.used: list[Buckets] = []
         self.parts: list[Points] = []
+        self.narrow: list[bool] = []
+        """Per part: its values are float32 widened, not yet in shortest-decimal form."""
         self.total = 0
         self.summarized = False
         self.hot: Points | None = None
@@ -275,10 +326,11 @@ class _Walk:
             if bool((counts > 1).any()):
                 self.summarized = True
 
-    def points(self) -> Points:
-        """What the walk found, ascending by step."""
+    def points(self) -> tuple[Points, npt.NDArray[np.bool_] | None]:
+        """What the walk found, ascending by step, and which of it is widened float32."""
         # Each level's summaries are in step order, and so are the opened chunks' points.
-        return _ascending([chunks.bucket_points(b) for b in self.used] + self.parts)
+        summaries = [chunks.bucket_points(b) for b in self.used]
+        return _ascending(summaries + self.parts, [False] * len(summaries) + self.narrow)
 
     def run(self) -> None:
         # Every rollup row the walk can need, in one query: the top level's rows in the
@@ -405,7 +457,6 @@ class _Walk:
                 pts = pts.take(np.repeat(open_, FANOUT)[: len(pts)])
         if len(pts) and (pts.steps[0] < self.a or pts.steps[-1] > self.b):
             pts = pts.take((pts.steps >= self.a) & (pts.steps <= self.b))
-        if narrow:  # only the points kept pay for the shortest-decimal form
-            pts = Points(pts.steps, chunks.readable(pts.values.astype(np.float32)))
         self.parts.append(pts)
+        self.narrow.append(narrow)
         self.total += len(pts)

@@ -330,27 +330,72 @@ def latest_values(session: Session, run_key: int) -> list[tuple[str, int | None,
     """Each metric's name, last step and value in the run's current segment, by name.
 
     A metric's row holds what compaction has taken in; its newest hot block, anything
-    newer. The value is NaN where one was logged as NaN, None where nothing was.
+    newer. The value is NaN where one was logged as NaN, None where nothing was. The hot
+    blocks are read in a statement of their own that names one run (a probe a metric down
+    the key), so that it stays on one shard where ``blocks`` is distributed.
     """
-    newest = (
-        "(SELECT b.{col} FROM blocks b WHERE b.run_key = m.run_key AND b.metric_id = m.id "
-        "AND b.segment = r.segment ORDER BY b.first_step DESC LIMIT 1)"
-    )
-    rows = session.connection().execute(
+    conn = session.connection()
+    segment = conn.execute(
+        text("SELECT segment FROM runs WHERE key = :rk"), {"rk": run_key}
+    ).scalar_one_or_none()
+    metrics = conn.execute(
         text(
-            f"SELECT m.name, m.last_step, m.last_value, {newest.format(col='last_step')}, "
-            f"{newest.format(col='last_value')} FROM metrics m JOIN runs r ON r.key = m.run_key "
-            "WHERE m.run_key = :rk ORDER BY m.name"
+            "SELECT id, name, last_step, last_value FROM metrics WHERE run_key = :rk ORDER BY name"
         ),
         {"rk": run_key},
+    ).all()
+    newest: dict[int, tuple[int, float | None]] = {}
+    probe = (
+        "(SELECT b.{col} FROM blocks b WHERE b.run_key = :rk AND b.metric_id = u.id "
+        "AND b.segment = :seg ORDER BY b.first_step DESC LIMIT 1)"
     )
+    ids = [int(m[0]) for m in metrics]
+    for lo in range(0, len(ids) if segment is not None else 0, _IDS_PER_QUERY):
+        part = ids[lo : lo + _IDS_PER_QUERY]
+        params: dict[str, object] = {"rk": run_key, "seg": segment}
+        params.update({f"m{i}": m for i, m in enumerate(part)})
+        values = ", ".join(f"(CAST(:m{i} AS BIGINT))" for i in range(len(part)))
+        rows = conn.execute(
+            text(
+                f"WITH u(id) AS (VALUES {values}) SELECT u.id, "
+                f"{probe.format(col='last_step')}, {probe.format(col='last_value')} FROM u"
+            ),
+            params,
+        )
+        for mid, step, value in rows:
+            if step is not None:
+                newest[int(mid)] = (int(step), value)
     out: list[tuple[str, int | None, float | None]] = []
-    for name, step, value, hot_step, hot_value in rows:
-        if hot_step is not None and (step is None or hot_step >= step):
-            step, value = hot_step, hot_value
+    for mid, name, step, value in metrics:
+        hot = newest.get(int(mid))
+        if hot is not None and (step is None or hot[0] >= step):
+            step, value = hot
         nan = math.nan if step is not None and value is None else value
         out.append((name, None if step is None else int(step), nan))
     return out
+
+
+def series_keys(
+    session: Session, run_key: int, names: Sequence[str]
+) -> tuple[Lineage, dict[str, int]]:
+    """The run's latest lineage and the ids of ``names`` it has, in one round trip: what
+    every chart read needs before it can look at a point."""
+    rows = session.connection().execute(
+        text(
+            "SELECT 0, segment, start_step, NULL FROM segments WHERE run_key = :rk "
+            "UNION ALL SELECT 1, id, NULL, name FROM metrics WHERE run_key = :rk "
+            "AND name IN :names"
+        ).bindparams(bindparam("names", expanding=True)),
+        {"rk": run_key, "names": list(names)},
+    )
+    segments: list[tuple[int, int | None]] = []
+    ids: dict[str, int] = {}
+    for kind, key, start, name in rows:
+        if kind == 0:
+            segments.append((int(key), None if start is None else int(start)))
+        else:
+            ids[name] = int(key)
+    return lineage_of(segments), ids
 
 
 def metric_ids_by_name(session: Session, run_key: int, names: Sequence[str]) -> dict[str, int]:

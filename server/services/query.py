@@ -73,8 +73,7 @@ def read_series(
         raise ValueError(f"points must be between 1 and {MAX_POINTS}, got {points}")
     if start is not None and end is not None and end < start:
         raise ValueError(f"end ({end}) must not be below start ({start})")
-    lineage = storage.lineage_of(storage.segments_of(session, run.key))
-    ids = storage.metric_ids_by_name(session, run.key, metrics)
+    lineage, ids = storage.series_keys(session, run.key, metrics)
     out = []
     for name in metrics:
         mid = ids.get(name)
@@ -87,12 +86,13 @@ def read_series(
         got = pyramid.gather(session, run.key, mid, lineage, start, end, pixel)
         steps, values = got.points.steps, got.points.values
         if len(steps) <= 4 * points:
-            out.append(Series(name, steps, values, got.summarized, got.total))
+            done = got.finish()
+            out.append(Series(name, done.steps, done.values, got.summarized, got.total))
             continue
         lo = start if start is not None else int(steps[0])
         hi = end if end is not None else int(steps[-1])
-        keep = m4_select(steps, values, points, lo, hi)
-        out.append(Series(name, steps[keep], values[keep], True, got.total))
+        done = got.finish(m4_select(steps, values, points, lo, hi))
+        out.append(Series(name, done.steps, done.values, True, got.total))
     return out
 
 
