@@ -40,7 +40,13 @@ class Settings(BaseSettings):
     max_batch_points: int = Field(
         default=2_000_000, description="Largest number of points one metrics batch may carry."
     )
-    db_pool_size: int = 8
+    db_pool_size: int = Field(
+        default=20,
+        ge=1,
+        description="Connections a worker keeps open (as many again under bursts). Keep it "
+        "above NORMWATCH_INGEST_CONCURRENCY: connections opened past it are closed again "
+        "when returned, and opening one costs more than the batch it serves.",
+    )
     dispatch_tick_s: float = Field(
         default=1.0,
         gt=0,
