@@ -1,4 +1,5 @@
-"""Postgres binary formats built by NumPy in one pass: ``COPY`` streams of points, and
+"""Postgres binary formats built by NumPy in one pass: ``COPY`` streams of hot blocks (what
+ingest sends) and of points (one row a point, what the benchmarks' baselines send), and
 array parameters.
 
 The binary format (PostgreSQL manual, *COPY*, "Binary Format") is a fixed header, one

@@ -205,27 +205,35 @@ _IDS_PER_QUERY = 500
 def _unstored(
     session: Session, run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
 ) -> npt.NDArray[np.bool_]:
-    """Which of the batch's points (``batch.logged``'s shape) no hot block holds yet."""
-    lo, hi = int(batch.steps.min()), int(batch.steps.max())
-    rows_of: dict[int, int] = {}
-    for i, name in enumerate(batch.names):
-        if name in metric_ids:
-            rows_of[metric_ids[name]] = i
-    found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
-    conn = session.connection()
-    ids = sorted(rows_of)
-    query = text(
-        "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
-        "WHERE run_key = :rk AND segment = :seg AND metric_id IN :mids "
-        "AND last_step >= :lo AND first_step <= :hi"
-    ).bindparams(bindparam("mids", expanding=True))
-    for i in range(0, len(ids), _IDS_PER_QUERY):
-        params = {"rk": run_key, "seg": segment, "lo": lo, "hi": hi}
-        for mid, first, last, count, steps, data in conn.execute(
-            query, {**params, "mids": ids[i : i + _IDS_PER_QUERY]}
-        ):
-            found.setdefault(int(mid), []).append((first, last, count, steps, data))
+    """Which of the batch's points (``batch.logged``'s shape) no hot block holds yet.
+
+    One query over the batch's range of metric ids: a range of the key's second column
+    bounds the index scan whatever the planner knows of the table (blocks of other metrics
+    in the range are skipped here).
+    """
+    rows_of = {metric_ids[name]: i for i, name in enumerate(batch.names) if name in metric_ids}
     keep = np.ones(batch.logged.shape, dtype=np.bool_)
+    if not rows_of:
+        return keep
+    taken = session.connection().execute(
+        text(
+            "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
+            "WHERE run_key = :rk AND metric_id BETWEEN :lo_id AND :hi_id AND segment = :seg "
+            "AND last_step >= :lo AND first_step <= :hi"
+        ),
+        {
+            "rk": run_key,
+            "seg": segment,
+            "lo_id": min(rows_of),
+            "hi_id": max(rows_of),
+            "lo": int(batch.steps.min()),
+            "hi": int(batch.steps.max()),
+        },
+    ).all()
+    found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
+    for mid, first, last, count, steps, data in taken:
+        if int(mid) in rows_of:
+            found.setdefault(int(mid), []).append((first, last, count, steps, data))
     for mid, stored in found.items():
         keep[rows_of[mid]] = ~np.isin(batch.steps, blocks.decode_many(stored).steps)
     return keep
