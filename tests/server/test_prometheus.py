@@ -115,8 +115,10 @@ def test_latency_is_labelled_by_route_template_only(api: httpx.Client, tenant: T
 
 def test_pool_and_process_gauges(server: ServerProcess, api: httpx.Client) -> None:
     metrics = scrape(api)
-    # NORMWATCH_DB_POOL_SIZE (8) on Postgres; SQLAlchemy's default pool (5) for an SQLite file.
-    expected_size = 8 if server.database_url.startswith("postgresql") else 5
+    # NORMWATCH_DB_POOL_SIZE (its default) on Postgres; SQLAlchemy's default pool (5) for an
+    # SQLite file.
+    default = Settings.model_fields["db_pool_size"].default
+    expected_size = default if server.database_url.startswith("postgresql") else 5
     assert metrics.value("normwatch_db_pool_size") == expected_size
     assert 0 <= metrics.value("normwatch_db_pool_checked_out") <= 2 * expected_size
     assert metrics.value("normwatch_db_pool_overflow") >= 0
