@@ -215,21 +215,25 @@ def _unstored(
     keep = np.ones(batch.logged.shape, dtype=np.bool_)
     if not rows_of:
         return keep
-    taken = session.connection().execute(
-        text(
-            "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
-            "WHERE run_key = :rk AND metric_id BETWEEN :lo_id AND :hi_id AND segment = :seg "
-            "AND last_step >= :lo AND first_step <= :hi"
-        ),
-        {
-            "rk": run_key,
-            "seg": segment,
-            "lo_id": min(rows_of),
-            "hi_id": max(rows_of),
-            "lo": int(batch.steps.min()),
-            "hi": int(batch.steps.max()),
-        },
-    ).all()
+    taken = (
+        session.connection()
+        .execute(
+            text(
+                "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
+                "WHERE run_key = :rk AND metric_id BETWEEN :lo_id AND :hi_id AND segment = :seg "
+                "AND last_step >= :lo AND first_step <= :hi"
+            ),
+            {
+                "rk": run_key,
+                "seg": segment,
+                "lo_id": min(rows_of),
+                "hi_id": max(rows_of),
+                "lo": int(batch.steps.min()),
+                "hi": int(batch.steps.max()),
+            },
+        )
+        .all()
+    )
     found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
     for mid, first, last, count, steps, data in taken:
         if int(mid) in rows_of:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from normwatch.server.config import Settings
 from normwatch.server.telemetry import INGEST_ROUTE
 
 from normwatch.testing import ServerProcess, free_port, start_server
@@ -106,7 +107,8 @@ def test_batches_spread_over_both_workers_and_are_counted_once(two_workers: Serv
         assert after.value(f"{LATENCY}_count", **ingest_2xx) - before.value(
             f"{LATENCY}_count", **ingest_2xx
         ) == len(answers)
-        assert after.value("normwatch_db_pool_size") == 2 * 8  # a pool per worker
+        pool_size = Settings.model_fields["db_pool_size"].default
+        assert after.value("normwatch_db_pool_size") == 2 * pool_size  # a pool per worker
 
 
 def test_each_notification_is_sent_once_by_one_of_the_dispatchers(
