@@ -36,7 +36,7 @@ import numpy.typing as npt
 from .batch import MetricBatch
 from .chunks import Points
 
-__all__ = ["Block", "decode", "decode_many", "decode_rows", "encode", "of_batch"]
+__all__ = ["Block", "decode", "decode_many", "decode_rows", "encode", "full_batch", "of_batch"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,19 @@ def decode_rows(
     return point_mids, Points(steps, values)
 
 
+def full_batch(
+    batch: MetricBatch, metric_ids: dict[str, int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64], bytes | None]:
+    """A batch that logged every metric at every step, as its blocks share it: the metric
+    ids (batch order), the ascending steps, the values (a row a metric, in step order) and
+    the blocks' common ``steps`` field."""
+    order = np.argsort(batch.steps, kind="stable")
+    steps = batch.steps[order]
+    values = batch.values[:, order] if len(order) > 1 else batch.values
+    ids = np.fromiter((metric_ids[n] for n in batch.names), dtype=np.int64, count=len(batch.names))
+    return ids, steps, values, encode(steps, values[0]).steps
+
+
 def of_batch(
     batch: MetricBatch,
     metric_ids: dict[str, int],
@@ -131,30 +144,20 @@ def of_batch(
 
     ``keep`` (the shape of ``batch.logged``) narrows the points further: False drops one.
     """
-    order = np.argsort(batch.steps, kind="stable")
-    steps = batch.steps[order]
-    values = batch.values[:, order]
-    mask = None if batch.all_logged and keep is None else batch.logged[:, order]
-    if keep is not None:
-        mask = keep[:, order] if mask is None else mask & keep[:, order]
     out: list[Block] = []
-    if mask is None:
-        # Every metric at every step: the step column is shared, so its encoding too.
-        shared = encode(steps, values[0])
-        for i, name in enumerate(batch.names):
-            row = values[i]
+    if batch.all_logged and keep is None:
+        ids, steps, values, shared = full_batch(batch, metric_ids)
+        first, last, count = int(steps[0]), int(steps[-1]), len(steps)
+        for mid, row in zip(ids.tolist(), values, strict=True):
             out.append(
-                Block(
-                    metric_ids[name],
-                    shared.first_step,
-                    shared.last_step,
-                    shared.count,
-                    float(row[-1]),
-                    shared.steps,
-                    row.astype(">f8").tobytes(),
-                )
+                Block(mid, first, last, count, float(row[-1]), shared, row.astype(">f8").tobytes())
             )
     else:
+        order = np.argsort(batch.steps, kind="stable")
+        steps, values = batch.steps[order], batch.values[:, order]
+        mask = batch.logged[:, order]
+        if keep is not None:
+            mask = mask & keep[:, order]
         for i in np.flatnonzero(mask.any(axis=1)).tolist():
             row = mask[i]
             out.append(encode(steps[row], values[i][row], metric_ids[batch.names[i]]))

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from sqlalchemy import Connection, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import blocks, chunks
+from . import blocks, chunks, storage
 from .chunks import FANOUT, Points
 from .config import Settings
 from .models import Compaction, Run, UtcDateTime, utcnow
@@ -453,23 +453,16 @@ def _move_latest(conn: Connection, run_key: int, segment: int, hot: dict[int, Po
     if not rows:
         return
     # One statement for the group: a row of VALUES a metric.
-    params: dict[str, object] = {"rk": run_key, "seg": segment}
-    values = []
-    for i, (mid, step, value) in enumerate(rows):
-        params.update({f"m{i}": mid, f"s{i}": step, f"v{i}": value})
-        values.append(
-            f"(CAST(:m{i} AS BIGINT), CAST(:s{i} AS BIGINT), CAST(:v{i} AS DOUBLE PRECISION))"
-        )
+    values, params = storage.values_table(("BIGINT", "BIGINT", "DOUBLE PRECISION"), rows)
     conn.execute(
         text(
-            "WITH u(id, step, value) AS (VALUES "
-            + ", ".join(values)
-            + ") UPDATE metrics SET last_step = u.step, last_value = u.value FROM u "
+            f"WITH u(id, step, value) AS ({values}) UPDATE metrics "
+            "SET last_step = u.step, last_value = u.value FROM u "
             "WHERE metrics.id = u.id AND metrics.run_key = :rk "
             "AND (metrics.last_step IS NULL OR metrics.last_step < u.step) "
             "AND EXISTS (SELECT 1 FROM runs WHERE key = :rk AND segment = :seg)"
         ),
-        params,
+        {**params, "rk": run_key, "seg": segment},
     )
 
 

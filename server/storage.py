@@ -154,7 +154,8 @@ def write_points(
     conn = session.connection()
     if conn.dialect.name == "postgresql":
         if keep is None and batch.all_logged:
-            payload = _full_blocks(run_key, segment, batch, metric_ids)
+            ids, steps, values, shared = blocks.full_batch(batch, metric_ids)
+            payload = pgcopy.encode_full_blocks(run_key, segment, ids, steps, values, shared)
         else:
             payload = pgcopy.encode_blocks(
                 run_key, segment, blocks.of_batch(batch, metric_ids, keep)
@@ -184,19 +185,6 @@ def write_points(
             ],
         )
     return batch.point_count
-
-
-def _full_blocks(
-    run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
-) -> bytes:
-    """The ``COPY`` stream of a batch that logged every metric at every step."""
-    order = np.argsort(batch.steps, kind="stable")
-    steps = batch.steps[order]
-    values = batch.values[:, order] if len(order) > 1 else batch.values
-    ids = np.fromiter((metric_ids[n] for n in batch.names), dtype=np.int64, count=len(batch.names))
-    return pgcopy.encode_full_blocks(
-        run_key, segment, ids, steps, values, blocks.encode(steps, values[0]).steps
-    )
 
 
 _IDS_PER_QUERY = 500
@@ -364,12 +352,11 @@ def latest_values(session: Session, run_key: int) -> list[tuple[str, int | None,
     ids = [int(m[0]) for m in metrics]
     for lo in range(0, len(ids) if segment is not None else 0, _IDS_PER_QUERY):
         part = ids[lo : lo + _IDS_PER_QUERY]
-        params: dict[str, object] = {"rk": run_key, "seg": segment}
-        params.update({f"m{i}": m for i, m in enumerate(part)})
-        values = ", ".join(f"(CAST(:m{i} AS BIGINT))" for i in range(len(part)))
+        values, params = values_table(("BIGINT",), [(m,) for m in part])
+        params.update({"rk": run_key, "seg": segment})
         rows = conn.execute(
             text(
-                f"WITH u(id) AS (VALUES {values}) SELECT u.id, "
+                f"WITH u(id) AS ({values}) SELECT u.id, "
                 f"{probe.format(col='last_step')}, {probe.format(col='last_value')} FROM u"
             ),
             params,
@@ -385,6 +372,23 @@ def latest_values(session: Session, run_key: int) -> list[tuple[str, int | None,
         nan = math.nan if step is not None and value is None else value
         out.append((name, None if step is None else int(step), nan))
     return out
+
+
+def values_table(
+    types: Sequence[str], rows: Sequence[Sequence[object]]
+) -> tuple[str, dict[str, object]]:
+    """``VALUES (...), ...`` of ``rows`` as bound parameters, each column cast to its SQL
+    type (what both Postgres and SQLite take as a table in a ``WITH`` clause), and the
+    parameters."""
+    params: dict[str, object] = {}
+    tuples = []
+    for i, row in enumerate(rows):
+        cells = []
+        for j, (kind, value) in enumerate(zip(types, row, strict=True)):
+            params[f"v{i}_{j}"] = value
+            cells.append(f"CAST(:v{i}_{j} AS {kind})")
+        tuples.append("(" + ", ".join(cells) + ")")
+    return "VALUES " + ", ".join(tuples), params
 
 
 def series_keys(
