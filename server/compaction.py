@@ -2,8 +2,9 @@
 
 Points arrive in the write-optimised ``blocks`` table (a row a series and batch, see
 :mod:`normwatch.server.blocks`). A run is compacted once its newest step is
-:attr:`Policy.chunk_points` steps past the last compaction, once its oldest uncompacted point
-is :attr:`Policy.max_age_s` old, or once it has been quiet for :attr:`Policy.idle_s`: every
+:attr:`Policy.chunk_points` steps past the last compaction, by age (between half of
+:attr:`Policy.max_age_s` and all of it since the last compaction, at a time of the run's own,
+so that runs come due one after another rather than together), or once it has been quiet for :attr:`Policy.idle_s`: every
 hot block of the run that starts at or below a cut step then moves into per-series chunks
 (:mod:`normwatch.server.chunks`), the rollup rows above those chunks are updated, and each
 metric's latest value moves forward to what the blocks held.
@@ -147,7 +148,7 @@ def due_runs(session: Session, policy: Policy, now: datetime) -> list[_Due]:
             fresh.append(key)
             at = None
         idle = (now - last_seen).total_seconds() >= policy.idle_s
-        aged = at is not None and (now - at).total_seconds() >= policy.max_age_s
+        aged = at is not None and _crossed_slot(key, at, now, policy.max_age_s)
         far = last_step - (through if through is not None else -1) >= policy.chunk_points
         old = c_segment is not None and c_segment != segment
         if idle or aged or far or old:
@@ -156,6 +157,27 @@ def due_runs(session: Session, policy: Policy, now: datetime) -> list[_Due]:
         # First sight of a run starts its age clock; a run that is due is compacted now.
         _ensure_rows(session.connection(), fresh, now)
     return due
+
+
+_GOLDEN = 0.6180339887498949
+
+
+def _crossed_slot(run_key: int, since: datetime, now: datetime, period_s: float) -> bool:
+    """Whether the run is due by age: one of its slot boundaries lies in
+    ``(since + period_s / 2, now]``.
+
+    Each run has its own boundaries, half a period apart and offset by a fraction of that
+    which its key picks (the golden-ratio sequence spreads consecutive keys evenly). A run
+    thus waits more than half a period and at most a period between compactions, and runs
+    that started together, or were compacted together (a restart, an outage), come due one
+    after another over half a period instead of all at once: the compactor's work, and the
+    CPU it takes from ingest and chart reads, stays even instead of arriving as one burst.
+    After that each run keeps its place, a period after the last.
+    """
+    half = period_s / 2
+    offset = ((run_key * _GOLDEN) % 1.0) * half
+    due_from = (since.timestamp() + half - offset) // half
+    return (now.timestamp() - offset) // half > due_from
 
 
 _WHEN = (bindparam("now", type_=UtcDateTime()), bindparam("until", type_=UtcDateTime()))

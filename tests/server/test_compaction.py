@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
@@ -282,3 +282,25 @@ def test_the_pass_follows_the_policy(fresh_pg_url: str) -> None:
         assert compaction.compact_pass(sessions, policy).points == 0
     finally:
         engine.dispose()
+
+
+def test_runs_compacted_together_come_due_one_after_another() -> None:
+    """Runs compacted in the same pass are due again over half a period, each at its own
+    time, then keep a period between compactions; none waits longer than the period."""
+    period = 300.0
+    t0 = datetime(2026, 3, 1, 12, 0, 7, tzinfo=timezone.utc)
+
+    def due_after(key: int, since: datetime) -> float:
+        return next(
+            s / 10
+            for s in range(1, 10 * int(period) + 20)
+            if compaction._crossed_slot(key, since, since + timedelta(seconds=s / 10), period)
+        )
+
+    firsts = [due_after(key, t0) for key in range(1, 101)]
+    assert all(period / 2 < w <= period for w in firsts)
+    per_window = np.histogram(firsts, bins=30, range=(period / 2, period))[0]
+    assert per_window.max() <= 6, per_window  # 100 runs over 30 windows of 5 s: no burst
+    for key, first in zip(range(1, 101), firsts, strict=True):
+        since = t0 + timedelta(seconds=first)
+        assert abs(due_after(key, since) - period) <= 0.2
