@@ -4,10 +4,11 @@ Points arrive in the write-optimised ``blocks`` table (a row a series and batch,
 :mod:`normwatch.server.blocks`). A run is compacted once its newest step is
 :attr:`Policy.chunk_points` steps past the last compaction, by age (between half of
 :attr:`Policy.max_age_s` and all of it since the last compaction, at a time of the run's own,
-so that runs come due one after another rather than together), or once it has been quiet for :attr:`Policy.idle_s`: every
-hot block of the run that starts at or below a cut step then moves into per-series chunks
-(:mod:`normwatch.server.chunks`), the rollup rows above those chunks are updated, and each
-metric's latest value moves forward to what the blocks held.
+so that runs come due one after another rather than together), or once it has been quiet
+for :attr:`Policy.idle_s`: every hot block of the run that starts at or below a cut step
+then moves into per-series chunks (:mod:`normwatch.server.chunks`), the rollup rows above
+those chunks are updated, and each metric's latest value moves forward to what the blocks
+held.
 
 Crash safety and idempotence come from one rule: a group of series is compacted in **one
 transaction** that deletes the hot blocks it read (``DELETE … RETURNING``), writes the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -288,7 +288,7 @@ def test_runs_compacted_together_come_due_one_after_another() -> None:
     """Runs compacted in the same pass are due again over half a period, each at its own
     time, then keep a period between compactions; none waits longer than the period."""
     period = 300.0
-    t0 = datetime(2026, 3, 1, 12, 0, 7, tzinfo=timezone.utc)
+    t0 = datetime(2026, 3, 1, 12, 0, 7, tzinfo=UTC)
 
     def due_after(key: int, since: datetime) -> float:
         return next(
