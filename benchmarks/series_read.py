@@ -168,9 +168,7 @@ def load_rows(
         t0 = time.perf_counter()
         batch = parse_batch(doc, max_points=len(steps))
         with session_scope(factory) as session:
-            found = runs.get_run(session, run_id)
-            assert found is not None
-            ingest.ingest_batch(session, found[0], batch)
+            ingest.ingest_batch(session, run_id, batch)
         total += time.perf_counter() - t0
         done += len(steps)
         if done < 1_000_000 or done % 1_000_000 == 0:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.auth import Principal
+from normwatch.server.db import begin_snapshot
 from normwatch.server.models import Run
 from normwatch.server.schemas import (
     AlertOut,
@@ -76,6 +77,7 @@ class DashboardData:
         points: int,
     ) -> dict[str, Line]:
         with self.sessions() as session:
+            begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
             series = query.read_series(session, run, metrics, start=start, end=end, points=points)
         return {
@@ -149,6 +151,7 @@ class DashboardData:
 
     def preview(self, who: Principal, rule_id: int, run_id: str) -> RulePreview:
         with self.sessions() as session:
+            begin_snapshot(session)
             try:
                 return alert_rules.preview_rule(session, who, rule_id, run_id)
             except _REFUSALS as exc:

@@ -20,11 +20,10 @@ back would name no row. Callers therefore `remember` after their commit, never b
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Engine
+from .db import PerEngine
 
 __all__ = ["DEFAULT_MAX_NAMES", "MetricIdCache", "metric_id_cache"]
 
@@ -91,18 +90,5 @@ class MetricIdCache:
                 self._size -= len(dropped)
 
 
-_caches: weakref.WeakKeyDictionary[Engine, MetricIdCache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def metric_id_cache(engine: Engine) -> MetricIdCache:
-    """This process's cache for the database behind ``engine`` (made on first use).
-
-    One per engine, because ids are only unique within one database: a process talking to
-    two (the test suite does) must not mix them up.
-    """
-    with _caches_lock:
-        cache = _caches.get(engine)
-        if cache is None:
-            cache = _caches[engine] = MetricIdCache()
-        return cache
+metric_id_cache = PerEngine(MetricIdCache)
+"""This process's cache for the database behind an engine (made on first use)."""

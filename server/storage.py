@@ -31,7 +31,7 @@ from . import blocks, pgcopy
 from .batch import MetricBatch
 from .chunks import Points
 from .metric_ids import MetricIdCache
-from .models import Block, Event, Metric, Run, Segment, utcnow
+from .models import Block, Event, JsonDoc, Metric, Segment, UtcDateTime, utcnow
 
 
 @dataclass(frozen=True)
@@ -110,26 +110,97 @@ def resolve_metric_ids(
     return ids
 
 
-def lock_run(session: Session, run_key: int) -> tuple[int, int | None]:
-    """Take the run's row lock until the transaction ends; its segment and last step as
-    committed by the batches before.
+@dataclass(frozen=True)
+class LockedRun:
+    """What storing a batch needs of its run, read under the run's row lock."""
+
+    key: int
+    project_id: int
+    name: str
+    tags: list[str]
+    segment: int
+    """The run's current segment."""
+    last_step: int | None
+    """The current segment's last step before this batch."""
+    rules: str | None
+    """A fingerprint of the project's alert rules (None: it has none), which changes with
+    any rule created, edited, enabled, disabled or deleted."""
+
+
+_RULES_PG = (
+    "(SELECT md5(string_agg(a.id || '@' || a.updated_at || '@' || a.enabled, ',' "
+    "ORDER BY a.id)) FROM alert_rules a WHERE a.project_id = r.project_id)"
+)
+_RULES_SQLITE = (
+    "(SELECT group_concat(a.id || '@' || a.updated_at || '@' || a.enabled, ',') FROM "
+    "(SELECT id, updated_at, enabled FROM alert_rules WHERE project_id = r.project_id "
+    "ORDER BY id) a)"
+)
+_LOCKED_TYPES = {"tags": JsonDoc}
+
+
+def lock_run(
+    session: Session,
+    run_id: str,
+    *,
+    project_id: int | None = None,
+    segment: int | None = None,
+    last_step: int | None = None,
+    now: datetime,
+) -> LockedRun | None:
+    """Take the run's row lock until the transaction ends, mark it seen at ``now`` and move
+    its last step to ``last_step`` (when the batch is for the current segment, ``segment``
+    None meaning that one); the run as the batches before this one left it. None when no run
+    has that id (in ``project_id``'s project, when given).
 
     Batches of one run are thereby stored one at a time, and each sees what the one before
-    it stored. On SQLite a write takes the database's write lock, and the read after it is
-    then current.
+    it stored. On Postgres lock, update and read are one statement, which also brings the
+    fingerprint of the project's alert rules. On SQLite a write takes the database's write
+    lock, and the reads after it are then current.
     """
     conn = session.connection()
+    params = {"id": run_id, "pid": project_id, "seg": segment, "last": last_step, "now": now}
+    binds = (bindparam("now", type_=UtcDateTime()),)
+    owned = "" if project_id is None else " AND project_id = :pid"
     if conn.dialect.name == "postgresql":
         row = conn.execute(
-            text("SELECT segment, last_step FROM runs WHERE key = :rk FOR NO KEY UPDATE"),
-            {"rk": run_key},
-        ).one()
-    else:
-        conn.execute(text("UPDATE runs SET last_seen = last_seen WHERE key = :rk"), {"rk": run_key})
-        row = conn.execute(
-            text("SELECT segment, last_step FROM runs WHERE key = :rk"), {"rk": run_key}
-        ).one()
-    return int(row[0]), None if row[1] is None else int(row[1])
+            text(
+                "WITH old AS (SELECT key, segment, last_step FROM runs "
+                f"WHERE id = :id{owned} FOR NO KEY UPDATE) "
+                "UPDATE runs r SET last_seen = :now, last_step = CASE "
+                "WHEN CAST(:last AS bigint) IS NOT NULL "
+                "AND coalesce(CAST(:seg AS integer), old.segment) = old.segment "
+                "THEN greatest(old.last_step, CAST(:last AS bigint)) ELSE old.last_step END "
+                "FROM old WHERE r.key = old.key RETURNING r.key, r.project_id, r.name, "
+                f"r.tags, old.segment, old.last_step, {_RULES_PG} AS rules"
+            )
+            .bindparams(*binds)
+            .columns(**_LOCKED_TYPES),
+            params,
+        ).first()
+        return None if row is None else LockedRun(*row)
+    locked = conn.execute(
+        text(f"UPDATE runs SET last_seen = :now WHERE id = :id{owned}").bindparams(*binds),
+        params,
+    )
+    if not locked.rowcount:
+        return None
+    row = conn.execute(
+        text(
+            "SELECT r.key, r.project_id, r.name, r.tags, r.segment, r.last_step, "
+            f"{_RULES_SQLITE} AS rules FROM runs r WHERE r.id = :id"
+        ).columns(**_LOCKED_TYPES),
+        {"id": run_id},
+    ).one()
+    run = LockedRun(*row)
+    if last_step is not None and (segment is None or segment == run.segment):
+        conn.execute(
+            text(
+                "UPDATE runs SET last_step = max(coalesce(last_step, :last), :last) WHERE key = :rk"
+            ),
+            {"rk": run.key, "last": last_step},
+        )
+    return run
 
 
 def write_points(
@@ -257,18 +328,6 @@ def forget_latest(session: Session, run_key: int) -> None:
     session.execute(
         update(Metric).where(Metric.run_key == run_key).values(last_step=None, last_value=None)
     )
-
-
-def touch_run(session: Session, run_key: int, last_step: int | None, now: datetime) -> None:
-    values: dict[str, object] = {"last_seen": now}
-    if last_step is not None:
-        values["last_step"] = func.coalesce(
-            func.max(Run.last_step, last_step)
-            if session.connection().dialect.name == "sqlite"
-            else func.greatest(Run.last_step, last_step),
-            last_step,
-        )
-    session.execute(update(Run).where(Run.key == run_key).values(**values))
 
 
 def segments_of(session: Session, run_key: int) -> list[tuple[int, int | None]]:
@@ -426,6 +485,15 @@ def events_of(session: Session, run_key: int) -> list[Event]:
         session.scalars(
             select(Event).where(Event.run_key == run_key).order_by(Event.step, Event.id)
         )
+    )
+
+
+def run_exists(session: Session, run_id: str) -> bool:
+    return (
+        session.connection()
+        .execute(text("SELECT 1 FROM runs WHERE id = :id"), {"id": run_id})
+        .first()
+        is not None
     )
 
 

@@ -96,9 +96,7 @@ def load(url: str) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
                 },
             }
             with session_scope(sessions) as session:
-                found = runs.get_run(session, run_id)
-                assert found is not None
-                ingest.ingest_batch(session, found[0], parse_batch(body, max_points=10**7))
+                ingest.ingest_batch(session, run_id, parse_batch(body, max_points=10**7))
         with session_scope(sessions) as session:
             found = runs.get_run(session, run_id)
             assert found is not None

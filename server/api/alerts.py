@@ -17,7 +17,7 @@ from ..schemas import (
 )
 from ..services import alert_rules as rules
 from ..services.runs import Forbidden
-from .deps import Admin, Reader, SessionDep, SettingsDep
+from .deps import Admin, Reader, SessionDep, SettingsDep, SnapshotDep
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 
@@ -87,7 +87,7 @@ def delete_rule(rule_id: int, session: SessionDep, who: Admin) -> Response:
 
 @router.get("/alert-rules/{rule_id}/preview", response_model=RulePreview)
 def preview_rule(
-    rule_id: int, session: SessionDep, who: Reader, run: Annotated[str, Query()]
+    rule_id: int, session: SnapshotDep, who: Reader, run: Annotated[str, Query()]
 ) -> RulePreview:
     """Where the rule would have fired and resolved on a stored run."""
     try:

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..auth import Principal, Scope, TokenCache
 from ..config import Settings
+from ..db import begin_snapshot
 from ..models import Run
 from ..services import runs as run_service
 
@@ -26,7 +27,16 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
+def get_snapshot_session(request: Request) -> Iterator[Session]:
+    """A session reading one snapshot of the database (see `begin_snapshot`)."""
+    factory: sessionmaker[Session] = request.app.state.sessions
+    with factory() as session:
+        begin_snapshot(session)
+        yield session
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
+SnapshotDep = Annotated[Session, Depends(get_snapshot_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 

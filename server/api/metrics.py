@@ -13,9 +13,9 @@ from ..auth import Principal
 from ..batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
 from ..metric_ids import metric_id_cache
 from ..schemas import Accepted, MetricOut, SeriesResponse
-from ..services import ingest, query
+from ..services import alerting, ingest, query
 from .body import read_limited_body
-from .deps import Reader, SessionDep, Writer, owned_run
+from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["metrics"])
 
@@ -57,15 +57,26 @@ def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[
         raise HTTPException(400, str(exc)) from None
     except BatchError as exc:
         raise HTTPException(422, str(exc)) from None
-    known = metric_id_cache(request.app.state.engine)
+    engine = request.app.state.engine
+    known = metric_id_cache(engine)
     with request.app.state.sessions() as session:
-        run, _ = owned_run(session, who, run_id)
         try:
-            result = ingest.ingest_batch(session, run, batch, known=known)
+            result = ingest.ingest_batch(
+                session,
+                run_id,
+                batch,
+                project_id=who.project_id,
+                known=known,
+                rules=alerting.rule_cache(engine),
+            )
+        except ingest.RunNotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        except ingest.RunForbidden as exc:
+            raise HTTPException(403, str(exc)) from None
         except BatchError as exc:
             raise HTTPException(422, str(exc)) from None
         session.commit()
-    known.remember(run.key, result.metric_ids)  # committed: safe to reuse from now on
+    known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
     if result.notifications:
         request.app.state.dispatcher.wake()
     return result.points, result.segment
@@ -81,7 +92,7 @@ def list_metrics(run_id: str, session: SessionDep, who: Reader) -> list[MetricOu
 @router.get("/series", response_model=SeriesResponse)
 def get_series(
     run_id: str,
-    session: SessionDep,
+    session: SnapshotDep,
     who: Reader,
     metric: Annotated[list[str], Query(min_length=1, max_length=64)],
     start: int | None = None,

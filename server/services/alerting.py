@@ -8,7 +8,9 @@ notifications are owed, or neither happened. The dispatcher delivers the outbox.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,77 +31,123 @@ from ..alerts.rules import (
     run_matches,
 )
 from ..batch import MetricBatch
+from ..db import PerEngine
 from ..models import Alert, AlertRule, AlertState, Notification, Run
+from ..storage import LockedRun
 
 RUN_METRIC_ID = 0
 """``alert_states.metric_id`` of rules about the run as a whole (``stale``)."""
 
 
 @dataclass(frozen=True)
-class ActiveRule:
-    rule: AlertRule
-    condition: StepCondition | StaleCondition
+class StepRule:
+    """An enabled rule that watches metric values, as read at one fingerprint of its project."""
+
+    id: int
+    metric: str
+    run_name: str | None
+    run_tags: tuple[str, ...]
+    channels: int
+    condition: StepCondition
 
 
-def active_rules(session: Session, run: Run, *, stale: bool) -> list[ActiveRule]:
-    """Enabled rules of the run's project that select this run; stale ones or the others."""
-    rules = session.scalars(
-        select(AlertRule).where(AlertRule.project_id == run.project_id, AlertRule.enabled)
-    )
-    out = []
-    for rule in rules:
-        if not run_matches(rule.run_name, rule.run_tags or [], run.name, run.tags or []):
-            continue
-        condition = parse_condition(rule.condition)
-        if isinstance(condition, StaleCondition) == stale:
-            out.append(ActiveRule(rule, condition))
-    return out
+class RuleCache:
+    """The step rules of each project, kept while the project's rule fingerprint (see
+    `storage.LockedRun.rules`) stays the same, so steady ingest neither queries nor parses
+    them. A rule change anywhere (another worker, another replica) changes the fingerprint,
+    which every batch reads under its run's lock: the next batch of the project reloads.
+    At most ``max_projects``, least recently used dropped first. Thread-safe."""
+
+    def __init__(self, max_projects: int = 10_000) -> None:
+        self.max_projects = max_projects
+        self._projects: OrderedDict[int, tuple[str, tuple[StepRule, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def step_rules(
+        self, session: Session, project_id: int, fingerprint: str | None
+    ) -> tuple[StepRule, ...]:
+        if fingerprint is None:
+            return ()
+        with self._lock:
+            held = self._projects.get(project_id)
+            if held is not None and held[0] == fingerprint:
+                self._projects.move_to_end(project_id)
+                return held[1]
+        rules = tuple(
+            StepRule(
+                rule.id,
+                rule.metric,
+                rule.run_name,
+                tuple(rule.run_tags or ()),
+                len(rule.channels or ()),
+                condition,
+            )
+            for rule in session.scalars(
+                select(AlertRule)
+                .where(AlertRule.project_id == project_id, AlertRule.enabled)
+                .order_by(AlertRule.id)
+            )
+            if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
+        )
+        with self._lock:
+            self._projects[project_id] = (fingerprint, rules)
+            self._projects.move_to_end(project_id)
+            while len(self._projects) > self.max_projects:
+                self._projects.popitem(last=False)
+        return rules
+
+
+rule_cache = PerEngine(RuleCache)
+"""This process's rule cache for the database behind an engine."""
 
 
 def evaluate_batch(
     session: Session,
-    run: Run,
+    run: LockedRun,
     segment: int,
     batch: MetricBatch,
     metric_ids: dict[str, int],
     *,
+    rules: RuleCache | None = None,
     now_unix: float | None = None,
 ) -> int:
     """Feed a stored batch to every matching rule; returns how many notifications are owed.
 
     Only the run's current segment is evaluated: a late batch for an older segment is
     history, not news. Steps at or below a state's last step are skipped by `evaluate`, so
-    a re-sent batch never fires twice.
+    a re-sent batch never fires twice. Without ``rules`` the rules are read afresh.
     """
-    if segment != run.segment:
+    if segment != run.segment or run.rules is None:
         return 0
-    rules = active_rules(session, run, stale=False)
-    if not rules:
+    cache = rules if rules is not None else RuleCache()
+    matching = [
+        rule
+        for rule in cache.step_rules(session, run.project_id, run.rules)
+        if run_matches(rule.run_name, rule.run_tags, run.name, run.tags or [])
+    ]
+    if not matching:
         return 0
     now_unix = time.time() if now_unix is None else now_unix
-    work: list[tuple[ActiveRule, str, Sequence[int], Sequence[float]]] = []
-    for active in rules:
+    work: list[tuple[StepRule, str, Sequence[int], Sequence[float]]] = []
+    for rule in matching:
         for column in batch.columns:
-            if not column.logged.any() or not metric_matches(active.rule.metric, column.name):
+            if not column.logged.any() or not metric_matches(rule.metric, column.name):
                 continue
             order = np.argsort(batch.steps[column.logged], kind="stable")
             steps = batch.steps[column.logged][order].tolist()
             values = column.values[column.logged][order].tolist()
-            work.append((active, column.name, steps, values))
+            work.append((rule, column.name, steps, values))
     if not work:
         return 0
-    states = _load_states(
-        session, run.key, {(a.rule.id, metric_ids[name]) for a, name, _, _ in work}
-    )
+    states = _load_states(session, run.key, {(r.id, metric_ids[name]) for r, name, _, _ in work})
     owed = 0
-    for active, name, steps, values in work:
-        key = (active.rule.id, metric_ids[name])
+    for rule, name, steps, values in work:
+        key = (rule.id, metric_ids[name])
         row = states.get(key)
         state = _state_of(row, segment)
-        assert not isinstance(active.condition, StaleCondition)
-        new_state, transitions = evaluate(active.condition, state, steps, values, now_unix=now_unix)
+        new_state, transitions = evaluate(rule.condition, state, steps, values, now_unix=now_unix)
         _save_state(session, row, run.key, key, segment, new_state)
-        owed += _record(session, run, segment, active.rule, name, transitions)
+        owed += _record(session, run.key, segment, rule.id, rule.channels, name, transitions)
     return owed
 
 
@@ -134,7 +182,15 @@ def check_stale_runs(session: Session, now_unix: float | None = None) -> int:
             transitions += fired
             if row is None or transitions or state.to_dict() != row.data:
                 _save_state(session, row, run.key, key, run.segment, state)
-            owed += _record(session, run, run.segment, rule, rule.metric or "(run)", transitions)
+            owed += _record(
+                session,
+                run.key,
+                run.segment,
+                rule.id,
+                len(rule.channels or ()),
+                rule.metric or "(run)",
+                transitions,
+            )
     return owed
 
 
@@ -194,18 +250,19 @@ def _save_state(
 
 def _record(
     session: Session,
-    run: Run,
+    run_key: int,
     segment: int,
-    rule: AlertRule,
+    rule_id: int,
+    channels: int,
     metric: str,
     transitions: list[Transition],
 ) -> int:
-    """History rows and their outbox rows for each transition."""
+    """History rows and their outbox rows (one a channel) for each transition."""
     owed = 0
     for transition in transitions:
         alert = Alert(
-            run_key=run.key,
-            rule_id=rule.id,
+            run_key=run_key,
+            rule_id=rule_id,
             metric=metric,
             state=transition.state,
             segment=segment,
@@ -216,7 +273,7 @@ def _record(
         )
         session.add(alert)
         session.flush()
-        for index, _channel in enumerate(rule.channels or []):
+        for index in range(channels):
             session.add(Notification(alert_id=alert.id, channel_index=index))
             owed += 1
     return owed

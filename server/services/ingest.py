@@ -14,6 +14,14 @@ from ..schemas import EventCreate, EventOut
 from . import alerting
 
 
+class RunNotFound(LookupError):
+    """No run has that id."""
+
+
+class RunForbidden(LookupError):
+    """The run belongs to another project than the caller's."""
+
+
 @dataclass(frozen=True)
 class Ingested:
     points: int
@@ -22,29 +30,52 @@ class Ingested:
     """Alert notifications the batch made owed (delivered by the dispatcher)."""
     metric_ids: dict[str, int] = field(default_factory=dict, compare=False)
     """Ids of the batch's metrics, for the caller to `MetricIdCache.remember` once committed."""
+    run_key: int = field(default=0, compare=False)
 
 
 def ingest_batch(
-    session: Session, run: Run, batch: MetricBatch, *, known: MetricIdCache | None = None
+    session: Session,
+    run_id: str,
+    batch: MetricBatch,
+    *,
+    project_id: int | None = None,
+    known: MetricIdCache | None = None,
+    rules: alerting.RuleCache | None = None,
 ) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
-    The run's row is locked first, so concurrent batches of one run are stored and
-    evaluated one after the other (the lock is held until commit), each seeing the run's
-    segment and last step as the one before left them. Metric ids found
-    in ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`).
+    The run's row is locked first (and marked seen, its last step moved), so concurrent
+    batches of one run are stored and evaluated one after the other (the lock is held until
+    commit), each seeing the run's segment and last step as the one before left them. With
+    ``project_id`` a run of another project raises `RunForbidden`. Metric ids found in
+    ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`). Rules
+    come from ``rules`` while the project's rules are unchanged.
     """
-    current, last_step = storage.lock_run(session, run.key)
-    segment = batch.segment or current
-    if segment > current:
-        raise BatchError(f"segment: run has {current} segment(s), got {segment}")
+    last = int(batch.steps.max()) if len(batch.steps) else None
+    run = storage.lock_run(
+        session,
+        run_id,
+        project_id=project_id,
+        segment=batch.segment,
+        last_step=last,
+        now=storage.now(),
+    )
+    if run is None:
+        if project_id is not None and storage.run_exists(session, run_id):
+            raise RunForbidden("this run belongs to another project")
+        raise RunNotFound(f"no run with id {run_id!r}")
+    segment = batch.segment or run.segment
+    if segment > run.segment:
+        raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
     metric_ids = storage.resolve_metric_ids(session, run.key, batch.logged_names, known=known)
-    last = int(batch.steps.max()) if len(batch.steps) and segment == current else None
-    fresh = last is not None and (last_step is None or int(batch.steps.min()) > last_step)
+    fresh = (
+        last is not None
+        and segment == run.segment
+        and (run.last_step is None or int(batch.steps.min()) > run.last_step)
+    )
     points = storage.write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
-    storage.touch_run(session, run.key, last, storage.now())
-    owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids)
-    return Ingested(points, segment, owed, metric_ids)
+    owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids, rules=rules)
+    return Ingested(points, segment, owed, metric_ids, run.key)
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:

@@ -50,7 +50,10 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
         raise Forbidden(f"this token belongs to project {who.project!r}, not {project_name!r}")
     project = get_or_create_project(session, project_name)
     run = session.scalar(
-        select(Run).where(Run.project_id == project.id, Run.name == body.name).with_for_update()
+        select(Run)
+        .where(Run.project_id == project.id, Run.name == body.name)
+        .with_for_update()
+        .execution_options(populate_existing=True)  # as locked, not as this session last saw
     )
     if run is None:
         run = _insert_run(session, project, body)

@@ -66,9 +66,7 @@ def post(sessions: Sessions, run_id: str, steps: np.ndarray, **metrics: np.ndarr
         "metrics": {k: [enc(float(x)) for x in v] for k, v in metrics.items()},
     }
     with session_scope(sessions) as session:
-        ingest.ingest_batch(
-            session, the_run(session, run_id), parse_batch(body, max_points=10_000_000)
-        )
+        ingest.ingest_batch(session, run_id, parse_batch(body, max_points=10_000_000))
 
 
 def stored(sessions: Sessions, run_id: str, metric: str) -> tuple[np.ndarray, np.ndarray]:

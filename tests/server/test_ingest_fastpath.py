@@ -258,9 +258,9 @@ def batch_of(steps: list[int], metrics: dict[str, list[Any]]) -> Any:
 def test_resent_batch_after_commit_stores_nothing_twice(db_session: Session) -> None:
     run = new_run(db_session, "resend")
     batch = batch_of([10, 11, 12], {"a": [1.0, 2.0, 3.0], "b": [4.0, None, 6.0]})
-    assert ingest.ingest_batch(db_session, run, batch).points == 5
+    assert ingest.ingest_batch(db_session, run.id, batch).points == 5
     db_session.commit()
-    again = ingest.ingest_batch(db_session, run, batch)  # every key stored: COPY falls back
+    again = ingest.ingest_batch(db_session, run.id, batch)  # every key stored: COPY falls back
     assert again.points == 5
     db_session.commit()
     assert stored_points(db_session, run) == {
@@ -275,12 +275,12 @@ def test_resent_batch_after_commit_stores_nothing_twice(db_session: Session) -> 
 
 def test_overlapping_batch_stores_only_new_points(db_session: Session) -> None:
     run = new_run(db_session, "overlap")
-    ingest.ingest_batch(db_session, run, batch_of(list(range(10)), {"a": [0.0] * 10}))
+    ingest.ingest_batch(db_session, run.id, batch_of(list(range(10)), {"a": [0.0] * 10}))
     db_session.commit()
     # Steps 5..9 are stored already (with 0.0): the stored values win, 10..14 are new.
     b_values: list[Any] = [2.0] * 7 + ["NaN", "Infinity", "-Infinity"]  # steps 14..5
     overlap = batch_of(list(range(14, 4, -1)), {"a": [1.0] * 10, "b": b_values})
-    ingest.ingest_batch(db_session, run, overlap)
+    ingest.ingest_batch(db_session, run.id, overlap)
     points = stored_points(db_session, run)
     assert {k: v for k, v in points.items() if k[0] == "a"} == {
         ("a", s): (0.0 if s < 10 else 1.0) for s in range(15)
@@ -299,7 +299,7 @@ def test_non_finite_values_round_trip_exactly(db_session: Session) -> None:
     values: list[Any] = [1.5, "NaN", None, "Infinity", "-Infinity", 1.7976931348623157e308]
     values += [5e-324, -2.5, math.nan, math.inf]  # (SQLite keeps no sign on -0.0)
     steps = [3, 1, 4, 15, 9, 2, 6, 5, 35, 8]
-    ingest.ingest_batch(db_session, run, batch_of(steps, {"g": values}))
+    ingest.ingest_batch(db_session, run.id, batch_of(steps, {"g": values}))
     got = stored_points(db_session, run)
     expected = {
         ("g", 3): 1.5,
@@ -337,11 +337,11 @@ def test_latest_values_only_move_forward(db_session: Session) -> None:
     run = new_run(db_session, "latest")
     ingest.ingest_batch(
         db_session,
-        run,
+        run.id,
         batch_of([7, 9, 8], {"a": [7.0, 9.0, 8.0], "b": [1.0, None, 2.0], "c": [None] * 3}),
     )
     assert latest(db_session, run) == {"a": (9, 9.0), "b": (8, 2.0)}
-    ingest.ingest_batch(db_session, run, batch_of([1, 2], {"a": [1.0, 2.0], "b": [3.0, 4.0]}))
+    ingest.ingest_batch(db_session, run.id, batch_of([1, 2], {"a": [1.0, 2.0], "b": [3.0, 4.0]}))
     assert latest(db_session, run) == {"a": (9, 9.0), "b": (8, 2.0)}
 
 
@@ -349,13 +349,13 @@ def test_cache_serves_known_names_and_creates_new_ones(db_session: Session) -> N
     run = new_run(db_session, "cache")
     cache = MetricIdCache()
     first = ingest.ingest_batch(
-        db_session, run, batch_of([0], {"a": [1.0], "b": [2.0]}), known=cache
+        db_session, run.id, batch_of([0], {"a": [1.0], "b": [2.0]}), known=cache
     )
     db_session.commit()
     cache.remember(run.key, first.metric_ids)
     # "c" appears for the first time: a miss, created and resolved in the database.
     second = ingest.ingest_batch(
-        db_session, run, batch_of([1], {"c": [3.0], "a": [4.0], "b": [5.0]}), known=cache
+        db_session, run.id, batch_of([1], {"c": [3.0], "a": [4.0], "b": [5.0]}), known=cache
     )
     assert second.metric_ids == storage.metric_ids_by_name(db_session, run.key, ["a", "b", "c"])
     assert {k: second.metric_ids[k] for k in "ab"} == first.metric_ids
@@ -374,10 +374,10 @@ def test_rolled_back_batch_leaves_the_cache_correct(db_session: Session) -> None
     db_session.commit()
     cache = MetricIdCache()
     nested = db_session.begin_nested()
-    ingest.ingest_batch(db_session, run, batch_of([0], {"gone": [1.0]}), known=cache)
+    ingest.ingest_batch(db_session, run.id, batch_of([0], {"gone": [1.0]}), known=cache)
     nested.rollback()  # the metric row is gone; nothing was remembered, so no id dangles
     assert cache.lookup(run.key, ["gone"]) == ({}, ["gone"])
-    again = ingest.ingest_batch(db_session, run, batch_of([0], {"gone": [2.0]}), known=cache)
+    again = ingest.ingest_batch(db_session, run.id, batch_of([0], {"gone": [2.0]}), known=cache)
     assert again.metric_ids == storage.metric_ids_by_name(db_session, run.key, ["gone"])
     assert stored_points(db_session, run) == {("gone", 0): 2.0}
 

@@ -38,7 +38,7 @@ def test_ingest_and_read_with_nan_and_restart(db_session: Session) -> None:
     batch = parse_batch(
         {"steps": [0, 1, 2, 3], "metrics": {"g": [1.0, "NaN", None, "Infinity"]}}, max_points=100
     )
-    assert ingest.ingest_batch(db_session, run, batch) == ingest.Ingested(3, 1, 0)
+    assert ingest.ingest_batch(db_session, run.id, batch) == ingest.Ingested(3, 1, 0)
     [s] = query.read_series(db_session, run, ["g"])
     assert s.steps.tolist() == [0, 1, 3]
     assert math.isnan(s.values[1]) and s.values[2] == math.inf
@@ -47,7 +47,7 @@ def test_ingest_and_read_with_nan_and_restart(db_session: Session) -> None:
     db_session.refresh(run)
     assert run.segment == 2
     again = parse_batch({"steps": [1, 2], "metrics": {"g": [5.0, 6.0]}}, max_points=100)
-    ingest.ingest_batch(db_session, run, again)
+    ingest.ingest_batch(db_session, run.id, again)
     [s] = query.read_series(db_session, run, ["g"])
     assert s.steps.tolist() == [0, 1, 2]
     assert s.values.tolist() == [1.0, 5.0, 6.0]
@@ -61,7 +61,7 @@ def test_ingest_rejects_future_segment(db_session: Session) -> None:
     with pytest.raises(BatchError, match="segment"):
         ingest.ingest_batch(
             db_session,
-            run,
+            run.id,
             parse_batch({"steps": [1], "metrics": {"g": [1]}, "segment": 2}, max_points=10),
         )
 
@@ -73,7 +73,7 @@ def test_series_downsamples_and_keeps_spike(db_session: Session) -> None:
     values = np.full(20_000, 0.25)
     values[12_345] = 7.0
     doc = {"steps": list(range(20_000)), "metrics": {"g": values.tolist()}}
-    ingest.ingest_batch(db_session, run, parse_batch(doc, max_points=100_000))
+    ingest.ingest_batch(db_session, run.id, parse_batch(doc, max_points=100_000))
     [s] = query.read_series(db_session, run, ["g"], points=100)
     assert s.downsampled and s.total_points == 20_000
     assert len(s.steps) <= 400 and 12_345 in s.steps.tolist()

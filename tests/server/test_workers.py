@@ -145,6 +145,58 @@ def test_each_notification_is_sent_once_by_one_of_the_dispatchers(
         receiver.stop()
 
 
+def test_every_rule_change_reaches_both_workers_by_the_next_batch(
+    two_workers: ServerProcess,
+) -> None:
+    """Workers keep each project's rules while its rule fingerprint is unchanged. Every
+    change made through one worker (create, disable, enable, edit, delete) must decide the
+    very next batch on either worker: a batch crossing the threshold fires or it does not."""
+    tenant = make_tenant(two_workers.database_url)
+    with httpx.Client(base_url=two_workers.url, headers=tenant.headers(), timeout=30) as admin:
+        run = new_run(admin, tenant, "rule-changes")
+    step = 0
+
+    def fired(workers: set[str]) -> list[str]:
+        """Send a batch that crosses 5 and comes back, several times over fresh connections
+        (so that both workers take some); the states each one recorded."""
+        nonlocal step
+        states = []
+        with fresh_connections(two_workers.url, **tenant.headers()) as api:
+            for _ in range(6):
+                steps = [step, step + 1]
+                step += 2
+                body = {"steps": steps, "metrics": {"loss": [9.0, 1.0]}}
+                r = api.post(f"/api/v1/runs/{run}/metrics", json=body)
+                assert r.status_code == 202, r.text
+                workers.add(r.headers["x-normwatch-worker"])
+                got = api.get("/api/v1/alerts", params={"run": run, "limit": 2000}).json()
+                states.append(",".join(sorted(a["state"] for a in got if a["step"] in steps)))
+        return states
+
+    workers: set[str] = set()
+    assert fired(workers) == [""] * 6  # no rule yet: both workers hold "none" for the project
+    rule = {
+        "name": "loss 5+",
+        "metric": "loss",
+        "condition": {"kind": "threshold", "op": ">=", "value": 5.0},
+    }
+    with httpx.Client(base_url=two_workers.url, headers=tenant.headers(), timeout=30) as admin:
+        created = admin.post("/api/v1/alert-rules", json=rule)
+        assert created.status_code == 201, created.text
+        rid = created.json()["id"]
+        assert fired(workers) == ["firing,resolved"] * 6
+        assert admin.patch(f"/api/v1/alert-rules/{rid}", json={"enabled": False}).is_success
+        assert fired(workers) == [""] * 6
+        assert admin.patch(f"/api/v1/alert-rules/{rid}", json={"enabled": True}).is_success
+        assert fired(workers) == ["firing,resolved"] * 6
+        edit = {"condition": {"kind": "threshold", "op": ">=", "value": 10.0}}
+        assert admin.patch(f"/api/v1/alert-rules/{rid}", json=edit).is_success
+        assert fired(workers) == [""] * 6  # 9 no longer crosses
+        assert admin.delete(f"/api/v1/alert-rules/{rid}").status_code == 204
+        assert fired(workers) == [""] * 6
+    assert len(workers) == 2, workers
+
+
 def test_values_of_an_earlier_run_are_cleared_at_start(tmp_path: Path) -> None:
     """A PROMETHEUS_MULTIPROC_DIR given by the operator is emptied, not inherited.
 
