@@ -2,9 +2,9 @@
 
 Points arrive in the write-optimised ``blocks`` table (a row a series and batch, see
 :mod:`normwatch.server.blocks`). A run is compacted once its newest step is
-:attr:`Policy.chunk_points` steps past the last compaction, by age (between half of
-:attr:`Policy.max_age_s` and all of it since the last compaction, at a time of the run's own,
-so that runs come due one after another rather than together), or once it has been quiet
+:attr:`Policy.chunk_points` steps past the last compaction, by age (at most
+:attr:`Policy.max_age_s` after the last compaction, at a time of the run's own within that
+period, so that runs come due one after another rather than together), or once it has been quiet
 for :attr:`Policy.idle_s`: every hot block of the run that starts at or below a cut step
 then moves into per-series chunks (:mod:`normwatch.server.chunks`), the rollup rows above
 those chunks are updated, and each metric's latest value moves forward to what the blocks
@@ -22,10 +22,12 @@ series rows are locked as well.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -164,21 +166,17 @@ _GOLDEN = 0.6180339887498949
 
 
 def _crossed_slot(run_key: int, since: datetime, now: datetime, period_s: float) -> bool:
-    """Whether the run is due by age: one of its slot boundaries lies in
-    ``(since + period_s / 2, now]``.
+    """Whether the run is due by age: one of its slot boundaries lies in ``(since, now]``.
 
-    Each run has its own boundaries, half a period apart and offset by a fraction of that
-    which its key picks (the golden-ratio sequence spreads consecutive keys evenly). A run
-    thus waits more than half a period and at most a period between compactions, and runs
-    that started together, or were compacted together (a restart, an outage), come due one
-    after another over half a period instead of all at once: the compactor's work, and the
-    CPU it takes from ingest and chart reads, stays even instead of arriving as one burst.
-    After that each run keeps its place, a period after the last.
+    Each run has its own boundaries, ``period_s`` apart and offset by a fraction of the
+    period that its key picks (the golden-ratio sequence spreads consecutive keys evenly).
+    A run thus waits at most a period between compactions, and runs that started together,
+    or were compacted together (a restart, an outage), come due one after another over the
+    next period instead of all at once, then keep a period apart: the compactor's work, and
+    the CPU it takes from ingest and chart reads, stays even instead of arriving in bursts.
     """
-    half = period_s / 2
-    offset = ((run_key * _GOLDEN) % 1.0) * half
-    due_from = (since.timestamp() + half - offset) // half
-    return (now.timestamp() - offset) // half > due_from
+    offset = ((run_key * _GOLDEN) % 1.0) * period_s
+    return (now.timestamp() - offset) // period_s > (since.timestamp() - offset) // period_s
 
 
 _WHEN = (bindparam("now", type_=UtcDateTime()), bindparam("until", type_=UtcDateTime()))
@@ -714,6 +712,30 @@ def lag_samples(session: Session) -> Iterator[Sample]:
 # --- the background thread ---------------------------------------------------------------
 
 
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _trim_memory() -> None:
+    """Hand the heap's free pages back to the system after a pass.
+
+    A pass allocates and frees many medium-sized buffers (rows, blobs, arrays); glibc keeps
+    freed heap memory for reuse, and a process that compacts a burst of runs kept its peak
+    resident for good, a little higher after each larger burst. ``malloc_trim(0)`` returns
+    what is free, as Dask's workers do for the same reason.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 class Compactor:
     """Runs :func:`compact_pass` every ``interval_s`` in a daemon thread.
 
@@ -783,6 +805,7 @@ class Compactor:
                 continue
             self.last_report = report
             if report.points:
+                _trim_memory()
                 log.info(
                     "compacted %d points of %d series in %d runs (%d chunks) in %.2f s",
                     report.points,

@@ -19,7 +19,7 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
 
 from ..data import DashboardData
-from ..figures import AlertMark, OverlayView, empty_figure, overlay_figure
+from ..figures import AlertMark, Figure, Marker, OverlayView, empty_figure, overlay_figure
 from ..session import viewer
 from . import run_layers
 
@@ -182,7 +182,8 @@ def build_figure(
     who: Principal,
     view: dict[str, Any],
     alerts: list[AlertMark] | None = None,
-) -> Any:
+    markers: list[Marker] | None = None,
+) -> Figure:
     metrics = [m for m in (view.get("left"), view.get("right")) if m]
     if not metrics:
         return empty_figure("This run has no metrics yet.")
@@ -196,7 +197,7 @@ def build_figure(
         OverlayView(
             left=lines.get(view["left"]) if view.get("left") else None,
             right=lines.get(view["right"]) if view.get("right") else None,
-            events=data.markers(who, view["run"]),
+            events=data.markers(who, view["run"]) if markers is None else markers,
             log_y=bool(view.get("log")),
             x_range=x_range,
             uirevision=f"{view['run']}|{view.get('left')}|{view.get('right')}|{view.get('log')}",
@@ -205,17 +206,16 @@ def build_figure(
     )
 
 
-def figure_shape(fig: Any) -> list[str]:
-    return [f"{t.name}|{t.yaxis}" for t in fig.data]
+def figure_shape(fig: Figure) -> list[str]:
+    return [f"{t.get('name')}|{t.get('yaxis')}" for t in fig["data"]]
 
 
-def range_text(fig: Any) -> str:
+def range_text(fig: Figure) -> str:
     parts = []
-    for trace in fig.data:
-        if trace.yaxis in ("y", "y2") and trace.x is not None and len(trace.x):
-            parts.append(
-                f"{trace.name}: {len(trace.x):,} points, steps {trace.x[0]:,}–{trace.x[-1]:,}"
-            )
+    for trace in fig["data"]:
+        xs = trace.get("x") or []
+        if trace.get("yaxis") in ("y", "y2") and len(xs):
+            parts.append(f"{trace['name']}: {len(xs):,} points, steps {xs[0]:,}–{xs[-1]:,}")
     return " · ".join(parts)
 
 
@@ -293,8 +293,8 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     async def draw(view: dict[str, Any], _tick: int | None, shape: list[str] | None) -> Any:
         who = viewer()
         alerts = await anyio.to_thread.run_sync(lambda: data.alert_marks(who, view["run"]))
-        fig = await anyio.to_thread.run_sync(lambda: build_figure(data, who, view, alerts))
         markers = await anyio.to_thread.run_sync(lambda: data.markers(who, view["run"]))
+        fig = await anyio.to_thread.run_sync(lambda: build_figure(data, who, view, alerts, markers))
         # Traces, events and alerts make the shape; a change of any redraws, not patches.
         new_shape = (
             figure_shape(fig)
@@ -305,11 +305,11 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         if ctx.triggered_id != "tick" or shape != new_shape:
             return fig, new_shape, info, event_list(markers)
         patch = dash.Patch()
-        for i, trace in enumerate(fig.data):
-            patch["data"][i]["x"] = list(trace.x) if trace.x is not None else []
-            patch["data"][i]["y"] = list(trace.y) if trace.y is not None else []
-        patch["layout"]["shapes"] = [s.to_plotly_json() for s in fig.layout.shapes]
-        patch["layout"]["annotations"] = [a.to_plotly_json() for a in fig.layout.annotations]
+        for i, trace in enumerate(fig["data"]):
+            patch["data"][i]["x"] = trace.get("x") or []
+            patch["data"][i]["y"] = trace.get("y") or []
+        patch["layout"]["shapes"] = fig["layout"].get("shapes", [])
+        patch["layout"]["annotations"] = fig["layout"].get("annotations", [])
         return patch, dash.no_update, info, dash.no_update
 
     @app.callback(
