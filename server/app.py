@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .alerts.delivery import Deliverer
 from .api import alerts, events, health, metrics, prometheus, runs
+from .api.body import IngestSlots
 from .auth import TokenCache
 from .compaction import Compactor, lag_samples
 from .config import Settings
@@ -81,8 +82,7 @@ def create_app(
     app.state.token_cache = TokenCache(settings.token_cache_s)
     app.state.dispatcher = dispatcher
     app.state.compactor = compactor
-    app.state.ingest_inflight = 0
-    app.state.ingest_capacity = settings.ingest_concurrency
+    app.state.ingest_slots = IngestSlots(settings.ingest_concurrency, settings.ingest_wait_s)
     app.state.telemetry = telemetry
 
     @app.exception_handler(OperationalError)

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Connection, bindparam, func, or_, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import blocks, chunks, storage
@@ -748,7 +748,7 @@ def vacuum_hot_table(sessions: sessionmaker[Session]) -> tuple[int, float] | Non
     """
     with sessions() as session:
         engine = session.get_bind()
-    if engine.dialect.name != "postgresql":
+    if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
         return None
     with engine.connect() as conn:
         row = conn.execute(

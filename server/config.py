@@ -60,7 +60,12 @@ class Settings(BaseSettings):
     ingest_concurrency: int = Field(
         default=16,
         ge=1,
-        description="Metric batches handled at once per worker; more get 503 with Retry-After.",
+        description="Metric batches handled at once per worker; more wait for a slot.",
+    )
+    ingest_wait_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Longest a batch waits for an ingest slot before a 503 with Retry-After.",
     )
     session_max_age_s: int = 14 * 24 * 3600
     token_cache_s: float = Field(

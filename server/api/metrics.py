@@ -29,16 +29,9 @@ async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
     nothing twice. ``Content-Encoding: gzip`` is accepted.
     """
     state = request.app.state
-    if state.ingest_inflight >= state.ingest_capacity:
-        raise HTTPException(
-            503, "ingest is at capacity; retry shortly", headers={"Retry-After": "1"}
-        )
-    state.ingest_inflight += 1
-    try:
+    async with state.ingest_slots.slot():
         body = await read_limited_body(request, state.settings.max_body_bytes)
         accepted, segment = await run_in_threadpool(_store, request, who, run_id, body)
-    finally:
-        state.ingest_inflight -= 1
     return Response(
         orjson.dumps({"accepted": accepted, "segment": segment}),
         status_code=202,
