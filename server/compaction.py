@@ -865,9 +865,11 @@ class Compactor:
                 log.exception("compaction pass failed")
                 continue
             self.last_report = report
+            # Statistics reach the dead-row count a moment after the pass that made them:
+            # look every pass, not only after one that compacted something.
+            self._vacuum_if_bloated()
             if report.points:
                 _trim_memory()
-                self._vacuum_if_bloated()
                 log.info(
                     "compacted %d points of %d series in %d runs (%d chunks) in %.2f s",
                     report.points,
