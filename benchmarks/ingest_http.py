@@ -84,6 +84,7 @@ from _harness import (
     table,
 )
 
+from normwatch.server.compaction import VACUUM_SCALE, VACUUM_THRESHOLD
 from normwatch.testing import running_server
 
 STEPS_PER_BATCH = 25
@@ -400,13 +401,13 @@ def wait_compacted(watch: psycopg.Connection[Any], timeout: float) -> tuple[floa
     if left:
         raise RuntimeError(f"{left:,} points still hot after {timeout:.0f} s")
     drained = time.perf_counter() - start
-    # Caught up includes the compactor's vacuum of the rows it deleted (autovacuum's trigger:
-    # 50,000 + 20 % of the live rows), which would otherwise run through the next phase.
+    # Caught up includes the compactor's vacuum of the rows it deleted (its trigger is
+    # autovacuum's), which would otherwise run through the next phase.
     while time.perf_counter() - start < timeout:
         live, dead = watch.execute(
             "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'blocks'"
         ).fetchone()
-        if dead < 50_000 + 0.2 * live:
+        if dead < VACUUM_THRESHOLD + VACUUM_SCALE * live:
             break
         say(f"  vacuum: {dead:>12,} dead hot rows after {time.perf_counter() - start:5.1f} s")
         time.sleep(2.0)
