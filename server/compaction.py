@@ -612,14 +612,18 @@ def _place(
     state.through = last if state.through is None else max(state.through, last)
 
 
+_KEYS_PER_QUERY = 512
+"""Most keys OR'ed in one statement (a power of two: see `storage.padded`)."""
+
+
 def _load_tails(
     conn: Connection, run_key: int, segment: int, tails: dict[int, int]
 ) -> dict[int, Points]:
     """The chunks ``{metric: seq}`` names that still hold their points, by metric."""
     out: dict[int, Points] = {}
     keys = sorted(tails.items())
-    for i in range(0, len(keys), 500):
-        part = keys[i : i + 500]
+    for i in range(0, len(keys), _KEYS_PER_QUERY):
+        part = storage.padded(keys[i : i + _KEYS_PER_QUERY])
         clause = " OR ".join(f"(metric_id = :m{j} AND seq = :q{j})" for j in range(len(part)))
         params: dict[str, object] = {"rk": run_key, "seg": segment}
         for j, (m, q) in enumerate(part):
@@ -649,8 +653,8 @@ def _load_rollups(
                 wanted.add((work.metric_id, level, seq // FANOUT**level))
     out: dict[tuple[int, int, int], _Rollup] = {}
     keys = sorted(wanted)
-    for i in range(0, len(keys), 500):
-        part = keys[i : i + 500]
+    for i in range(0, len(keys), _KEYS_PER_QUERY):
+        part = storage.padded(keys[i : i + _KEYS_PER_QUERY])
         clause = " OR ".join(
             f"(metric_id = :m{j} AND level = :l{j} AND seq = :q{j})" for j in range(len(part))
         )

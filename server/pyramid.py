@@ -41,7 +41,7 @@ from .compaction import LEVELS
 
 _EMPTY = Points(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
 _I64 = np.iinfo(np.int64)
-_RUNS_PER_QUERY = 200
+_RUNS_PER_QUERY = 256
 _NAMED = re.compile(r"(?<!:):(\w+)")
 _HOT_LEVEL = -1
 _HOT = (
@@ -395,7 +395,7 @@ class _Walk:
         runs = _seq_runs(np.sort(seqs))
         out: list[tuple[Any, ...]] = []
         for i in range(0, len(runs), _RUNS_PER_QUERY):
-            part = runs[i : i + _RUNS_PER_QUERY]
+            part = storage.padded(runs[i : i + _RUNS_PER_QUERY])
             params: dict[str, int] = {**self.key, **extra}
             for j, (lo, hi) in enumerate(part):
                 params[f"lo{j}"], params[f"hi{j}"] = lo, hi

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,8 @@ from .batch import MetricBatch
 from .chunks import Points
 from .metric_ids import MetricIdCache
 from .models import Block, Event, JsonDoc, Metric, Segment, UtcDateTime, utcnow
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ def write_points(
     return batch.point_count
 
 
-_IDS_PER_QUERY = 500
+_IDS_PER_QUERY = 512
 
 
 def _unstored(
@@ -433,15 +435,31 @@ def latest_values(session: Session, run_key: int) -> list[tuple[str, int | None,
     return out
 
 
+def padded(items: Sequence[T]) -> Sequence[T]:
+    """``items`` with the last repeated up to a power of two (at least one item).
+
+    For statements written for a number of items (a ``VALUES`` list, an ``OR`` of keys):
+    SQLAlchemy caches a compiled statement by its text, psycopg prepares a text it has seen
+    a few times, and one text for every count filled those caches with hundreds of large
+    statements (a compactor grew by 100 MB in minutes, nearly all of it cached SQL). Padded,
+    a statement has at most a dozen shapes. Only for statements that a repeated item leaves
+    unchanged (a condition OR'ed twice, a row of ``UPDATE … FROM`` that matches twice).
+    """
+    if not items:
+        raise ValueError("nothing to pad")
+    size = 1 << (len(items) - 1).bit_length()
+    return items if size == len(items) else [*items, *[items[-1]] * (size - len(items))]
+
+
 def values_table(
     types: Sequence[str], rows: Sequence[Sequence[object]]
 ) -> tuple[str, dict[str, object]]:
     """``VALUES (...), ...`` of ``rows`` as bound parameters, each column cast to its SQL
     type (what both Postgres and SQLite take as a table in a ``WITH`` clause), and the
-    parameters."""
+    parameters. The rows are `padded`: the table may hold the last row more than once."""
     params: dict[str, object] = {}
     tuples = []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(padded(rows)):
         cells = []
         for j, (kind, value) in enumerate(zip(types, row, strict=True)):
             params[f"v{i}_{j}"] = value

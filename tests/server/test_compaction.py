@@ -345,3 +345,36 @@ def test_the_compactor_vacuums_the_hot_table_once_its_dead_rows_pile_up(
         assert compaction.vacuum_hot_table(sessions) is None
     finally:
         engine.dispose()
+
+
+def test_statements_keep_a_few_shapes_whatever_the_number_of_series(db_url: str) -> None:
+    """SQLAlchemy caches each statement text it compiles (psycopg prepares them too): a text
+    for every number of series would keep hundreds of large statements in a long-running
+    compactor. Runs of 1 to 40 series, compacted twice (tails and rollups read back), must
+    use the same few shapes."""
+    engine = build_engine(db_url, pool_size=2)
+    sessions = session_factory(engine)
+    try:
+        policy = Policy(chunk_points=64)
+        for width in range(1, 41):
+            run = new_run(sessions, name=f"w{width}")
+            names = [f"m{i}" for i in range(width)]
+            for lo in (0, 100):
+                steps = np.arange(lo, lo + 100, dtype=np.int64)
+                post(sessions, run, steps, **{n: steps * 0.5 for n in names})
+                compact(sessions, run, policy)
+            assert stored(sessions, run, names[-1])[0].tolist() == list(range(200))
+        cache = engine._compiled_cache
+        assert cache is not None
+        assert len(cache) <= 60, len(cache)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 100, 511, 512, 513])
+def test_padded_rows_repeat_the_last_up_to_a_power_of_two(count: int) -> None:
+    rows = [(i,) for i in range(count)]
+    out = storage.padded(rows)
+    size = len(out)
+    assert size >= count and size & (size - 1) == 0 and size < 2 * count + 1
+    assert list(out[:count]) == rows and set(out[count:]) <= {rows[-1]}
