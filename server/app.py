@@ -11,9 +11,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from .admission import IngestSlots, InteractiveRequests, ReadsFirst
 from .alerts.delivery import Deliverer
 from .api import alerts, events, health, metrics, prometheus, runs
-from .api.body import IngestSlots
 from .auth import TokenCache
 from .compaction import Compactor, lag_samples
 from .config import Settings
@@ -84,6 +84,7 @@ def create_app(
     app.state.compactor = compactor
     app.state.ingest_slots = IngestSlots(settings.ingest_concurrency, settings.ingest_wait_s)
     app.state.telemetry = telemetry
+    app.state.reads_first = ReadsFirst(settings.interactive_first_s)
 
     @app.exception_handler(OperationalError)
     async def database_unavailable(_request: Request, exc: DBAPIError) -> JSONResponse:
@@ -111,6 +112,8 @@ def create_app(
             log.warning("dashboard unavailable (%s); serving the API only", exc)
         else:
             attach_dashboard(app, settings)
+    if settings.interactive_first_s > 0:
+        app.add_middleware(InteractiveRequests, reads_first=app.state.reads_first)
     # Added last, so outermost: it times and counts every answer, the dashboard's too.
     app.add_middleware(prometheus.RequestMetrics, telemetry=telemetry)
     return app

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Longest a batch waits for an ingest slot before a 503 with Retry-After.",
     )
+    interactive_first_s: float = Field(
+        default=0.1,
+        ge=0,
+        description="Longest a metric batch stands aside, at each stage, for a dashboard or "
+        "API read in progress in its worker; 0 turns this off.",
+    )
     session_max_age_s: int = 14 * 24 * 3600
     token_cache_s: float = Field(
         default=5.0,

@@ -133,6 +133,11 @@ class Telemetry:
             ["code"],
             registry=registry,
         )
+        self.deferred = Counter(
+            "normwatch_ingest_deferred_seconds",
+            "Time metric batches stood aside for dashboard and API reads in their worker.",
+            registry=registry,
+        )
         self.latency = Histogram(
             "normwatch_http_request_duration_seconds",
             "Time to answer an HTTP request, by route template, method and status class.",

@@ -1,11 +1,8 @@
-"""Request bodies read under a size limit, gzip inflated without trusting it; ingest slots."""
+"""Request bodies read under a size limit, gzip inflated without trusting it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import zlib
-from collections.abc import AsyncIterator
 
 from fastapi import HTTPException, Request
 
@@ -55,44 +52,3 @@ async def read_limited_body(request: Request, limit: int) -> bytes:
 
 def _too_large(limit: int) -> HTTPException:
     return HTTPException(413, f"body larger than {limit} bytes (after decompression)")
-
-
-class IngestSlots:
-    """At most ``capacity`` metric batches in progress in this worker; a batch that finds them
-    all taken waits up to ``wait_s`` for one, then gets 503 with ``Retry-After``.
-
-    The wait rides out a stall of a fraction of a second (a checkpoint's fsync, a burst of
-    batches) without turning it into errors that every trainer must retry, while a worker
-    that stays overloaded still sheds load within ``wait_s``. A waiting request has not read
-    its body yet, so waiting costs a connection, not memory.
-    """
-
-    def __init__(self, capacity: int, wait_s: float) -> None:
-        self.capacity = capacity
-        self.wait_s = wait_s
-        self.in_flight = 0
-        self._freed: asyncio.Condition | None = None
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        if self.in_flight >= self.capacity:
-            if self._freed is None:
-                self._freed = asyncio.Condition()
-            async with self._freed:
-                try:
-                    await asyncio.wait_for(
-                        self._freed.wait_for(lambda: self.in_flight < self.capacity),
-                        self.wait_s,
-                    )
-                except TimeoutError:
-                    raise HTTPException(
-                        503, "ingest is at capacity; retry shortly", headers={"Retry-After": "1"}
-                    ) from None
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            if self._freed is not None:
-                async with self._freed:
-                    self._freed.notify()

@@ -8,6 +8,7 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 
 from ..auth import Principal
 from ..batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
@@ -41,7 +42,10 @@ async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
 
 def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[int, int]:
     """Validate, store and evaluate alerts; wake the dispatcher when notifications are owed."""
-    settings = request.app.state.settings
+    state = request.app.state
+    settings = state.settings
+    # A chart or page being served in this worker goes first (see admission.py).
+    _stand_aside(state)
     try:
         batch = parse_batch(loads(body), max_points=settings.max_batch_points)
     except BatchTooLarge as exc:
@@ -50,9 +54,10 @@ def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[
         raise HTTPException(400, str(exc)) from None
     except BatchError as exc:
         raise HTTPException(422, str(exc)) from None
-    engine = request.app.state.engine
+    engine = state.engine
     known = metric_id_cache(engine)
-    with request.app.state.sessions() as session:
+    _stand_aside(state)
+    with state.sessions() as session:
         try:
             result = ingest.ingest_batch(
                 session,
@@ -71,8 +76,14 @@ def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[
         session.commit()
     known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
     if result.notifications:
-        request.app.state.dispatcher.wake()
+        state.dispatcher.wake()
     return result.points, result.segment
+
+
+def _stand_aside(state: State) -> None:
+    waited = state.reads_first.wait_turn()
+    if waited:
+        state.telemetry.deferred.inc(waited)
 
 
 @router.get("/metrics", response_model=list[MetricOut])

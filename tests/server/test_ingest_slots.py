@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from fastapi import HTTPException
-from normwatch.server.api.body import IngestSlots
+from normwatch.server.admission import IngestSlots
 
 
 def test_a_batch_waits_for_a_slot_freed_in_time_and_is_refused_after_the_wait() -> None:
