@@ -9,8 +9,8 @@ batches, and a chart read that arrives then gets the lock only in turns with eac
 Batches are throughput work (a trainer's client sends in the background and never waits on
 the answer); a chart, a run list or an alert page is someone waiting.
 
-So every request that is not a metric batch is *interactive* while it runs
-(:class:`InteractiveRequests`, an ASGI middleware), and a batch's handler calls
+So every request that is not a metric batch is *interactive* while the service works on
+it (:class:`InteractiveRequests`, an ASGI middleware), and a batch's handler calls
 :meth:`ReadsFirst.wait_turn` between its stages (before parsing, before the database):
 while an interactive request is in progress in this worker, the batch waits, without the
 interpreter lock, until none is, or at most ``max_wait_s`` a stage, so that a slow page
@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 from fastapi import HTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .telemetry import INGEST_ROUTE
 
@@ -87,18 +87,26 @@ class ReadsFirst:
     def active(self) -> int:
         return self._active
 
+    def enter(self) -> None:
+        """An interactive request starts its work."""
+        with self._idle:
+            self._active += 1
+
+    def leave(self) -> None:
+        """An interactive request has done its work (each `enter` is left once)."""
+        with self._idle:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.notify_all()
+
     @contextlib.contextmanager
     def interactive(self) -> Iterator[None]:
         """Mark an interactive request in progress for the block's duration."""
-        with self._idle:
-            self._active += 1
+        self.enter()
         try:
             yield
         finally:
-            with self._idle:
-                self._active -= 1
-                if self._active == 0:
-                    self._idle.notify_all()
+            self.leave()
 
     def wait_turn(self) -> float:
         """Block until no interactive request runs (at most ``max_wait_s``); seconds waited."""
@@ -111,8 +119,13 @@ class ReadsFirst:
 
 
 class InteractiveRequests:
-    """Pure ASGI middleware: every HTTP request but a metric batch is interactive while it
-    runs (see :class:`ReadsFirst`)."""
+    """Pure ASGI middleware: every HTTP request but a metric batch is interactive while the
+    service works on it (see :class:`ReadsFirst`).
+
+    That is from the end of its body (at once for a request without one) to the start of
+    its answer, so a client that uploads slowly, or reads the answer slowly, holds no batch
+    back: the service is not working on it then.
+    """
 
     def __init__(self, app: ASGIApp, reads_first: ReadsFirst) -> None:
         self.app = app
@@ -122,8 +135,51 @@ class InteractiveRequests:
         if scope["type"] != "http" or _is_batch(scope):
             await self.app(scope, receive, send)
             return
-        with self.reads_first.interactive():
-            await self.app(scope, receive, send)
+        gate = self.reads_first
+        working = False
+        done = False
+
+        def begin() -> None:
+            nonlocal working
+            if not working and not done:
+                working = True
+                gate.enter()
+
+        def end() -> None:
+            nonlocal working, done
+            done = True
+            if working:
+                working = False
+                gate.leave()
+
+        async def receive_marked() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                begin()
+            elif message["type"] == "http.disconnect":
+                end()
+            return message
+
+        async def send_marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                end()
+            await send(message)
+
+        if not _has_body(scope):
+            begin()
+        try:
+            await self.app(scope, receive_marked, send_marked)
+        finally:
+            end()
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"", b"0")
+        if name == b"transfer-encoding":
+            return True
+    return False
 
 
 def _is_batch(scope: Scope) -> bool:

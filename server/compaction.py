@@ -113,6 +113,8 @@ class _Due:
     segment: int
     cut: int
     old_segments: bool
+    backlog: bool = False
+    """Due because points piled up (a chunk's worth, or an old segment), not by its clock."""
 
 
 def due_runs(session: Session, policy: Policy, now: datetime) -> list[_Due]:
@@ -155,7 +157,7 @@ def due_runs(session: Session, policy: Policy, now: datetime) -> list[_Due]:
         far = last_step - (through if through is not None else -1) >= policy.chunk_points
         old = c_segment is not None and c_segment != segment
         if idle or aged or far or old:
-            due.append(_Due(key, segment, int(last_step), old))
+            due.append(_Due(key, segment, int(last_step), old, backlog=far or old))
     if fresh:
         # First sight of a run starts its age clock; a run that is due is compacted now.
         _ensure_rows(session.connection(), fresh, now)
@@ -211,40 +213,62 @@ def claim(session: Session, run_key: int, now: datetime, lease_s: float) -> bool
 
 
 def compact_pass(
-    sessions: sessionmaker[Session], policy: Policy, now: datetime | None = None
+    sessions: sessionmaker[Session],
+    policy: Policy,
+    now: datetime | None = None,
+    *,
+    pause: Callable[[float], bool] | None = None,
 ) -> PassReport:
-    """Compact every due run once. Never raises: a failing run is logged and retried later."""
+    """Compact every due run once. Never raises: a failing run is logged and retried later.
+
+    ``pause(seconds)``, when given, is called after each run that was due by its clock
+    (not by a backlog) and before the next one, with the seconds that run took, and says
+    whether to go on: the background compactor spreads routine work out with it.
+    """
     t0 = time.perf_counter()
     report = PassReport()
     now = now or utcnow()
     with sessions() as session, session.begin():
         due = due_runs(session, policy, now)
-    for item in due:
-        try:
-            with sessions() as session, session.begin():
-                if not claim(session, item.run_key, now, policy.lease_s):
-                    continue
-            report.runs += 1
-            compact_run(sessions, policy, item.run_key, item.segment, item.cut, report)
-            if item.old_segments:
-                for seg in _older_hot_segments(sessions, item.run_key, item.segment):
-                    compact_run(sessions, policy, item.run_key, seg, NO_CUT, report)
-            with sessions() as session, session.begin():
-                session.execute(
-                    update(Compaction)
-                    .where(Compaction.run_key == item.run_key)
-                    .values(
-                        segment=item.segment,
-                        through=item.cut,
-                        compacted_at=utcnow(),
-                        lease_until=None,
-                    )
-                )
-        except Exception:
-            report.errors += 1
-            log.exception("compaction of run %s failed; it will be retried", item.run_key)
+    for i, item in enumerate(due):
+        started = time.perf_counter()
+        worked = _compact_due(sessions, policy, item, now, report)
+        if pause is not None and worked and not item.backlog and i + 1 < len(due):
+            if not pause(time.perf_counter() - started):
+                break
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _compact_due(
+    sessions: sessionmaker[Session], policy: Policy, item: _Due, now: datetime, report: PassReport
+) -> bool:
+    """Compact one due run, if this worker gets its lease; whether it did. Never raises."""
+    try:
+        with sessions() as session, session.begin():
+            if not claim(session, item.run_key, now, policy.lease_s):
+                return False
+        report.runs += 1
+        compact_run(sessions, policy, item.run_key, item.segment, item.cut, report)
+        if item.old_segments:
+            for seg in _older_hot_segments(sessions, item.run_key, item.segment):
+                compact_run(sessions, policy, item.run_key, seg, NO_CUT, report)
+        with sessions() as session, session.begin():
+            session.execute(
+                update(Compaction)
+                .where(Compaction.run_key == item.run_key)
+                .values(
+                    segment=item.segment,
+                    through=item.cut,
+                    compacted_at=utcnow(),
+                    lease_until=None,
+                )
+            )
+    except Exception:
+        report.errors += 1
+        log.exception("compaction of run %s failed; it will be retried", item.run_key)
+        return False
+    return True
 
 
 def compact_everything(sessions: sessionmaker[Session], policy: Policy) -> PassReport:
@@ -801,8 +825,15 @@ def _trim_memory() -> None:
         _MALLOC_TRIM(0)
 
 
+MAX_PAUSE_S = 5.0
+"""Longest rest between two routine runs of a pass."""
+
+
 class Compactor:
     """Runs :func:`compact_pass` every ``interval_s`` in a daemon thread.
+
+    Between two runs of a pass that were due by their clock it rests ``pace`` times as long
+    as the first took (0: no rest); runs that piled up points are taken back to back.
 
     With ``retention`` (days, mode) it also sweeps old runs (see
     :mod:`normwatch.server.retention`) every ``retention_every_s``.
@@ -814,12 +845,14 @@ class Compactor:
         policy: Policy,
         *,
         interval_s: float = 5.0,
+        pace: float = 1.0,
         retention: tuple[float, str] | None = None,
         retention_every_s: float = 3600.0,
     ) -> None:
         self._sessions = sessions
         self._policy = policy
         self._interval = interval_s
+        self._pace = pace
         self._retention = retention
         self._retention_every = retention_every_s
         self._next_sweep = 0.0
@@ -839,6 +872,7 @@ class Compactor:
                 idle_s=settings.compaction_idle_s,
             ),
             interval_s=settings.compaction_interval_s,
+            pace=settings.compaction_pace,
             retention=None
             if settings.retention_days is None
             else (settings.retention_days, settings.retention_mode),
@@ -864,7 +898,9 @@ class Compactor:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                report = compact_pass(self._sessions, self._policy)
+                report = compact_pass(
+                    self._sessions, self._policy, pause=self._pause if self._pace > 0 else None
+                )
             except Exception:  # the database is down, say: try again next tick
                 log.exception("compaction pass failed")
                 continue
@@ -885,6 +921,12 @@ class Compactor:
             if self._retention is not None and time.monotonic() >= self._next_sweep:
                 self._next_sweep = time.monotonic() + self._retention_every
                 self._sweep(*self._retention)
+
+    def _pause(self, took_s: float) -> bool:
+        """Rest ``pace`` times as long as a routine run took (at most ``MAX_PAUSE_S``), so
+        runs that come due together are spread over a few seconds instead of taking the
+        CPU from reads and ingest in one burst; False once stopping."""
+        return not self._stop.wait(min(took_s * self._pace, MAX_PAUSE_S))
 
     def _vacuum_if_bloated(self) -> None:
         try:

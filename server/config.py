@@ -95,6 +95,13 @@ class Settings(BaseSettings):
     compaction_interval_s: float = Field(
         default=5.0, gt=0, description="How often the compactor looks for runs that are due."
     )
+    compaction_pace: float = Field(
+        default=1.0,
+        ge=0,
+        description="After compacting a run that was due by its clock, rest this many times "
+        "as long as it took before the next (1: routine compaction works at most half the "
+        "time); runs that piled up points are taken back to back. 0: no rest.",
+    )
     compaction_chunk_points: int = Field(
         default=4096, ge=64, description="Points per compacted chunk of one series."
     )

@@ -283,6 +283,45 @@ def test_the_pass_follows_the_policy(fresh_pg_url: str) -> None:
         engine.dispose()
 
 
+def test_the_pass_rests_between_routine_runs_only(fresh_pg_url: str) -> None:
+    """Runs due by their clock are spread out by the pause; runs that piled up points are
+    taken back to back; a pause that says stop ends the pass."""
+    engine = build_engine(fresh_pg_url, pool_size=2)
+    sessions = session_factory(engine)
+    try:
+        policy = Policy(chunk_points=4096, max_age_s=3600, idle_s=3600)
+        quiet = [new_run(sessions, name=f"quiet{i}") for i in range(3)]
+        for run in quiet:
+            post(sessions, run, np.arange(100), g=np.ones(100))
+        rests: list[float] = []
+
+        def rest(took: float) -> bool:
+            rests.append(took)
+            return True
+
+        later = utcnow() + timedelta(hours=2)  # every run is idle by then
+        report = compaction.compact_pass(sessions, policy, later, pause=rest)
+        assert report.runs == 3 and report.points == 300
+        assert len(rests) == 2 and all(t > 0 for t in rests)  # between runs, not after the last
+
+        busy = [new_run(sessions, name=f"busy{i}") for i in range(3)]
+        for run in busy:
+            post(sessions, run, np.arange(5000), g=np.ones(5000))  # a chunk's worth and more
+        rests.clear()
+        report = compaction.compact_pass(sessions, policy, pause=rest)
+        assert report.runs == 3 and report.points == 15_000 and rests == []
+
+        for run in quiet:
+            post(sessions, run, np.arange(100, 200), g=np.ones(100))
+        report = compaction.compact_pass(
+            sessions, policy, later + timedelta(hours=2), pause=lambda took: False
+        )
+        assert report.runs == 1 and report.points == 100
+        assert sum(count_rows(sessions, run, "blocks") for run in quiet) == 2
+    finally:
+        engine.dispose()
+
+
 def test_runs_compacted_together_come_due_one_after_another() -> None:
     """Runs compacted in the same pass come due again spread over the next period, each at
     its own time, then keep a period between compactions; none waits longer than that."""
