@@ -22,7 +22,10 @@ the client, 50,000 points); 429/503/5xx and transport errors are retried after
 ``Retry-After`` or a jittered backoff, other 4xx drop the batch, as the client does. Each of
 them counts as an error here. The generator records how late its timers fire and how far
 behind production its deliveries are (the backlog), so a soak that could not keep its
-offered load says so.
+offered load says so. The generator runs at nice 10 (``--generator-nice``): the trainers
+it plays are jobs on other machines, whose CPU would not compete with the server's; here it
+still gets all the CPU it needs while any is idle, and the backlog check says whether it
+kept its schedule. ``--generator-nice 0`` runs it at the server's priority.
 
 Before the load, every run gets ``--history`` steps of the two metrics the run page charts
 (``grad/norm/total``, ``params/norm/final_norm.weight``) and its other metrics at the last
@@ -745,6 +748,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--read-interval", type=float, default=0.5, help="seconds (0.5)")
     parser.add_argument("--sample-seconds", type=float, default=5.0, help="seconds (5)")
     parser.add_argument("--load-processes", type=int, default=1, help="generator processes")
+    parser.add_argument(
+        "--generator-nice",
+        type=int,
+        default=10,
+        help="CPU niceness of the load generator (10; 0: the server's own priority)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="normwatch serve --workers")
     parser.add_argument("--drain-seconds", type=float, default=60.0, help="after the soak")
     parser.add_argument("--rss-slope-limit", type=float, default=1.0, help="MB/min (1.0)")
@@ -836,6 +845,8 @@ def main(argv: list[str] | None = None) -> int:
                     target=load_worker, args=(plan, control, progress_queue), daemon=True
                 )
                 process.start()
+                if args.generator_nice:
+                    os.setpriority(os.PRIO_PROCESS, process.pid, args.generator_nice)
                 processes.append(process)
             ready_by = time.monotonic() + 120
             while len(sampler.load_pids) < len(processes) and time.monotonic() < ready_by:

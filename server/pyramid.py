@@ -105,7 +105,7 @@ def extent(
             f"(SELECT min(first_step) FROM blocks WHERE {key})",
             f"(SELECT max(last_step) FROM blocks WHERE {key})",
         ]
-    row = session.connection().execute(text("SELECT " + ", ".join(columns)), params).one()
+    [row] = _fetch(session.connection(), "SELECT " + ", ".join(columns), params)
     lo: int | None = None
     hi: int | None = None
     for i, (_, seg_lo, seg_hi) in enumerate(lineage.ranges):

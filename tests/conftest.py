@@ -8,11 +8,14 @@ tests that talk HTTP to a real server create their own project, so no two share 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -185,3 +188,25 @@ def api(server: ServerProcess) -> Iterator[httpx.Client]:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+def run_async(coroutine: Coroutine[Any, Any, Any], timeout: float = 30.0) -> None:
+    """``asyncio.run(coroutine)`` in a thread of its own, re-raising what it raised.
+
+    A browser test earlier in the process may have left this thread's event loop running
+    (Playwright's sync API), and ``asyncio.run`` needs a thread without one.
+    """
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(coroutine)
+        except BaseException as exc:  # re-raised in the test's own thread below
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "the coroutine did not finish in time"
+    if failures:
+        raise failures[0]

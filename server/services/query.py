@@ -29,7 +29,9 @@ class Series:
         return {
             "metric": self.metric,
             "steps": self.steps.tolist(),
-            "values": [encode_value(v) for v in self.values.tolist()],
+            "values": self.values.tolist()
+            if bool(np.isfinite(self.values).all())
+            else [encode_value(v) for v in self.values.tolist()],
             "downsampled": self.downsampled,
             "total_points": self.total_points,
         }

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 from fastapi import HTTPException
 from normwatch.server.admission import IngestSlots
+
+from tests.conftest import run_async
 
 
 def test_a_batch_waits_for_a_slot_freed_in_time_and_is_refused_after_the_wait() -> None:
@@ -37,19 +38,4 @@ def test_a_batch_waits_for_a_slot_freed_in_time_and_is_refused_after_the_wait() 
         assert refused.value.headers == {"Retry-After": "1"}
         assert slots.in_flight == 0 and order == ["first", "second"]
 
-    # A thread of its own: a browser test earlier in the process may have left this thread's
-    # event loop running (Playwright's sync API), and asyncio.run needs a thread without one.
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(scenario())
-        except BaseException as exc:  # re-raised in the test's own thread below
-            failures.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    assert not thread.is_alive()
-    if failures:
-        raise failures[0]
+    run_async(scenario())

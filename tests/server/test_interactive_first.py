@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from normwatch.server.admission import InteractiveRequests, ReadsFirst, _is_batc
 from starlette.types import Message, Receive, Scope, Send
 
 from normwatch.testing import running_server
-from tests.conftest import make_tenant
+from tests.conftest import make_tenant, run_async
 
 
 def test_a_batch_waits_while_a_read_runs_and_goes_on_when_it_ends() -> None:
@@ -88,13 +87,13 @@ def test_a_request_is_interactive_from_its_body_to_its_answer() -> None:
         scope = {"type": "http", "method": method, "path": path, "headers": headers}
         await InteractiveRequests(app, gate)(scope, receive, send)
 
-    asyncio.run(call("GET", "/api/v1/runs/r1/series", []))
+    run_async(call("GET", "/api/v1/runs/r1/series", []))
     assert seen == [("called", 1), ("answering", 0)] and gate.active == 0
     seen.clear()
-    asyncio.run(call("POST", "/api/v1/runs", [(b"content-length", b"2")]))
+    run_async(call("POST", "/api/v1/runs", [(b"content-length", b"2")]))
     assert seen == [("called", 0), ("body", 0), ("last body", 1), ("answering", 0)]
     seen.clear()
-    asyncio.run(call("POST", "/api/v1/runs/r1/metrics", [(b"content-length", b"2")]))
+    run_async(call("POST", "/api/v1/runs/r1/metrics", [(b"content-length", b"2")]))
     assert seen == [("called", 0), ("body", 0), ("last body", 0), ("answering", 0)]
     assert gate.active == 0
 
