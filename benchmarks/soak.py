@@ -482,6 +482,8 @@ class Sample:
     dead_rows: int
     hot_bytes: int
     compacted: int
+    rss_by_role: dict[str, int] = field(default_factory=dict)
+    """The server's RSS by process role: ``serve``, ``compactor``, ``worker 1``, ..."""
 
 
 @dataclass(frozen=True)
@@ -597,6 +599,7 @@ class Sampler:
         sample = Sample(
             at=time.monotonic(),
             server_rss=sum(rss_bytes(pid) for pid in server),
+            rss_by_role=rss_by_role(server),
             load_rss=sum(rss_bytes(pid) for pid in load),
             server_cpu=sum(process_cpu_seconds(pid) for pid in server),
             load_cpu=sum(process_cpu_seconds(pid) for pid in load),
@@ -639,6 +642,26 @@ def at_or_before(items: list[Any], t: float) -> Any:
             break
         found = item
     return found
+
+
+def rss_by_role(pids: list[int]) -> dict[str, int]:
+    """RSS of each server process by what it does (its command line says)."""
+    out: dict[str, int] = {}
+    workers = 0
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b" compact " in command:
+            role = "compactor"
+        elif b"multiprocessing" in command:
+            workers += 1
+            role = f"worker {workers}"
+        else:
+            role = "serve"
+        out[role] = out.get(role, 0) + rss_bytes(pid)
+    return out
 
 
 def rss_slope_mb_per_min(samples: list[Sample]) -> float:
@@ -1085,6 +1108,18 @@ def report(
                 ["after the idle reads (MB)", f"{samples[-1].server_rss / MB:,.1f}"],
                 ["slope over the second half (MB/min)", f"**{slope:+.2f}**"],
                 ["load generator RSS at the end (MB)", f"{end.load_rss / MB:,.1f}"],
+            ],
+        )
+    )
+    mid = at_or_before(samples, t0 + seconds / 2)
+    roles = sorted(set(warm.rss_by_role) | set(end.rss_by_role))
+    say("")
+    say(
+        table(
+            ["server process", "RSS after warm-up (MB)", "at half time (MB)", "at the end (MB)"],
+            [
+                [role] + [f"{s.rss_by_role.get(role, 0) / MB:,.1f}" for s in (warm, mid, end)]
+                for role in roles
             ],
         )
     )

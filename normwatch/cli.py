@@ -210,9 +210,11 @@ def _compact_following(settings: Settings, engine: Engine, parent: int | None) -
     import signal
     import threading
 
+    from normwatch.server import memory
     from normwatch.server.compaction import Compactor
     from normwatch.server.db import session_factory
 
+    memory.limit_arenas()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

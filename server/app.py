@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from . import memory
 from .admission import IngestSlots, InteractiveRequests, ReadsFirst
 from .alerts.delivery import Deliverer
 from .api import alerts, events, health, metrics, prometheus, runs
@@ -25,7 +26,9 @@ log = logging.getLogger("normwatch.server")
 
 
 def serve_app() -> FastAPI:
-    """The app of a ``normwatch serve`` worker process: `create_app` with ``freeze_gc``."""
+    """The app of a ``normwatch serve`` worker process: `create_app` with ``freeze_gc``, in a
+    process whose threads share two malloc arenas (see :mod:`.memory`)."""
+    memory.limit_arenas()
     return create_app(freeze_gc=True)
 
 

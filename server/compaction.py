@@ -22,8 +22,6 @@ series rows are locked as well.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import threading
 import time
@@ -36,7 +34,7 @@ import numpy.typing as npt
 from sqlalchemy import Connection, Engine, bindparam, func, or_, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import blocks, chunks, storage
+from . import blocks, chunks, memory, storage
 from .chunks import FANOUT, Points
 from .config import Settings
 from .models import Compaction, Run, UtcDateTime, utcnow
@@ -801,30 +799,6 @@ def vacuum_hot_table(sessions: sessionmaker[Session]) -> tuple[int, float] | Non
 # --- the background thread ---------------------------------------------------------------
 
 
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
-        return None
-    return trim
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def _trim_memory() -> None:
-    """Hand the heap's free pages back to the system after a pass.
-
-    A pass allocates and frees many medium-sized buffers (rows, blobs, arrays); glibc keeps
-    freed heap memory for reuse, and a process that compacts a burst of runs kept its peak
-    resident for good, a little higher after each larger burst. ``malloc_trim(0)`` returns
-    what is free, as Dask's workers do for the same reason.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-
-
 MAX_PAUSE_S = 5.0
 """Longest rest between two routine runs of a pass."""
 
@@ -909,7 +883,7 @@ class Compactor:
             # look every pass, not only after one that compacted something.
             self._vacuum_if_bloated()
             if report.points:
-                _trim_memory()
+                memory.trim()
                 log.info(
                     "compacted %d points of %d series in %d runs (%d chunks) in %.2f s",
                     report.points,
