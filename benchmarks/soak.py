@@ -655,6 +655,8 @@ def rss_by_role(pids: list[int]) -> dict[str, int]:
             continue
         if b" compact " in command:
             role = "compactor"
+        elif b"resource_tracker" in command:
+            role = "resource tracker"
         elif b"multiprocessing" in command:
             workers += 1
             role = f"worker {workers}"
