@@ -130,9 +130,18 @@ def db_engine(db_url: str) -> Iterator[Engine]:
 
 @pytest.fixture
 def db_session(db_engine: Engine) -> Iterator[Session]:
-    """A session whose every change is rolled back at the end of the test."""
+    """A session whose every change is rolled back at the end of the test.
+
+    On SQLite the outer transaction takes the write lock up front (``BEGIN IMMEDIATE``):
+    the session's SAVEPOINT would otherwise open a deferred transaction whose first write,
+    after a read, fails at once ("database is locked") whenever another process sharing
+    the file (a test server's compactor) committed in between; taken up front, the lock is
+    waited for.
+    """
     with db_engine.connect() as conn:
         outer = conn.begin()
+        if db_engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         session = Session(bind=conn, join_transaction_mode="create_savepoint")
         try:
             yield session
