@@ -83,8 +83,8 @@ from _harness import (
     scratch_postgres,
     table,
 )
+from normwatch.server.compaction import vacuum_due
 
-from normwatch.server.compaction import VACUUM_SCALE, VACUUM_THRESHOLD
 from normwatch.testing import running_server
 
 STEPS_PER_BATCH = 25
@@ -407,7 +407,7 @@ def wait_compacted(watch: psycopg.Connection[Any], timeout: float) -> tuple[floa
         live, dead = watch.execute(
             "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'blocks'"
         ).fetchone()
-        if dead < VACUUM_THRESHOLD + VACUUM_SCALE * live:
+        if not vacuum_due(live, dead):
             break
         say(f"  vacuum: {dead:>12,} dead hot rows after {time.perf_counter() - start:5.1f} s")
         time.sleep(2.0)

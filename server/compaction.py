@@ -638,6 +638,21 @@ _KEYS_PER_QUERY = 512
 """Most keys OR'ed in one statement (a power of two: see `storage.padded`)."""
 
 
+def _any_key(
+    columns: Sequence[str], keys: Sequence[tuple[int, ...]]
+) -> tuple[str, dict[str, object]]:
+    """``(a = :k0_0 AND b = :k0_1) OR …`` for ``keys`` (`storage.padded`), and its parameters."""
+    params: dict[str, object] = {}
+    terms = []
+    for i, key in enumerate(storage.padded(keys)):
+        parts = []
+        for j, (column, value) in enumerate(zip(columns, key, strict=True)):
+            params[f"k{i}_{j}"] = value
+            parts.append(f"{column} = :k{i}_{j}")
+        terms.append("(" + " AND ".join(parts) + ")")
+    return " OR ".join(terms), params
+
+
 def _load_tails(
     conn: Connection, run_key: int, segment: int, tails: dict[int, int]
 ) -> dict[int, Points]:
@@ -645,11 +660,8 @@ def _load_tails(
     out: dict[int, Points] = {}
     keys = sorted(tails.items())
     for i in range(0, len(keys), _KEYS_PER_QUERY):
-        part = storage.padded(keys[i : i + _KEYS_PER_QUERY])
-        clause = " OR ".join(f"(metric_id = :m{j} AND seq = :q{j})" for j in range(len(part)))
-        params: dict[str, object] = {"rk": run_key, "seg": segment}
-        for j, (m, q) in enumerate(part):
-            params.update({f"m{j}": m, f"q{j}": q})
+        clause, params = _any_key(("metric_id", "seq"), keys[i : i + _KEYS_PER_QUERY])
+        params.update(rk=run_key, seg=segment)
         rows = conn.execute(
             text(
                 "SELECT metric_id, data FROM chunks WHERE run_key = :rk AND segment = :seg "
@@ -676,13 +688,8 @@ def _load_rollups(
     out: dict[tuple[int, int, int], _Rollup] = {}
     keys = sorted(wanted)
     for i in range(0, len(keys), _KEYS_PER_QUERY):
-        part = storage.padded(keys[i : i + _KEYS_PER_QUERY])
-        clause = " OR ".join(
-            f"(metric_id = :m{j} AND level = :l{j} AND seq = :q{j})" for j in range(len(part))
-        )
-        params: dict[str, object] = {"rk": run_key, "seg": segment}
-        for j, (m, lv, q) in enumerate(part):
-            params.update({f"m{j}": m, f"l{j}": lv, f"q{j}": q})
+        clause, params = _any_key(("metric_id", "level", "seq"), keys[i : i + _KEYS_PER_QUERY])
+        params.update(rk=run_key, seg=segment)
         rows = conn.execute(
             text(
                 "SELECT metric_id, level, seq, buckets FROM rollups WHERE run_key = :rk "
@@ -760,6 +767,11 @@ VACUUM_SCALE = 0.2
 VACUUM_COST_DELAY_MS = 2
 
 
+def vacuum_due(live_rows: int, dead_rows: int) -> bool:
+    """Whether the hot table's dead rows have passed autovacuum's own trigger."""
+    return dead_rows >= VACUUM_THRESHOLD + VACUUM_SCALE * live_rows
+
+
 def vacuum_hot_table(sessions: sessionmaker[Session]) -> tuple[int, float] | None:
     """``VACUUM`` the ``blocks`` table when its dead rows pass autovacuum's own trigger
     (50,000 + 0.2 × the live rows, by the statistics Postgres keeps); the dead rows it
@@ -784,7 +796,7 @@ def vacuum_hot_table(sessions: sessionmaker[Session]) -> tuple[int, float] | Non
             )
         ).first()
         conn.rollback()
-    if row is None or row[1] < VACUUM_THRESHOLD + VACUUM_SCALE * row[0]:
+    if row is None or not vacuum_due(row[0], row[1]):
         return None
     t0 = time.perf_counter()
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
