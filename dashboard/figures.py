@@ -5,6 +5,11 @@ return plain figure dicts (``{"data": [...], "layout": {...}}``, what ``dcc.Grap
 ``plotly.graph_objects`` validates every value and deep-copies the template on each figure,
 which cost the chart about 40 ms of a worker's CPU a redraw; plotly.js validates in the
 browser anyway. The template, plotly's ``plotly_white``, is turned into its JSON form once.
+
+Every text in a figure that a trainer chose (metric names, event text and kind, alert labels,
+rule names) goes through :func:`plot_text` inside these builders, and hovertemplates are
+constant strings that take such text from ``text`` or ``meta``: Plotly renders a subset of
+HTML in figure text, and a metric name must not bring links or styles into a chart.
 """
 
 from __future__ import annotations
@@ -28,6 +33,24 @@ WHITE_TEMPLATE: dict[str, Any] = pio.templates["plotly_white"].to_plotly_json()
 
 Figure = dict[str, Any]
 """A figure as ``dcc.Graph`` takes it: ``{"data": [traces], "layout": {...}}``."""
+
+_PLOT_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def plot_text(text: str) -> str:
+    """``text`` escaped for Plotly's pseudo-HTML, so that a chart shows it as written.
+
+    Plotly renders a subset of HTML in every text of a figure (``<a href=...>``,
+    ``<span style=...>``, ``<b>``, ``<br>``, ``<sup>``...) and decodes character entities when
+    it draws. This turns ``&`` into ``&amp;``, ``<`` into ``&lt;`` and ``>`` into ``&gt;``
+    (no tag can open, and an entity already in the text stays as written), and ``%{`` into
+    ``&#37;{`` (no ``%{variable}`` of a hovertemplate can form, should the text land in one).
+    Nothing else changes; drawn, the result reads exactly as ``text``.
+
+    >>> plot_text('<a href="javascript:alert(1)">%{y}</a> &amp;')
+    '&lt;a href="javascript:alert(1)"&gt;&#37;{y}&lt;/a&gt; &amp;amp;'
+    """
+    return text.translate(_PLOT_ENTITIES).replace("%{", "&#37;{")
 
 
 @dataclass(frozen=True)
@@ -105,12 +128,13 @@ def overlay_figure(view: OverlayView) -> Figure:
                 "type": "scatter",
                 "x": xs,
                 "y": ys,
-                "name": line.metric + suffix,
+                "name": plot_text(line.metric) + suffix,
+                "meta": plot_text(line.metric),
                 "mode": "lines",
                 "line": {"color": color, "width": 1.5},
                 "yaxis": axis,
                 "connectgaps": False,
-                "hovertemplate": "step %{x}<br>%{y:.6g}<extra>" + line.metric + "</extra>",
+                "hovertemplate": "step %{x}<br>%{y:.6g}<extra>%{meta}</extra>",
             }
         )
     flagged = [
@@ -129,7 +153,7 @@ def overlay_figure(view: OverlayView) -> Figure:
                 "mode": "markers",
                 "marker": {"symbol": "x", "color": "black", "size": 9},
                 "name": "non-finite",
-                "text": [f"{metric}: {label}" for _, label, metric in flagged],
+                "text": [f"{plot_text(metric)}: {label}" for _, label, metric in flagged],
                 "hovertemplate": "step %{x}<br>%{text}<extra></extra>",
             }
         )
@@ -145,8 +169,8 @@ def overlay_figure(view: OverlayView) -> Figure:
                     "mode": "markers",
                     "marker": {"symbol": "triangle-down", "color": color, "size": 12},
                     "name": f"alert {state}",
-                    "text": [a.label for a in marks],
-                    "hovertemplate": "step %{x}<br>%{text}<extra>" + state + "</extra>",
+                    "text": [plot_text(a.label) for a in marks],
+                    "hovertemplate": f"step %{{x}}<br>%{{text}}<extra>{state}</extra>",
                 }
             )
     shapes = []
@@ -162,7 +186,7 @@ def overlay_figure(view: OverlayView) -> Figure:
                 "y0": 0,
                 "y1": 1,
                 "line": {"color": EVENT_GREY, "width": 1.2, "dash": "dash"},
-                "name": f"event:{ev.kind}",
+                "name": f"event:{plot_text(ev.kind)}",
             }
         )
         annotations.append(
@@ -172,13 +196,13 @@ def overlay_figure(view: OverlayView) -> Figure:
                 "xref": "x",
                 "yref": "paper",
                 "yanchor": "bottom",
-                "text": f"{ev.label} ({ev.step:,})",
+                "text": f"{plot_text(ev.label)} ({ev.step:,})",
                 "showarrow": False,
                 "font": {"size": 11, "color": EVENT_GREY},
             }
         )
-    left_title = view.left.metric if view.left else ""
-    right_title = view.right.metric if view.right else ""
+    left_title = plot_text(view.left.metric) if view.left else ""
+    right_title = plot_text(view.right.metric) if view.right else ""
     xaxis: dict[str, object] = {"title": {"text": "step"}, "showgrid": True}
     if view.x_range is not None:
         xaxis["range"] = list(view.x_range)
@@ -218,7 +242,7 @@ def empty_figure(message: str) -> Figure:
         "yaxis": {"visible": False},
         "annotations": [
             {
-                "text": message,
+                "text": plot_text(message),
                 "showarrow": False,
                 "font": {"size": 16},
                 "x": 0.5,
@@ -239,14 +263,17 @@ def depth_figure(
     step: int | None,
     log_y: bool = False,
 ) -> go.Figure:
-    """Latest per-layer norms against depth: the U across depth at a glance."""
+    """Latest per-layer norms against depth: the U across depth at a glance.
+
+    The labels are drawn as category ticks, so they are escaped like any text of a chart.
+    """
     fig = go.Figure(
         go.Bar(
-            x=list(labels),
+            x=[plot_text(label) for label in labels],
             y=[v if math.isfinite(v) else None for v in values],
             marker={"color": GRAD_RED if family.startswith("grad") else PARAM_BLUE},
             hovertemplate="%{x}<br>%{y:.6g}<extra></extra>",
-            name=family,
+            name=plot_text(family),
         )
     )
     at = f" at step {step:,}" if step is not None else ""
@@ -254,7 +281,7 @@ def depth_figure(
         template="plotly_white",
         height=320,
         margin={"l": 70, "r": 30, "t": 40, "b": 80},
-        title={"text": f"{family} by depth{at}", "font": {"size": 14}},
+        title={"text": f"{plot_text(family)} by depth{at}", "font": {"size": 14}},
         xaxis={"title": {"text": "depth (embedding → lm_head)"}, "tickangle": -45},
         yaxis={"type": "log" if log_y else "linear"},
         uirevision=family,

@@ -177,45 +177,58 @@ def event_window(step: int, last_step: int | None) -> tuple[int, int]:
     return max(0, step - half), step + half
 
 
-def build_figure(
+def build_view(
     data: DashboardData,
     who: Principal,
     view: dict[str, Any],
     alerts: list[AlertMark] | None = None,
     markers: list[Marker] | None = None,
-) -> Figure:
+) -> OverlayView | None:
+    """What the overlay chart draws for ``view``; None when the run has no metrics yet."""
     metrics = [m for m in (view.get("left"), view.get("right")) if m]
     if not metrics:
-        return empty_figure("This run has no metrics yet.")
+        return None
     lines = data.lines(
         who, view["run"], metrics, start=view.get("start"), end=view.get("end"), points=POINTS
     )
     x_range = None
     if view.get("start") is not None and view.get("end") is not None:
         x_range = (view["start"], view["end"])
-    return overlay_figure(
-        OverlayView(
-            left=lines.get(view["left"]) if view.get("left") else None,
-            right=lines.get(view["right"]) if view.get("right") else None,
-            events=data.markers(who, view["run"]) if markers is None else markers,
-            log_y=bool(view.get("log")),
-            x_range=x_range,
-            uirevision=f"{view['run']}|{view.get('left')}|{view.get('right')}|{view.get('log')}",
-            alerts=alerts or (),
-        )
+    return OverlayView(
+        left=lines.get(view["left"]) if view.get("left") else None,
+        right=lines.get(view["right"]) if view.get("right") else None,
+        events=data.markers(who, view["run"]) if markers is None else markers,
+        log_y=bool(view.get("log")),
+        x_range=x_range,
+        uirevision=f"{view['run']}|{view.get('left')}|{view.get('right')}|{view.get('log')}",
+        alerts=alerts or (),
     )
+
+
+def view_figure(overlay: OverlayView | None) -> Figure:
+    if overlay is None:
+        return empty_figure("This run has no metrics yet.")
+    return overlay_figure(overlay)
 
 
 def figure_shape(fig: Figure) -> list[str]:
     return [f"{t.get('name')}|{t.get('yaxis')}" for t in fig["data"]]
 
 
-def range_text(fig: Figure) -> str:
+def range_text(overlay: OverlayView | None) -> str:
+    """'grad/norm/total (M4): 4,000 points, steps 0–99,999 · ...', from the lines drawn.
+
+    Read from the lines, not the figure, whose names are escaped for Plotly.
+    """
+    if overlay is None:
+        return ""
     parts = []
-    for trace in fig["data"]:
-        xs = trace.get("x") or []
-        if trace.get("yaxis") in ("y", "y2") and len(xs):
-            parts.append(f"{trace['name']}: {len(xs):,} points, steps {xs[0]:,}–{xs[-1]:,}")
+    for line in (overlay.left, overlay.right):
+        if line is not None and len(line.steps):
+            name = line.metric + (" (M4)" if line.downsampled else "")
+            parts.append(
+                f"{name}: {len(line.steps):,} points, steps {line.steps[0]:,}–{line.steps[-1]:,}"
+            )
     return " · ".join(parts)
 
 
@@ -294,14 +307,19 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         who = viewer()
         alerts = await anyio.to_thread.run_sync(lambda: data.alert_marks(who, view["run"]))
         markers = await anyio.to_thread.run_sync(lambda: data.markers(who, view["run"]))
-        fig = await anyio.to_thread.run_sync(lambda: build_figure(data, who, view, alerts, markers))
+
+        def read_and_build() -> tuple[OverlayView | None, Figure]:
+            overlay = build_view(data, who, view, alerts, markers)
+            return overlay, view_figure(overlay)
+
+        overlay, fig = await anyio.to_thread.run_sync(read_and_build)
         # Traces, events and alerts make the shape; a change of any redraws, not patches.
         new_shape = (
             figure_shape(fig)
             + [f"event@{m.step}" for m in markers]
             + [f"alert:{a.state}@{a.step}" for a in alerts]
         )
-        info = range_text(fig)
+        info = range_text(overlay)
         if ctx.triggered_id != "tick" or shape != new_shape:
             return fig, new_shape, info, event_list(markers)
         patch = dash.Patch()
