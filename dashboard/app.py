@@ -27,6 +27,7 @@ from .pages import alerts as alerts_page
 from .pages import rules as rules_page
 from .pages import run as run_page
 from .pages import runs as runs_page
+from .security import BrowserSecurity, origin_of
 from .session import SessionSigner, install_login, viewer
 
 PAGES = (runs_page, run_page, alerts_page, rules_page)
@@ -119,6 +120,15 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
         URLSafeTimedSerializer(secret, salt="normwatch-session"), settings.session_max_age_s
     )
     install_login(server, signer, sessions)
+    # Added after the login guard, so outside it: its redirects and 401s carry the headers
+    # too, and a cross-site write is refused before any session is looked up. The hashes are
+    # taken once every page has registered its clientside callbacks (inline scripts).
+    public_origin = origin_of(settings.public_url) if settings.public_url else None
+    server.add_middleware(
+        BrowserSecurity,
+        script_hashes=app.csp_hashes(),
+        trusted_origins=[public_origin] if public_origin else [],
+    )
     return app
 
 
