@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from . import memory
 from .admission import IngestSlots, InteractiveRequests, ReadsFirst
 from .alerts.delivery import Deliverer
-from .api import alerts, events, health, metrics, prometheus, runs
+from .api import alerts, events, health, metrics, prometheus, runs, tokens
 from .auth import TokenCache
 from .compaction import Compactor, lag_samples
 from .config import Settings
@@ -105,7 +105,7 @@ def create_app(
         log.exception("database error", exc_info=exc)
         return JSONResponse({"detail": "internal database error"}, status_code=500)
 
-    for module in (health, runs, metrics, events, alerts, prometheus):
+    for module in (health, runs, metrics, events, alerts, prometheus, tokens):
         app.include_router(module.router)
 
     if dashboard:

@@ -3,6 +3,9 @@
 Scopes: ``ingest`` writes runs, metrics and events; ``read`` reads; ``admin`` does
 everything, plus rules and tokens. Tokens carry 256 bits of randomness, so a plain
 SHA-256 (not a slow password hash) is the right digest: nothing to brute-force.
+
+A token is active until it is revoked or its ``expires_at`` passes; rotation creates its
+successor and either revokes it at once or lets it expire after a grace period.
 """
 
 from __future__ import annotations
@@ -13,18 +16,20 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from .models import ApiToken, InstanceSecret, Project, utcnow
 
 Scope = Literal["ingest", "read", "admin"]
 SCOPES: tuple[Scope, ...] = ("ingest", "read", "admin")
+TokenState = Literal["active", "expired", "revoked"]
 TOKEN_PREFIX = "nw_"
 # last_used_at is written at most this often per token, to keep reads write-free.
 _TOUCH_EVERY = timedelta(minutes=1)
@@ -38,9 +43,16 @@ class Principal:
     project_id: int
     project: str
     scope: Scope
+    expires_at: datetime | None = None
 
     def can(self, needed: Scope) -> bool:
         return self.scope == "admin" or self.scope == needed
+
+    def trusted_for(self, ttl_s: float, now: datetime) -> float:
+        """Seconds a check made at ``now`` may be reused: ``ttl_s``, cut short by expiry."""
+        if self.expires_at is None:
+            return ttl_s
+        return max(0.0, min(ttl_s, (self.expires_at - now).total_seconds()))
 
 
 def hash_token(token: str) -> str:
@@ -57,9 +69,17 @@ def get_or_create_project(session: Session, name: str) -> Project:
 
 
 def create_token(
-    session: Session, project: str, scope: Scope, name: str = ""
+    session: Session,
+    project: str,
+    scope: Scope,
+    name: str = "",
+    *,
+    expires_at: datetime | None = None,
 ) -> tuple[str, ApiToken]:
-    """Create a token; the secret is returned once and never stored."""
+    """Create a token; the secret is returned once and never stored.
+
+    ``expires_at`` (None: never) is kept in UTC; a naive time is taken as UTC.
+    """
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     proj = get_or_create_project(session, project)
@@ -70,30 +90,50 @@ def create_token(
         scope=scope,
         token_hash=hash_token(secret),
         prefix=secret[:10],
+        expires_at=_as_utc(expires_at),
     )
     session.add(row)
     session.flush()
     return secret, row
 
 
-def authenticate(session: Session, token: str) -> Principal | None:
-    """The principal for a presented token, or None if unknown or revoked."""
+def _as_utc(moment: datetime | None) -> datetime | None:
+    # SQLite keeps no offset: every stored time must already be UTC to compare right.
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _unexpired(now: datetime) -> ColumnElement[bool]:
+    return or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > now)
+
+
+def authenticate(session: Session, token: str, now: datetime | None = None) -> Principal | None:
+    """The principal for a presented token, or None if unknown, revoked or expired."""
+    now = now or utcnow()
     row = session.execute(
         select(ApiToken, Project.name)
         .join(Project, Project.id == ApiToken.project_id)
-        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+        .where(
+            ApiToken.token_hash == hash_token(token),
+            ApiToken.revoked_at.is_(None),
+            _unexpired(now),
+        )
     ).first()
     if row is None:
         return None
     tok, project_name = row
-    now = utcnow()
     last = tok.last_used_at
     if (
         last is None
         or (now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo))) > _TOUCH_EVERY
     ):
         session.execute(update(ApiToken).where(ApiToken.id == tok.id).values(last_used_at=now))
-    return Principal(tok.id, tok.project_id, project_name, cast(Scope, tok.scope))
+    return _principal(tok, project_name)
+
+
+def _principal(tok: ApiToken, project_name: str) -> Principal:
+    return Principal(tok.id, tok.project_id, project_name, cast(Scope, tok.scope), tok.expires_at)
 
 
 class TokenCache:
@@ -102,8 +142,9 @@ class TokenCache:
     Authentication is otherwise a transaction of its own on every request: for a trainer
     posting a small batch several times a second, as much database work as storing it.
     Only tokens that authenticated are kept (a new token works at once); a revoked one
-    stops working within ``ttl_s``, the same window the dashboard gives session cookies.
-    Entries are keyed by the token's digest, never the token itself.
+    stops working within ``ttl_s``, the same window the dashboard gives session cookies,
+    and an expiring one is trusted no longer than its expiry (``wall`` tells the time it
+    is compared with). Entries are keyed by the token's digest, never the token itself.
     """
 
     def __init__(
@@ -112,10 +153,12 @@ class TokenCache:
         *,
         limit: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = utcnow,
     ) -> None:
         self.ttl_s = ttl_s
         self.limit = limit
         self._clock = clock
+        self._wall = wall
         self._lock = threading.Lock()
         self._recent: dict[str, tuple[Principal, float]] = {}
 
@@ -127,29 +170,155 @@ class TokenCache:
             hit = self._recent.get(digest)
         if hit is not None and hit[1] > now:
             return hit[0]
+        wall = self._wall()
         with session_for() as session, session.begin():
-            who = authenticate(session, token)
+            who = authenticate(session, token, wall)
         with self._lock:
             if who is None:
                 self._recent.pop(digest, None)
             else:
                 if len(self._recent) >= self.limit:
                     self._recent.clear()
-                self._recent[digest] = (who, now + self.ttl_s)
+                self._recent[digest] = (who, now + who.trusted_for(self.ttl_s, wall))
         return who
 
 
-def principal_for_token_id(session: Session, token_id: int) -> Principal | None:
-    """Re-check a token named by a session cookie: revoking it ends the session."""
+def principal_for_token_id(
+    session: Session, token_id: int, now: datetime | None = None
+) -> Principal | None:
+    """Re-check a token named by a session cookie: revoking it, or its expiry, ends the
+    session."""
     row = session.execute(
         select(ApiToken, Project.name)
         .join(Project, Project.id == ApiToken.project_id)
-        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+        .where(
+            ApiToken.id == token_id,
+            ApiToken.revoked_at.is_(None),
+            _unexpired(now or utcnow()),
+        )
     ).first()
     if row is None:
         return None
     tok, project_name = row
-    return Principal(tok.id, tok.project_id, project_name, cast(Scope, tok.scope))
+    return _principal(tok, project_name)
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A token as listed and managed: never its secret, nor its digest."""
+
+    id: int
+    project_id: int
+    project: str
+    scope: Scope
+    name: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    state: TokenState
+
+
+def _info(tok: ApiToken, project: str, now: datetime) -> TokenInfo:
+    state: TokenState = "active"
+    if tok.revoked_at is not None:
+        state = "revoked"
+    elif tok.expires_at is not None and tok.expires_at <= now:
+        state = "expired"
+    return TokenInfo(
+        id=tok.id,
+        project_id=tok.project_id,
+        project=project,
+        scope=cast(Scope, tok.scope),
+        name=tok.name,
+        prefix=tok.prefix,
+        created_at=tok.created_at,
+        last_used_at=tok.last_used_at,
+        expires_at=tok.expires_at,
+        revoked_at=tok.revoked_at,
+        state=state,
+    )
+
+
+def list_tokens(
+    session: Session, project: str | None = None, *, active_only: bool = True
+) -> list[TokenInfo]:
+    """Tokens by project and id; ``project`` None lists every project's."""
+    now = utcnow()
+    query = select(ApiToken, Project.name).join(Project, Project.id == ApiToken.project_id)
+    if project is not None:
+        query = query.where(Project.name == project)
+    if active_only:
+        query = query.where(ApiToken.revoked_at.is_(None), _unexpired(now))
+    rows = session.execute(query.order_by(Project.name, ApiToken.id)).all()
+    return [_info(tok, name, now) for tok, name in rows]
+
+
+def get_token(session: Session, token_id: int) -> TokenInfo | None:
+    found = _token_row(session, token_id)
+    return None if found is None else _info(*found, utcnow())
+
+
+def _token_row(session: Session, token_id: int) -> tuple[ApiToken, str] | None:
+    row = session.execute(
+        select(ApiToken, Project.name)
+        .join(Project, Project.id == ApiToken.project_id)
+        .where(ApiToken.id == token_id)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
+    """Revoke a token (None if there is none); a revoked token keeps its first revocation."""
+    found = _token_row(session, token_id)
+    if found is None:
+        return None
+    tok, project = found
+    now = utcnow()
+    if tok.revoked_at is None:
+        tok.revoked_at = now
+        session.flush()
+    return _info(tok, project, now)
+
+
+class TokenRevoked(ValueError):
+    """A revoked token has no successor: create a new one instead."""
+
+
+def rotate_token(
+    session: Session,
+    token_id: int,
+    *,
+    expires_at: datetime | None = None,
+    grace: timedelta = timedelta(0),
+) -> tuple[str, TokenInfo, TokenInfo] | None:
+    """A successor of the same project, scope and name: (its secret, it, the old token).
+
+    The successor expires at ``expires_at``; without one it lives as long as the old token
+    was given (its ``expires_at - created_at``), or forever. The old token is revoked at
+    once, or with a ``grace`` period expires then (sooner if it was due to). None if there
+    is no such token; `TokenRevoked` if it is revoked.
+    """
+    found = _token_row(session, token_id)
+    if found is None:
+        return None
+    old, project = found
+    if old.revoked_at is not None:
+        raise TokenRevoked(f"token {token_id} is revoked; create a new one instead")
+    now = utcnow()
+    if expires_at is None and old.expires_at is not None:
+        expires_at = now + (old.expires_at - old.created_at)
+    secret, new = create_token(
+        session, project, cast(Scope, old.scope), old.name, expires_at=expires_at
+    )
+    if grace > timedelta(0):
+        ends = now + grace
+        old.expires_at = ends if old.expires_at is None else min(old.expires_at, ends)
+    else:
+        old.revoked_at = now
+    session.flush()
+    return secret, _info(new, project, now), _info(old, project, now)
 
 
 def instance_secret(session: Session, name: str) -> str:

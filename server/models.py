@@ -86,6 +86,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # NULL: never; past: refused like a revoked token (a rotated token's grace period ends).
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Run(Base):
