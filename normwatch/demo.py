@@ -59,7 +59,8 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
             print(f"error: the server did not start on {base}; is the port free?", file=sys.stderr)
             return 1
         print()
-        print(f"  dashboard   {base}/login?token={admin}")
+        # The token travels in the fragment, which browsers never send: it stays out of logs.
+        print(f"  dashboard   {base}/login#token={admin}")
         print(f"  API docs    {base}/docs")
         print(f"  admin token {admin}")
         print(f"  database    {db}")

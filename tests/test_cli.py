@@ -1,4 +1,4 @@
-"""The command line: db upgrade, token create, import, and the demo end to end."""
+"""The command line: db upgrade, tokens, import, and the demo end to end."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
+from normwatch.cli import main
 from normwatch.testing import ServerProcess, free_port
 from tests.conftest import make_tenant
 
@@ -39,6 +41,126 @@ def test_db_upgrade_and_token_create_on_sqlite(tmp_path: Path) -> None:
     assert "shown only once" in created.stderr
     bad = normwatch("token", "create", "--project", "marin", "--scope", "root", env=env)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``normwatch ARGS`` in this process: exit code, stdout, stderr."""
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def table(out: str) -> list[list[str]]:
+    """``token list`` rows, split on the two spaces between columns."""
+    return [re.split(r" {2,}", line) for line in out.splitlines()]
+
+
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d UTC"
+
+
+def test_tokens_are_listed_rotated_and_revoked(
+    fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NORMWATCH_DATABASE_URL", fresh_pg_url)
+    code, out, err = run_cli(
+        capsys, "token", "create", "--project", "marin", "--scope", "read", "--expires-in", "30d"
+    )
+    assert code == 0, err
+    reader = out.strip()
+    assert re.fullmatch(r"nw_[A-Za-z0-9_-]{40,}", reader)
+    assert re.search(rf"^it expires at {WHEN}$", err, re.M)
+    assert f"dashboard login: http://127.0.0.1:8000/login#token={reader}\n" in err
+    assert "?token=" not in err
+    code, out, _ = run_cli(capsys, "token", "create", "--project", "marin", "--name", "trainer 7")
+    trainer = out.strip()
+    assert code == 0
+    run_cli(capsys, "token", "create", "--project", "other", "--scope", "admin")
+
+    code, out, err = run_cli(capsys, "token", "list", "--project", "marin")
+    assert code == 0 and err == ""
+    rows = table(out)
+    assert rows[0] == [
+        "id", "project", "scope", "name", "prefix", "created", "last used", "expires", "state"
+    ]  # fmt: skip
+    assert [r[:5] + r[6:7] + r[8:] for r in rows[1:]] == [
+        ["1", "marin", "read", "read token", reader[:10], "never", "active"],
+        ["2", "marin", "ingest", "trainer 7", trainer[:10], "never", "active"],
+    ]
+    assert re.fullmatch(WHEN, rows[1][5]) and re.fullmatch(WHEN, rows[1][7])
+    assert rows[2][7] == "never"
+    assert reader not in out and trainer not in out
+    assert [r[1] for r in table(run_cli(capsys, "token", "list")[1])[1:]] == [
+        "marin",
+        "marin",
+        "other",
+    ]
+
+    code, out, err = run_cli(capsys, "token", "rotate", "2", "--grace", "1h")
+    assert code == 0, err
+    successor = out.strip()
+    assert successor != trainer and re.fullmatch(r"nw_[A-Za-z0-9_-]{40,}", successor)
+    assert "ingest token for project 'marin' (id 4); it is shown only once" in err
+    assert re.search(rf"^token 2 keeps working until {WHEN}$", err, re.M)
+    assert "dashboard login" not in err  # an ingest token cannot log in
+    rows = table(run_cli(capsys, "token", "list", "--project", "marin")[1])
+    assert [(r[0], r[3], r[8]) for r in rows[1:]] == [
+        ("1", "read token", "active"),
+        ("2", "trainer 7", "active"),
+        ("4", "trainer 7", "active"),
+    ]
+    assert re.fullmatch(WHEN, rows[2][7]) and rows[3][7] == "never"
+
+    code, out, err = run_cli(capsys, "token", "revoke", "2", "99", "2")
+    assert code == 1
+    assert re.fullmatch(
+        rf"token 2 \(ingest, project 'marin', 'trainer 7'\) revoked at {WHEN}\n", out
+    )
+    assert err == "error: no token with id 99 (see `normwatch token list`)\n"
+    code, out, err = run_cli(capsys, "token", "revoke", "2")
+    assert code == 0 and err == "" and out.startswith("token 2 ")  # again: no change
+    assert [r[0] for r in table(run_cli(capsys, "token", "list", "--project", "marin")[1])] == [
+        "id",
+        "1",
+        "4",
+    ]
+    rows = table(run_cli(capsys, "token", "list", "--project", "marin", "--all")[1])
+    assert [(r[0], r[8]) for r in rows[1:]] == [("1", "active"), ("2", "revoked"), ("4", "active")]
+
+    code, out, err = run_cli(capsys, "token", "rotate", "2")
+    assert (code, out) == (1, "")
+    assert err == "error: token 2 is revoked; create a new one instead\n"
+    code, out, err = run_cli(capsys, "token", "rotate", "1")
+    assert code == 0 and "token 1 is revoked\n" in err
+    assert re.search(rf"^it expires at {WHEN}$", err, re.M)  # the old token's 30 days again
+    assert f"/login#token={out.strip()}" in err
+    assert run_cli(capsys, "token", "rotate", "4000000000")[2] == (
+        "error: no token with id 4000000000 (see `normwatch token list`)\n"
+    )
+    code, out, err = run_cli(capsys, "token", "list", "--project", "nobody")
+    assert (code, out) == (0, "")
+    assert err == "no active tokens (--all lists expired and revoked ones) in project 'nobody'\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("create", "--project", "p", "--expires-in", "30"), "'30' is not a duration"),
+        (("create", "--project", "p", "--expires-in", "0"), "longer than 0"),
+        (("create", "--project", "p", "--expires-in", "9999w"), "longer than 3660 days"),
+        (("rotate", "1", "--grace", "31d"), "'31d' is longer than 30 days"),
+        (("rotate", "x"), "invalid int value"),
+        (("revoke",), "the following arguments are required: ID"),
+    ],
+)
+def test_token_usage_errors_exit_2(
+    args: tuple[str, ...], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, "token", *args)
+    assert (code, out) == (2, "")
+    assert says in err
 
 
 def test_import_llmc_through_the_client(server: ServerProcess) -> None:
@@ -103,7 +225,7 @@ def test_demo_streams_live_past_the_config_change(tmp_path: Path) -> None:
         assert "live: step 82,000" in output, output
         token = re.search(r"admin token (nw_\S+)", output)
         assert token is not None, output
-        assert f"http://127.0.0.1:{port}/login?token={token.group(1)}" in output
+        assert f"http://127.0.0.1:{port}/login#token={token.group(1)}" in output
         headers = {"Authorization": f"Bearer {token.group(1)}"}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as api:
             runs = {r["name"]: r for r in api.get("/api/v1/runs").json()}
