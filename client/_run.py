@@ -200,15 +200,7 @@ class Run:
                     thread.join(max(deadline - time.monotonic(), 0.0))
             atexit.unregister(self._flush_at_exit)
             if self.pending_points:
-                logger.warning(
-                    "run %r: %d points were not delivered within finish(timeout=%s); they are "
-                    "kept in the spool at %s for the next run of this name or: normwatch sync %s",
-                    self._name,
-                    self.pending_points,
-                    timeout,
-                    self._writer.run_folder,
-                    self._writer.run_folder,
-                )
+                self._warn_undelivered(timeout)
         except Exception:
             logger.exception("run %r: finish() failed", self._name)
 
@@ -282,6 +274,32 @@ class Run:
             self._max_queue_points,
             shed,
             self.dropped_points,
+        )
+
+    def _warn_undelivered(self, timeout: float) -> None:
+        spool = self._writer.spool
+        if spool is not None and not spool.on_disk:
+            # Whatever was spooled after the disk failed lives in this process only: telling
+            # the trainer to sync it later would send them looking for data that is gone.
+            logger.warning(
+                "run %r: %d points were not delivered within finish(timeout=%s); the spool "
+                "could not be written (%s), so those held in memory are lost when this "
+                "process exits (any written before that are in the spool at %s)",
+                self._name,
+                self.pending_points,
+                timeout,
+                spool.failure or "no spool folder",
+                self._writer.run_folder,
+            )
+            return
+        logger.warning(
+            "run %r: %d points were not delivered within finish(timeout=%s); they are "
+            "kept in the spool at %s for the next run of this name or: normwatch sync %s",
+            self._name,
+            self.pending_points,
+            timeout,
+            self._writer.run_folder,
+            self._writer.run_folder,
         )
 
     def _flush_at_exit(self) -> None:

@@ -214,6 +214,22 @@ class SpoolWriter:
             )
 
     def _warn_overflow(self, dropped: Dropped) -> None:
+        assert self.spool is not None
+        if self.spool.failure is not None:
+            # The bound was reached in memory because the disk refused the spool: say so, or
+            # a trainer whose disk is full reads only that a setting was too small.
+            self._warn_overflow_every(
+                "run %r: the spool's disk failed (%s), so unsent metrics are held in memory, "
+                "which is full (spool_max_bytes=%d), and the server is not taking data: "
+                "dropped the oldest %d points (%d records); %d points dropped in all",
+                self._run_name,
+                self.spool.failure,
+                self._max_bytes,
+                dropped.points,
+                dropped.records,
+                self._queue.dropped_points,
+            )
+            return
         self._warn_overflow_every(
             "run %r: the spool is full (spool_max_bytes=%d) and the server is not taking data: "
             "dropped the oldest %d points (%d records); %d points dropped in all",

@@ -583,6 +583,38 @@ def test_a_leftover_stream_that_cannot_be_replayed_does_not_hold_back_the_new_ru
     assert broken.directory is not None and broken.directory.exists(), "kept for inspection"
 
 
+def test_a_full_disk_moves_the_spool_to_memory_and_its_drops_name_the_disk(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    server.faults["runs"] = failing(10**9, unavailable)
+    run = make_run(spool_max_bytes=8192, max_batch_points=10)
+    assert wait_for(lambda: run.spool_folder.is_dir() and any(run.spool_folder.iterdir()))
+    [stream] = run.spool_folder.iterdir()
+    # The stream's first chunk file, before anything is written to it, on a device whose
+    # every write fails with ENOSPC: a full disk, as the kernel reports it.
+    (stream / "00000001.nws").symlink_to("/dev/full")
+    for step in range(1000):
+        run.log({"x": float(step), "y": 1.0}, step=step)
+    queue = run._queue
+    assert wait_for(lambda: queue.queued_points + queue.inflight_points == 0)
+    dropped = run.dropped_points
+    assert 0 < dropped < 2000 and run.pending_points == 2000 - dropped
+    disk_full = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "No space left on device" in r.getMessage()
+    ]
+    assert any("dropped the oldest" in message for message in disk_full), disk_full
+
+    run.finish(timeout=0.2)
+    assert run.pending_points == 2000 - dropped
+    assert "so those held in memory are lost when this process exits" in caplog.text
+    assert "normwatch sync" not in caplog.text, "nothing on disk is left to sync"
+
+
 def test_an_unwritable_spool_folder_falls_back_to_memory(
     server: FakeIngest,
     make_run: Callable[..., Run],
