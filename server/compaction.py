@@ -58,6 +58,9 @@ class Policy:
     idle_s: float = 60.0
     metrics_per_transaction: int = 24
     """The fewest metrics a transaction takes; more while their points fit the next."""
+    max_metrics_per_transaction: int = 2048
+    """The most: a transaction's statements name each of its metrics (three bound
+    parameters a metric in the largest), and a statement may carry at most 65,535."""
     points_per_transaction: int = 100_000
     lease_s: float = 300.0
 
@@ -328,6 +331,7 @@ def compact_run(
     # budget allows: most of a transaction's cost is per statement, not per point.
     per_metric = max(1, int(hot) // len(mids))
     per = max(policy.metrics_per_transaction, policy.points_per_transaction // per_metric)
+    per = min(per, policy.max_metrics_per_transaction)
     for i in range(0, len(mids), per):
         group = mids[i : i + per]
         chunks_per_window = policy.points_per_transaction // (len(group) * policy.chunk_points)
@@ -394,10 +398,14 @@ def compact_group(
                 }
             )
             _set_slot(rollups, work.metric_id, 1, seq, chunks.merge_buckets(buckets))
-        for level in range(1, LEVELS):
-            for (mid, lvl, seq), row in sorted(rollups.items()):
-                if mid == work.metric_id and lvl == level and row.changed:
-                    _set_slot(rollups, mid, level + 1, seq, chunks.merge_buckets(row.buckets))
+    # Each changed row rolls up into the level above, one level at a time for the whole
+    # group (a pass per series over every row of the group was quadratic in its size).
+    for level in range(1, LEVELS):
+        changed = [
+            (key, row) for key, row in rollups.items() if key[1] == level and row.changed
+        ]
+        for (mid, _, seq), row in sorted(changed, key=lambda item: item[0]):
+            _set_slot(rollups, mid, level + 1, seq, chunks.merge_buckets(row.buckets))
     report.chunks_written += len(chunk_rows)
     conn.execute(
         text(
