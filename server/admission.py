@@ -1,7 +1,19 @@
-"""Who goes when in a worker: ingest slots, and interactive requests ahead of batches.
+"""Who goes when in a worker: admission slots, and interactive requests ahead of batches.
 
-**Ingest slots** (:class:`IngestSlots`) bound the metric batches in progress in a worker; a
-batch that finds them all taken waits a moment for one, then gets 503 with ``Retry-After``.
+**Admission** (:class:`Admission`, an ASGI middleware, and its :class:`Slots`) bounds the
+requests in progress in a worker, in two kinds that never take each other's places:
+metric batches (``NORMWATCH_INGEST_CONCURRENCY``) and everything else that may touch the
+database (``NORMWATCH_READ_CONCURRENCY``: API reads and writes, dashboard pages and
+callbacks, scrapes). A request that finds its kind's slots all taken waits in line for
+one (``NORMWATCH_INGEST_WAIT_S`` / ``NORMWATCH_READ_WAIT_S``) and is then answered 503 with
+``Retry-After``; when too many already wait (``NORMWATCH_ADMISSION_QUEUE``) it is answered
+at once. Admission happens before anything else, authentication included, and before the
+body is read, so a waiting request costs a connection, not memory, and the database pool
+(larger than both kinds together, see `docs/operations.md`) is never exhausted by a
+burst: each admitted request holds at most one pooled connection at a time.
+
+``/healthz`` and static files are not admitted: they never queue behind a burst
+(``/healthz`` checks the database on a connection of its own, see `DatabaseProbe`).
 
 **Interactive first.** A worker shares one interpreter lock among the threads that handle
 its requests. Under steady ingest several of them are busy parsing and storing metric
@@ -24,55 +36,149 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Literal
 
-from fastapi import HTTPException
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .telemetry import INGEST_ROUTE
 
-__all__ = ["IngestSlots", "InteractiveRequests", "ReadsFirst"]
+__all__ = ["Admission", "Busy", "InteractiveRequests", "ReadsFirst", "Slots", "is_batch"]
+
+Kind = Literal["ingest", "read"]
+
+UNADMITTED_PREFIXES = (
+    "/healthz",
+    "/_dash-component-suites/",
+    "/assets/",
+    "/_favicon.ico",
+)
+"""Paths served without a slot: the health check and static files, none of which queue
+behind a burst or take a pooled connection."""
 
 
-class IngestSlots:
-    """At most ``capacity`` metric batches in progress in this worker; a batch that finds them
-    all taken waits up to ``wait_s`` for one, then gets 503 with ``Retry-After``.
+class Busy(Exception):
+    """Every slot stayed taken for the whole wait, or the line was full."""
 
-    The wait rides out a stall of a fraction of a second (a checkpoint's fsync, a burst of
-    batches) without turning it into errors that every trainer must retry, while a worker
-    that stays overloaded still sheds load within ``wait_s``. A waiting request has not read
-    its body yet, so waiting costs a connection, not memory.
+
+class Slots:
+    """At most ``capacity`` requests of one kind in progress; others wait in line (first
+    come, first served) up to ``wait_s``, at most ``queue_limit`` of them.
+
+    Used from one event loop (a worker's); a slot freed goes straight to the first in line.
     """
 
-    def __init__(self, capacity: int, wait_s: float) -> None:
+    def __init__(self, capacity: int, wait_s: float, queue_limit: int = 512) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self.wait_s = wait_s
+        self.queue_limit = queue_limit
         self.in_flight = 0
-        self._freed: asyncio.Condition | None = None
+        self._line: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._line)
+
+    async def acquire(self) -> bool:
+        """Take a slot, waiting in line for one if need be; False if none came in time."""
+        if self.in_flight < self.capacity and not self._line:
+            self.in_flight += 1
+            return True
+        if len(self._line) >= self.queue_limit or self.wait_s <= 0:
+            return False
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._line.append(turn)
+        try:
+            await asyncio.wait((turn,), timeout=self.wait_s)
+        except BaseException:  # cancelled (the client left): give back what it was given
+            self._leave_line(turn)
+            raise
+        if turn.done():
+            return True  # a slot was handed over: in_flight already counts it
+        self._leave_line(turn)
+        return False
+
+    def release(self) -> None:
+        """Give a slot back: to the first in line, if anyone waits."""
+        while self._line:
+            turn = self._line.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.in_flight -= 1
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        if self.in_flight >= self.capacity:
-            if self._freed is None:
-                self._freed = asyncio.Condition()
-            async with self._freed:
-                try:
-                    await asyncio.wait_for(
-                        self._freed.wait_for(lambda: self.in_flight < self.capacity),
-                        self.wait_s,
-                    )
-                except TimeoutError:
-                    raise HTTPException(
-                        503, "ingest is at capacity; retry shortly", headers={"Retry-After": "1"}
-                    ) from None
-        self.in_flight += 1
+        """Hold a slot for the block; raises `Busy` when none came in time."""
+        if not await self.acquire():
+            raise Busy
         try:
             yield
         finally:
-            self.in_flight -= 1
-            if self._freed is not None:
-                async with self._freed:
-                    self._freed.notify()
+            self.release()
+
+    def _leave_line(self, turn: asyncio.Future[None]) -> None:
+        if turn.done() and not turn.cancelled():
+            self.release()  # handed over just as the wait ended: pass it on
+            return
+        turn.cancel()
+        with contextlib.suppress(ValueError):
+            self._line.remove(turn)
+
+
+class Admission:
+    """Pure ASGI middleware: each HTTP request takes a slot of its kind first (see above).
+
+    ``refused(kind)`` is called for every request answered 503 here.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        ingest: Slots,
+        reads: Slots,
+        refused: Callable[[Kind], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.slots: dict[Kind, Slots] = {"ingest": ingest, "read": reads}
+        self.refused = refused
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(UNADMITTED_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        kind: Kind = "ingest" if is_batch(scope) else "read"
+        slots = self.slots[kind]
+        if not await slots.acquire():
+            if self.refused is not None:
+                self.refused(kind)
+            await _busy(send, kind)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            slots.release()
+
+
+async def _busy(send: Send, kind: Kind) -> None:
+    what = "ingest" if kind == "ingest" else "this worker"
+    body = orjson.dumps({"detail": f"{what} is at capacity; retry shortly"})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class ReadsFirst:
@@ -132,7 +238,7 @@ class InteractiveRequests:
         self.reads_first = reads_first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_batch(scope):
+        if scope["type"] != "http" or is_batch(scope):
             await self.app(scope, receive, send)
             return
         gate = self.reads_first
@@ -182,7 +288,8 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
-def _is_batch(scope: Scope) -> bool:
+def is_batch(scope: Scope) -> bool:
+    """A POST of a metric batch (the ingest route), told from the raw path."""
     # Routing has not happened yet: match the ingest route's shape on the raw path.
     if scope["method"] != "POST":
         return False

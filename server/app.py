@@ -7,18 +7,17 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from fastapi import FastAPI
 
 from . import memory
-from .admission import IngestSlots, InteractiveRequests, ReadsFirst
+from .admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .alerts.delivery import Deliverer
-from .api import alerts, events, health, metrics, prometheus, runs, tokens
+from .api import alerts, errors, events, health, metrics, prometheus, runs, tokens
+from .api.body import RequestBounds
 from .auth import TokenCache
 from .compaction import Compactor, lag_samples
 from .config import Settings
-from .db import engine_from_settings, session_factory
+from .db import DatabaseProbe, engine_from_settings, session_factory, snapshot_factory
 from .services.dispatcher import Dispatcher
 from .telemetry import Telemetry
 
@@ -47,6 +46,7 @@ def create_app(
     engine = engine_from_settings(settings)
 
     sessions = session_factory(engine)
+    health_probe = DatabaseProbe(settings.database_url)
     dispatcher = Dispatcher(
         sessions,
         Deliverer.from_settings(settings),
@@ -71,6 +71,7 @@ def create_app(
         compactor.stop()
         dispatcher.stop()
         telemetry.close()
+        health_probe.close()
         engine.dispose()
 
     app = FastAPI(
@@ -82,28 +83,21 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = sessions
+    app.state.snapshot_sessions = snapshot_factory(engine)
+    app.state.health_probe = health_probe
     app.state.token_cache = TokenCache(settings.token_cache_s)
     app.state.dispatcher = dispatcher
     app.state.compactor = compactor
-    app.state.ingest_slots = IngestSlots(settings.ingest_concurrency, settings.ingest_wait_s)
+    app.state.ingest_slots = Slots(
+        settings.ingest_concurrency, settings.ingest_wait_s, settings.admission_queue
+    )
+    app.state.read_slots = Slots(
+        settings.read_concurrency, settings.read_wait_s, settings.admission_queue
+    )
     app.state.telemetry = telemetry
     app.state.reads_first = ReadsFirst(settings.interactive_first_s)
 
-    @app.exception_handler(OperationalError)
-    async def database_unavailable(_request: Request, exc: DBAPIError) -> JSONResponse:
-        log.warning("database unavailable: %s", exc.orig)
-        return JSONResponse(
-            {"detail": "database unavailable; retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "2"},
-        )
-
-    @app.exception_handler(DBAPIError)
-    async def database_error(_request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated:
-            return await database_unavailable(_request, exc)
-        log.exception("database error", exc_info=exc)
-        return JSONResponse({"detail": "internal database error"}, status_code=500)
+    errors.install(app)
 
     for module in (health, runs, metrics, events, alerts, prometheus, tokens):
         app.include_router(module.router)
@@ -117,6 +111,16 @@ def create_app(
             attach_dashboard(app, settings)
     if settings.interactive_first_s > 0:
         app.add_middleware(InteractiveRequests, reads_first=app.state.reads_first)
+    # Outside the dashboard's session check, which reads the database: it is admitted too.
+    app.add_middleware(
+        Admission,
+        ingest=app.state.ingest_slots,
+        reads=app.state.read_slots,
+        refused=telemetry.count_refused,
+    )
+    app.add_middleware(
+        RequestBounds, default=settings.max_request_bytes, ingest=settings.max_body_bytes
+    )
     # Added last, so outermost: it times and counts every answer, the dashboard's too.
     app.add_middleware(prometheus.RequestMetrics, telemetry=telemetry)
     return app

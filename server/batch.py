@@ -18,21 +18,26 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from .errors import Invalid
+
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 MAX_METRIC_NAME = 512
 INT64_MAX = 2**63 - 1
+SEGMENT_MAX = 2**15 - 1
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _INT: frozenset[type] = frozenset({int})
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
 
-class BatchError(ValueError):
+class BatchError(Invalid):
     """A batch that cannot be stored; ``str()`` says which field and index, and why."""
 
 
 class BodyNotJson(BatchError):
     """The body does not decode as JSON at all."""
+
+    status_code = 400
 
 
 @dataclass(frozen=True)
@@ -90,15 +95,18 @@ def loads(body: bytes) -> Any:
     except orjson.JSONDecodeError as fast_err:
         try:
             return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # orjson refuses what json would also refuse, and JSON nested deeper than
+            # orjson's 1024 levels, which json would take as deep as the stack allows.
             raise BodyNotJson(f"body is not valid JSON: {fast_err}") from None
 
 
-def parse_batch(doc: Any, *, max_points: int) -> MetricBatch:
+def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) -> MetricBatch:
     """Validate a decoded batch document and return it as arrays.
 
     Raises ``BatchError`` for a malformed batch and ``BatchTooLarge`` for one carrying
-    more than ``max_points`` values. Errors name the first bad field in document order.
+    more than ``max_points`` values or more than ``max_metrics`` metric names. Errors name
+    the first bad field in document order.
     """
     if not isinstance(doc, dict):
         raise BatchError("body must be a JSON object with 'steps' and 'metrics'")
@@ -109,6 +117,11 @@ def parse_batch(doc: Any, *, max_points: int) -> MetricBatch:
     metrics = doc.get("metrics")
     if not isinstance(metrics, dict):
         raise BatchError("metrics: must be an object mapping metric name to an array of values")
+    if max_metrics is not None and len(metrics) > max_metrics:
+        raise BatchTooLarge(
+            f"metrics: batch carries {len(metrics)} metrics, above the limit of {max_metrics} "
+            "a batch; send them in several batches"
+        )
     if len(steps) * len(metrics) > max_points:
         raise BatchTooLarge(
             f"batch carries {len(steps) * len(metrics)} values, above the limit of {max_points}; "
@@ -116,13 +129,15 @@ def parse_batch(doc: Any, *, max_points: int) -> MetricBatch:
         )
     names, values, logged = _parse_metrics(metrics, len(steps))
     segment = doc.get("segment")
-    if segment is not None and (type(segment) is not int or segment < 1):
-        raise BatchError(f"segment: must be a positive integer, got {segment!r}")
+    if segment is not None and (type(segment) is not int or not 1 <= segment <= SEGMENT_MAX):
+        raise BatchError(f"segment: must be an integer from 1 to {SEGMENT_MAX}, got {segment!r}")
     return MetricBatch(steps=steps, names=names, values=values, logged=logged, segment=segment)
 
 
 class BatchTooLarge(BatchError):
     """The batch is well-formed but over the configured size."""
+
+    status_code = 413
 
 
 def _parse_steps(raw: Any) -> npt.NDArray[np.int64]:
@@ -180,6 +195,8 @@ def _parse_metrics(
             raise BatchError(f"metrics: name {name!r} must be 1 to {MAX_METRIC_NAME} characters")
         if _CONTROL.search(name):
             raise BatchError(f"metrics: name {name!r} contains a control character")
+        if not _encodable(name):
+            raise BatchError(f"metrics: name {name!r} holds a lone surrogate (not valid Unicode)")
         if not isinstance(raw, list):
             raise BatchError(f"metrics[{name!r}]: must be an array of values")
         if len(raw) != length:
@@ -213,11 +230,21 @@ def _all_plain(names: list[Any], rows: list[Any], length: int) -> bool:
     return (
         all(type(name) is str for name in names)
         and (not names or (min(map(len, names)) >= 1 and max(map(len, names)) <= MAX_METRIC_NAME))
-        and not _CONTROL.search("".join(names))
+        and not _CONTROL.search(joined := "".join(names))
+        and _encodable(joined)
         and all(type(raw) is list for raw in rows)
         and all(len(raw) == length for raw in rows)
         and set(map(type, chain.from_iterable(rows))) <= _FLOAT
     )
+
+
+def _encodable(text: str) -> bool:
+    """True unless ``text`` holds a lone surrogate, which no text column can store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _parse_values(

@@ -401,9 +401,7 @@ def compact_group(
     # Each changed row rolls up into the level above, one level at a time for the whole
     # group (a pass per series over every row of the group was quadratic in its size).
     for level in range(1, LEVELS):
-        changed = [
-            (key, row) for key, row in rollups.items() if key[1] == level and row.changed
-        ]
+        changed = [(key, row) for key, row in rollups.items() if key[1] == level and row.changed]
         for (mid, _, seq), row in sorted(changed, key=lambda item: item[0]):
             _set_slot(rollups, mid, level + 1, seq, chunks.merge_buckets(row.buckets))
     report.chunks_written += len(chunk_rows)

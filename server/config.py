@@ -40,12 +40,40 @@ class Settings(BaseSettings):
     max_batch_points: int = Field(
         default=2_000_000, description="Largest number of points one metrics batch may carry."
     )
+    max_request_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Largest request body of every other route (runs, events, rules, "
+        "dashboard callbacks); a larger declared Content-Length is refused (413) unread.",
+    )
+    max_batch_metrics: int = Field(
+        default=20_000,
+        ge=1,
+        description="Most metric names one metrics batch may carry (413 beyond).",
+    )
+    max_run_metrics: int = Field(
+        default=20_000,
+        ge=1,
+        description="Most metric names a run may have; a batch that would add more is "
+        "refused (422). Concurrent first batches may pass it by one batch's new names.",
+    )
     db_pool_size: int = Field(
         default=20,
         ge=1,
         description="Connections a worker keeps open (as many again under bursts). Keep it "
         "above NORMWATCH_INGEST_CONCURRENCY: connections opened past it are closed again "
         "when returned, and opening one costs more than the batch it serves.",
+    )
+    db_pool_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest a request waits for a pooled connection before a 503 with "
+        "Retry-After (admission keeps requests below the pool, so this is a last resort).",
+    )
+    db_ping_idle_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A pooled Postgres connection idle longer than this is pinged before use.",
     )
     dispatch_tick_s: float = Field(
         default=1.0,
@@ -66,6 +94,23 @@ class Settings(BaseSettings):
         default=1.0,
         ge=0,
         description="Longest a batch waits for an ingest slot before a 503 with Retry-After.",
+    )
+    read_concurrency: int = Field(
+        default=16,
+        ge=1,
+        description="Requests other than metric batches (API reads, dashboard pages and "
+        "callbacks) handled at once per worker; more wait for a slot.",
+    )
+    read_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Longest such a request waits for a slot before a 503 with Retry-After.",
+    )
+    admission_queue: int = Field(
+        default=512,
+        ge=0,
+        description="Requests that may wait for a slot per worker (reads and batches "
+        "each); one more is answered 503 at once.",
     )
     interactive_first_s: float = Field(
         default=0.1,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+import psycopg
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -20,18 +24,29 @@ from .config import Settings
 
 T = TypeVar("T")
 
+log = logging.getLogger("normwatch.server")
+
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def build_engine(database_url: str, *, pool_size: int = 8) -> Engine:
+def build_engine(
+    database_url: str,
+    *,
+    pool_size: int = 8,
+    pool_timeout_s: float = 10.0,
+    ping_idle_s: float | None = None,
+) -> Engine:
     """Create an engine tuned for this service's access pattern.
 
     SQLite runs in WAL mode with a busy timeout so the ingest writer and chart readers
     do not block one another; Postgres gets a bounded pool whose idle connections are
     pinged before use (see `_ping_when_idle`), so a database restart costs at most one
-    failed request a worker rather than a stream of errors.
+    failed request a worker rather than a stream of errors. A request that finds the pool
+    exhausted for ``pool_timeout_s`` gets SQLAlchemy's ``TimeoutError``, which the service
+    answers with 503 and ``Retry-After`` (see :mod:`.errors`). Every connection is handed
+    out outside any transaction (see `_hand_out_clean`).
     """
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite":
@@ -48,8 +63,14 @@ def build_engine(database_url: str, *, pool_size: int = 8) -> Engine:
             cursor.close()
 
         return engine
-    engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
-    _ping_when_idle(engine, PING_IDLE_S)
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_recycle=1800,
+        pool_timeout=pool_timeout_s,
+    )
+    _ping_when_idle(engine, PING_IDLE_S if ping_idle_s is None else ping_idle_s)
     return engine
 
 
@@ -75,16 +96,39 @@ def _ping_when_idle(engine: Engine, idle_s: float) -> None:
 
     @event.listens_for(engine, "checkout")
     def _ping(dbapi_conn: DBAPIConnection, record: ConnectionPoolEntry, _proxy: object) -> None:
-        if time.monotonic() - record.info.get("used_at", 0.0) <= idle_s:
-            return
-        try:
-            cursor = dbapi_conn.cursor()
+        if time.monotonic() - record.info.get("used_at", 0.0) > idle_s:
             try:
-                cursor.execute("SELECT 1")
-            finally:
-                cursor.close()
-        except Exception as exc:
-            raise DisconnectionError(f"pooled connection did not answer: {exc}") from exc
+                cursor = dbapi_conn.cursor()
+                try:
+                    cursor.execute("SELECT 1")
+                finally:
+                    cursor.close()
+                # The driver opened a transaction for the ping: end it, or the connection
+                # goes out "in transaction" and a snapshot read cannot set its isolation.
+                dbapi_conn.rollback()
+            except Exception as exc:
+                raise DisconnectionError(f"pooled connection did not answer: {exc}") from exc
+        _hand_out_clean(dbapi_conn)
+
+
+def _hand_out_clean(dbapi_conn: DBAPIConnection) -> None:
+    """Make sure a Postgres connection leaves the pool outside any transaction.
+
+    The pool rolls back every connection returned to it; this is the guarantee on the way
+    out, whatever touched the connection in between (an event hook, a driver-level call).
+    psycopg knows the status locally, so the check costs no round trip. A connection whose
+    status is unknown (its socket broke) is replaced.
+    """
+    status = dbapi_conn.info.transaction_status
+    if status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    if status == psycopg.pq.TransactionStatus.UNKNOWN:
+        raise DisconnectionError("pooled connection is broken")
+    log.warning("a pooled connection was in a transaction (%s); rolled back", status.name)
+    try:
+        dbapi_conn.rollback()
+    except Exception as exc:
+        raise DisconnectionError(f"pooled connection could not roll back: {exc}") from exc
 
 
 def begin_snapshot(session: Session) -> None:
@@ -104,6 +148,16 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def snapshot_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions each reading one snapshot of the database, as `begin_snapshot` does, that
+    take their connection only at their first statement: a request that authenticates
+    first (which may itself need a connection) never holds two connections at once, so a
+    burst of reads cannot take the whole pool and then wait on it for a second one."""
+    if engine.dialect.name == "postgresql":
+        engine = engine.execution_options(isolation_level="REPEATABLE READ")
+    return sessionmaker(engine, expire_on_commit=False)
+
+
 @contextmanager
 def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose transaction commits on success and rolls back on error."""
@@ -112,7 +166,12 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 
 def engine_from_settings(settings: Settings) -> Engine:
-    return build_engine(settings.database_url, pool_size=settings.db_pool_size)
+    return build_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        pool_timeout_s=settings.db_pool_timeout_s,
+        ping_idle_s=settings.db_ping_idle_s,
+    )
 
 
 class PerEngine(Generic[T]):
@@ -131,3 +190,83 @@ class PerEngine(Generic[T]):
             if held is None:
                 held = self._held[engine] = self._make()
             return held
+
+
+class DatabaseProbe:
+    """Answers "does the database answer?" on a connection of its own.
+
+    The health check must answer while a burst holds every pooled connection and thread of
+    the worker, so it uses an engine of its own (one connection, kept open) and bounded
+    waits everywhere: connecting, the statement, and the line of checks, which share one
+    result when several arrive at once (a load balancer's probes, a test polling).
+    """
+
+    def __init__(self, database_url: str, *, timeout_s: float = 2.0) -> None:
+        self.timeout_s = timeout_s
+        url = make_url(database_url)
+        if url.get_backend_name() == "sqlite":
+            self.engine = create_engine(
+                url,
+                connect_args={"check_same_thread": False, "timeout": timeout_s},
+                pool_size=1,
+                max_overflow=0,
+                pool_timeout=timeout_s,
+            )
+        else:
+            millis = int(timeout_s * 1000)
+            self.engine = create_engine(
+                url,
+                pool_size=1,
+                max_overflow=0,
+                pool_timeout=timeout_s,
+                pool_pre_ping=False,
+                pool_recycle=1800,
+                connect_args={
+                    "connect_timeout": max(1, round(timeout_s)),
+                    "options": f"-c statement_timeout={millis}",
+                },
+            )
+        self._lock = threading.Lock()
+        self._last: tuple[float, str | None] = (0.0, None)
+        # Threads of its own: the worker's shared threads may all be busy with a burst.
+        self._threads = ThreadPoolExecutor(2, thread_name_prefix="normwatch-health")
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    async def answer(self) -> str | None:
+        """`check` on the probe's own threads, for the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self.check)
+
+    def check(self) -> str | None:
+        """None when the database answered; otherwise why not, in a few words.
+
+        A check that finds another in progress waits for it and shares its result.
+        """
+        asked = time.monotonic()
+        if not self._lock.acquire(timeout=self.timeout_s * 2):
+            return "health check timed out"
+        try:
+            checked_at, result = self._last
+            if checked_at >= asked:  # someone checked while this one waited
+                return result
+            result = self._run()
+            self._last = (time.monotonic(), result)
+            return result
+        finally:
+            self._lock.release()
+
+    def _run(self) -> str | None:
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:
+            log.warning("health check: database did not answer: %s", exc)
+            self.engine.dispose()  # the next check starts from a fresh connection
+            return type(exc).__name__
+        return None
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False)
+        self.engine.dispose()

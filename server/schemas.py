@@ -1,29 +1,105 @@
-"""Request and response bodies of the HTTP API (pydantic models)."""
+"""Request and response bodies of the HTTP API (pydantic models).
+
+Every field a client sends has a bound: text has a length and holds no NUL character and
+no lone surrogate (no text column could store them), numbers stay within their column's
+range, lists have a length, and a run's config has a size and a depth. What fails is a
+422 naming the field.
+"""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .alerts.rules import Condition
 
 NAME_PATTERN = r"^[^\x00-\x1f]+$"
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+SEGMENT_MAX = 2**15 - 1
+"""Segments are numbered in a small integer column: a run may restart this often."""
+MAX_CONFIG_BYTES = 64 * 1024
+MAX_CONFIG_DEPTH = 32
+MAX_TAG = 128
+
+
+def plain_text(value: str) -> str:
+    """``value`` if every text column can store it: no NUL character, no lone surrogate."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (it holds a lone surrogate)") from None
+    return value
+
+
+def json_document(value: Any, *, max_bytes: int = MAX_CONFIG_BYTES) -> Any:
+    """``value`` if it is a JSON document a JSONB column stores as sent: at most
+    ``MAX_CONFIG_DEPTH`` levels of nesting, at most ``max_bytes`` as JSON, every string
+    plain text (`plain_text`), every number finite."""
+    _check_document(value, 0)
+    size = len(orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_DATACLASS))
+    if size > max_bytes:
+        raise ValueError(f"is {size} bytes as JSON; at most {max_bytes} are kept")
+    return value
+
+
+def _check_document(value: Any, depth: int) -> None:
+    if depth > MAX_CONFIG_DEPTH:
+        raise ValueError(f"is nested deeper than {MAX_CONFIG_DEPTH} levels")
+    if isinstance(value, str):
+        plain_text(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("holds a non-finite number, which JSON cannot store")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:  # orjson and JSONB both refuse more
+            raise ValueError("holds an integer outside the 64-bit range")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            plain_text(str(key))
+            _check_document(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_document(item, depth + 1)
+
+
+Text = Annotated[str, AfterValidator(plain_text)]
+"""A string any text column can store."""
+Tag = Annotated[
+    str, AfterValidator(plain_text), Field(min_length=1, max_length=MAX_TAG, pattern=NAME_PATTERN)
+]
+Step = Annotated[int, Field(ge=0, le=INT64_MAX)]
+SegmentNumber = Annotated[int, Field(ge=1, le=SEGMENT_MAX)]
+Config = Annotated[dict[str, Any], AfterValidator(json_document)]
+MetricName = Annotated[str, AfterValidator(plain_text), Field(min_length=1, max_length=512)]
+RuleId = Annotated[int, Field(ge=1, le=INT32_MAX)]
 
 
 class RunCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    project: str | None = Field(
+    project: Text | None = Field(
         default=None, max_length=128, description="Defaults to the token's project."
     )
-    name: str = Field(min_length=1, max_length=256, pattern=NAME_PATTERN)
-    config: dict[str, Any] = Field(default_factory=dict)
-    tags: list[str] = Field(default_factory=list, max_length=64)
-    start_step: int | None = Field(
+    name: Text = Field(min_length=1, max_length=256, pattern=NAME_PATTERN)
+    config: Config = Field(
+        default_factory=dict,
+        description=f"Hyperparameters: any JSON object up to {MAX_CONFIG_BYTES} bytes and "
+        f"{MAX_CONFIG_DEPTH} levels deep; merged into what the run already has.",
+    )
+    tags: list[Tag] = Field(
+        default_factory=list,
+        max_length=64,
+        description=f"Up to 64 tags of 1 to {MAX_TAG} characters.",
+    )
+    start_step: Step | None = Field(
         default=None,
-        ge=0,
         description="First step this trainer process will log; below the run's last step it "
         "opens a new segment (a restart from a checkpoint).",
     )
@@ -33,7 +109,7 @@ class RunUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["running", "finished", "failed"] | None = None
-    tags: list[str] | None = Field(default=None, max_length=64)
+    tags: list[Tag] | None = Field(default=None, max_length=64)
 
 
 class SegmentOut(BaseModel):
@@ -70,10 +146,10 @@ class Accepted(BaseModel):
 class EventCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: int = Field(ge=0)
-    kind: str = Field(default="note", min_length=1, max_length=32, pattern=NAME_PATTERN)
-    text: str = Field(min_length=1, max_length=4096)
-    segment: int | None = Field(default=None, ge=1)
+    step: Step
+    kind: Text = Field(default="note", min_length=1, max_length=32, pattern=NAME_PATTERN)
+    text: Text = Field(min_length=1, max_length=4096)
+    segment: SegmentNumber | None = None
 
 
 class EventOut(BaseModel):
@@ -113,22 +189,30 @@ class RunSelector(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(default="*", min_length=1, max_length=256)
-    tags: list[str] = Field(default_factory=list, max_length=32)
+    name: Text = Field(default="*", min_length=1, max_length=256)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+
+
+Channel = Annotated[
+    dict[str, Any], AfterValidator(lambda doc: json_document(doc, max_bytes=8 * 1024))
+]
+"""A notification channel as sent (``type``, ``url``, ``secret``); checked in full by
+`alerts.delivery.validate_channel`."""
 
 
 class AlertRuleCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    project: str | None = Field(default=None, max_length=128)
-    name: str = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)
-    metric: str = Field(
+    project: Text | None = Field(default=None, max_length=128)
+    name: Text = Field(min_length=1, max_length=128, pattern=NAME_PATTERN)
+    metric: Text = Field(
         min_length=1,
         max_length=512,
+        pattern=NAME_PATTERN,
         description="Metric name or glob: `*` stays within a path segment, `**` crosses `/`.",
     )
     condition: Condition
-    channels: list[dict[str, Any]] = Field(default_factory=list, max_length=10)
+    channels: list[Channel] = Field(default_factory=list, max_length=10)
     runs: RunSelector = Field(default_factory=RunSelector)
     enabled: bool = True
 
@@ -136,10 +220,10 @@ class AlertRuleCreate(BaseModel):
 class AlertRuleUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, min_length=1, max_length=128, pattern=NAME_PATTERN)
-    metric: str | None = Field(default=None, min_length=1, max_length=512)
+    name: Text | None = Field(default=None, min_length=1, max_length=128, pattern=NAME_PATTERN)
+    metric: Text | None = Field(default=None, min_length=1, max_length=512, pattern=NAME_PATTERN)
     condition: Condition | None = None
-    channels: list[dict[str, Any]] | None = Field(default=None, max_length=10)
+    channels: list[Channel] | None = Field(default=None, max_length=10)
     runs: RunSelector | None = None
     enabled: bool | None = None
 

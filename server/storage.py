@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from . import blocks, pgcopy
-from .batch import MetricBatch
+from .batch import BatchError, MetricBatch
 from .chunks import Points
 from .metric_ids import MetricIdCache
 from .models import Block, Event, JsonDoc, Metric, Segment, UtcDateTime, utcnow
@@ -71,6 +71,7 @@ def resolve_metric_ids(
     names: Sequence[str],
     *,
     known: MetricIdCache | None = None,
+    max_run_metrics: int | None = None,
 ) -> dict[str, int]:
     """Ids for ``names`` in the run, creating the missing ones.
 
@@ -78,6 +79,8 @@ def resolve_metric_ids(
     in this transaction enter it once the caller has committed (`MetricIdCache.remember`).
     Missing names are created in sorted order, so that concurrent first batches of one
     run insert them in the same order and wait for one another instead of deadlocking.
+    A batch that would take the run past ``max_run_metrics`` names raises
+    `TooManyMetrics` and creates none (batches racing to add names may each pass it).
     """
     if not names:
         return {}
@@ -86,7 +89,21 @@ def resolve_metric_ids(
         return ids
     missing.sort()
     conn = session.connection()
-    if conn.dialect.name == "postgresql":
+    postgres = conn.dialect.name == "postgresql"
+    if max_run_metrics is not None:
+        ids.update(_metric_ids(conn, run_key, missing))
+        missing = [name for name in missing if name not in ids]
+        if not missing:
+            return ids
+        have = conn.execute(
+            text("SELECT count(*) FROM metrics WHERE run_key = :rk"), {"rk": run_key}
+        ).scalar_one()
+        if have + len(missing) > max_run_metrics:
+            raise TooManyMetrics(
+                f"metrics: the run has {have} metrics and this batch adds {len(missing)}; "
+                f"a run may have at most {max_run_metrics} (NORMWATCH_MAX_RUN_METRICS)"
+            )
+    if postgres:
         conn.execute(
             text(
                 "INSERT INTO metrics (run_key, name) SELECT :rk, unnest(CAST(:names AS text[])) "
@@ -94,22 +111,39 @@ def resolve_metric_ids(
             ),
             {"rk": run_key, "names": missing},
         )
-        rows = conn.execute(
-            text("SELECT name, id FROM metrics WHERE run_key = :rk AND name = ANY(:names)"),
-            {"rk": run_key, "names": missing},
-        )
     else:
         conn.execute(
             text("INSERT OR IGNORE INTO metrics (run_key, name) VALUES (:rk, :name)"),
             [{"rk": run_key, "name": n} for n in missing],
         )
-        rows = conn.execute(
-            select(Metric.name, Metric.id).where(
-                Metric.run_key == run_key, Metric.name.in_(missing)
-            )
-        )
-    ids.update((name, mid) for name, mid in rows)
+    ids.update(_metric_ids(conn, run_key, missing))
     return ids
+
+
+class TooManyMetrics(BatchError):
+    """A batch would take its run past the configured number of metric names."""
+
+
+_SQLITE_NAMES_A_STATEMENT = 10_000
+"""Names looked up per statement on SQLite, well below its 32,766 bound parameters."""
+
+
+def _metric_ids(conn: Connection, run_key: int, names: list[str]) -> list[tuple[str, int]]:
+    """``(name, id)`` of the given names that the run has."""
+    if conn.dialect.name == "postgresql":
+        rows = conn.execute(
+            text("SELECT name, id FROM metrics WHERE run_key = :rk AND name = ANY(:names)"),
+            {"rk": run_key, "names": names},
+        )
+        return [(name, mid) for name, mid in rows]
+    found: list[tuple[str, int]] = []
+    for i in range(0, len(names), _SQLITE_NAMES_A_STATEMENT):
+        part = names[i : i + _SQLITE_NAMES_A_STATEMENT]
+        rows = conn.execute(
+            select(Metric.name, Metric.id).where(Metric.run_key == run_key, Metric.name.in_(part))
+        )
+        found.extend((name, mid) for name, mid in rows)
+    return found
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,13 @@ class Telemetry:
             "Time metric batches stood aside for dashboard and API reads in their worker.",
             registry=registry,
         )
+        self.refused = Counter(
+            "normwatch_admission_refused",
+            "Requests answered 503 because every slot of their kind stayed taken for the "
+            "whole wait (kind: ingest for metric batches, read for everything else).",
+            ["kind"],
+            registry=registry,
+        )
         self.latency = Histogram(
             "normwatch_http_request_duration_seconds",
             "Time to answer an HTTP request, by route template, method and status class.",
@@ -204,6 +211,10 @@ class Telemetry:
         latency.observe(elapsed_s)
         if batches is not None:
             batches.inc()
+
+    def count_refused(self, kind: str) -> None:
+        """A request of ``kind`` was refused at admission (see `admission.Admission`)."""
+        self.refused.labels(kind).inc()
 
     def sample_pool(self) -> None:
         """Copy the pool's current use into the gauges (called after each request)."""

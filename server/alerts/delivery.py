@@ -485,6 +485,20 @@ class Deliverer:
         return Attempt(False, retryable, status, error, time.monotonic() - started, retry_after)
 
 
+def error_summary(error: str | None) -> str | None:
+    """A delivery error without what the receiver said or where it pointed: the part
+    before the first colon (``"HTTP 500: <body>"`` → ``"HTTP 500"``).
+
+    >>> error_summary("HTTP 502: upstream token=abc expired")
+    'HTTP 502'
+    >>> error_summary("timed out (ReadTimeout)")
+    'timed out (ReadTimeout)'
+    """
+    if error is None:
+        return None
+    return error.split(":", 1)[0].strip()
+
+
 def _read_excerpt(response: httpx.Response) -> str:
     """The start of the response body, for the error message; the rest is not waited for."""
     chunks: list[bytes] = []
@@ -502,22 +516,27 @@ def _failed(started: float, error: str, *, retryable: bool) -> Attempt:
     return Attempt(False, retryable, None, error, time.monotonic() - started)
 
 
-def mask_channel(channel: Mapping[str, Any]) -> dict[str, Any]:
+def mask_channel(channel: Mapping[str, Any], *, show_path: bool = True) -> dict[str, Any]:
     """``channel`` as API responses show it: no secret, no Slack token, no query values.
+
+    With ``show_path`` false (what callers without the admin scope see), a webhook URL's
+    path is masked too: many receivers put their credential there.
 
     >>> mask_channel({"type": "slack", "url": "https://hooks.slack.com/services/T/B/X"})
     {'type': 'slack', 'url': 'https://hooks.slack.com/services/••••'}
+    >>> mask_channel({"type": "webhook", "url": "https://x.example/hook/T0k3n"}, show_path=False)
+    {'type': 'webhook', 'url': 'https://x.example/••••'}
     """
     masked = dict(channel)
     if masked.get("secret") is not None:
         masked["secret"] = MASK
     url = masked.get("url")
     if isinstance(url, str):
-        masked["url"] = _mask_url(url, slack=masked.get("type") == "slack")
+        masked["url"] = _mask_url(url, slack=masked.get("type") == "slack", show_path=show_path)
     return masked
 
 
-def _mask_url(url: str, *, slack: bool) -> str:
+def _mask_url(url: str, *, slack: bool, show_path: bool = True) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
@@ -536,6 +555,9 @@ def _mask_url(url: str, *, slack: bool) -> str:
     if parts.username is not None:
         userinfo = parts.username + (f":{MASK}" if parts.password is not None else "")
         origin = f"{parts.scheme}://{userinfo}@{origin.split('://', 1)[1]}"
+    if not show_path:
+        hidden = parts.path.strip("/") or parts.query or parts.fragment
+        return origin + (f"/{MASK}" if hidden else parts.path)
     query = "&".join(f"{item.split('=', 1)[0]}={MASK}" for item in parts.query.split("&") if item)
     fragment = f"#{MASK}" if parts.fragment else ""
     return origin + parts.path + (f"?{query}" if query else "") + fragment

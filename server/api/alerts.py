@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 
 from ..alerts.targets import parse_allow
 from ..schemas import (
+    INT32_MAX,
     AlertOut,
     AlertRuleCreate,
     AlertRuleOut,
@@ -16,23 +17,11 @@ from ..schemas import (
     TestDelivery,
 )
 from ..services import alert_rules as rules
-from ..services.runs import Forbidden
 from .deps import Admin, Reader, SessionDep, SettingsDep, SnapshotDep
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 
-
-def _fail(exc: Exception) -> HTTPException:
-    if isinstance(exc, rules.NotFound):
-        return HTTPException(404, str(exc))
-    if isinstance(exc, Forbidden):
-        return HTTPException(403, str(exc))
-    if isinstance(exc, rules.Conflict):
-        return HTTPException(409, str(exc))
-    return HTTPException(422, str(exc))
-
-
-_ERRORS = (rules.NotFound, Forbidden, rules.Conflict, ValueError)
+RuleIdPath = Annotated[int, Path(ge=1, le=INT32_MAX, description="The rule's id.")]
 
 
 @router.post("/alert-rules", status_code=201, response_model=AlertRuleOut)
@@ -41,10 +30,7 @@ def create_rule(
 ) -> AlertRuleOut:
     """Create a rule. Channel URLs that resolve to private or loopback addresses are refused
     unless ``NORMWATCH_WEBHOOK_ALLOW`` lists them; secrets are masked in every response."""
-    try:
-        out = rules.create_rule(session, who, body, parse_allow(settings.webhook_allow))
-    except _ERRORS as exc:
-        raise _fail(exc) from None
+    out = rules.create_rule(session, who, body, parse_allow(settings.webhook_allow))
     session.commit()
     return out
 
@@ -55,56 +41,46 @@ def list_rules(session: SessionDep, who: Reader) -> list[AlertRuleOut]:
 
 
 @router.get("/alert-rules/{rule_id}", response_model=AlertRuleOut)
-def get_rule(rule_id: int, session: SessionDep, who: Reader) -> AlertRuleOut:
-    try:
-        return rules.to_out(rules.get_rule(session, who, rule_id), who.project)
-    except _ERRORS as exc:
-        raise _fail(exc) from None
+def get_rule(rule_id: RuleIdPath, session: SessionDep, who: Reader) -> AlertRuleOut:
+    rule = rules.get_rule(session, who, rule_id)
+    return rules.to_out(rule, who.project, admin=who.can("admin"))
 
 
 @router.patch("/alert-rules/{rule_id}", response_model=AlertRuleOut)
 def update_rule(
-    rule_id: int, body: AlertRuleUpdate, session: SessionDep, who: Admin, settings: SettingsDep
+    rule_id: RuleIdPath,
+    body: AlertRuleUpdate,
+    session: SessionDep,
+    who: Admin,
+    settings: SettingsDep,
 ) -> AlertRuleOut:
     """Change fields; a new condition, metric or run selector restarts its evaluation."""
-    try:
-        out = rules.update_rule(session, who, rule_id, body, parse_allow(settings.webhook_allow))
-    except _ERRORS as exc:
-        raise _fail(exc) from None
+    out = rules.update_rule(session, who, rule_id, body, parse_allow(settings.webhook_allow))
     session.commit()
     return out
 
 
 @router.delete("/alert-rules/{rule_id}", status_code=204)
-def delete_rule(rule_id: int, session: SessionDep, who: Admin) -> Response:
-    try:
-        rules.delete_rule(session, who, rule_id)
-    except _ERRORS as exc:
-        raise _fail(exc) from None
+def delete_rule(rule_id: RuleIdPath, session: SessionDep, who: Admin) -> Response:
+    rules.delete_rule(session, who, rule_id)
     session.commit()
     return Response(status_code=204)
 
 
 @router.get("/alert-rules/{rule_id}/preview", response_model=RulePreview)
 def preview_rule(
-    rule_id: int, session: SnapshotDep, who: Reader, run: Annotated[str, Query()]
+    rule_id: RuleIdPath, session: SnapshotDep, who: Reader, run: Annotated[str, Query()]
 ) -> RulePreview:
     """Where the rule would have fired and resolved on a stored run."""
-    try:
-        return rules.preview_rule(session, who, rule_id, run)
-    except _ERRORS as exc:
-        raise _fail(exc) from None
+    return rules.preview_rule(session, who, rule_id, run)
 
 
 @router.post("/alert-rules/{rule_id}/test", response_model=list[TestDelivery])
 def test_rule(
-    rule_id: int, request: Request, session: SessionDep, who: Admin
+    rule_id: RuleIdPath, request: Request, session: SessionDep, who: Admin
 ) -> list[TestDelivery]:
     """Send a sample firing notification to each channel now, and report what happened."""
-    try:
-        rule = rules.get_rule(session, who, rule_id)
-    except _ERRORS as exc:
-        raise _fail(exc) from None
+    rule = rules.get_rule(session, who, rule_id)
     return rules.send_test(
         rule,
         who.project,

@@ -10,9 +10,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..auth import Principal, Scope, TokenCache
 from ..config import Settings
-from ..db import begin_snapshot
 from ..models import Run
 from ..services import runs as run_service
+
+MAX_RUN_ID = 64
+"""Run ids are 32 hex digits; longer ones name no run."""
 
 
 def get_settings(request: Request) -> Settings:
@@ -28,10 +30,11 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 def get_snapshot_session(request: Request) -> Iterator[Session]:
-    """A session reading one snapshot of the database (see `begin_snapshot`)."""
-    factory: sessionmaker[Session] = request.app.state.sessions
+    """A session reading one snapshot of the database (see `db.snapshot_factory`); like
+    every request session, it takes its connection at its first statement, after the
+    caller is authenticated."""
+    factory: sessionmaker[Session] = request.app.state.snapshot_sessions
     with factory() as session:
-        begin_snapshot(session)
         yield session
 
 
@@ -80,6 +83,8 @@ Admin = Annotated[Principal, Depends(require("admin"))]
 
 def owned_run(session: Session, who: Principal, run_id: str) -> tuple[Run, str]:
     """The run if it exists and belongs to the caller's project (404, then 403)."""
+    if len(run_id) > MAX_RUN_ID:  # no run has such an id; do not echo it back either
+        raise HTTPException(404, "no run with that id")
     found = run_service.get_run(session, run_id)
     if found is None:
         raise HTTPException(404, f"no run with id {run_id!r}")

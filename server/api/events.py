@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 
-from ..batch import BatchError
 from ..schemas import EventCreate, EventOut
 from ..services import ingest, query
 from .deps import Reader, SessionDep, Writer, owned_run
@@ -15,10 +14,7 @@ router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
 @router.post("", status_code=201, response_model=EventOut)
 def post_event(run_id: str, body: EventCreate, session: SessionDep, who: Writer) -> EventOut:
     run, _ = owned_run(session, who, run_id)
-    try:
-        out = ingest.add_event(session, run, body)
-    except BatchError as exc:
-        raise HTTPException(422, str(exc)) from None
+    out = ingest.add_event(session, run, body)
     session.commit()
     return out
 

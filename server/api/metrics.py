@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
 from ..auth import Principal
-from ..batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
+from ..batch import loads, parse_batch
 from ..metric_ids import metric_id_cache
-from ..schemas import Accepted, MetricOut, SeriesResponse
+from ..schemas import INT64_MAX, Accepted, MetricName, MetricOut, SeriesResponse
 from ..services import alerting, ingest, query
 from .body import read_limited_body
 from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
@@ -30,9 +30,9 @@ async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
     nothing twice. ``Content-Encoding: gzip`` is accepted.
     """
     state = request.app.state
-    async with state.ingest_slots.slot():
-        body = await read_limited_body(request, state.settings.max_body_bytes)
-        accepted, segment = await run_in_threadpool(_store, request, who, run_id, body)
+    # Admitted already: a slot of this worker's ingest slots is held (see admission.py).
+    body = await read_limited_body(request, state.settings.max_body_bytes)
+    accepted, segment = await run_in_threadpool(_store, request, who, run_id, body)
     return Response(
         orjson.dumps({"accepted": accepted, "segment": segment}),
         status_code=202,
@@ -46,33 +46,23 @@ def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[
     settings = state.settings
     # A chart or page being served in this worker goes first (see admission.py).
     _stand_aside(state)
-    try:
-        batch = parse_batch(loads(body), max_points=settings.max_batch_points)
-    except BatchTooLarge as exc:
-        raise HTTPException(413, str(exc)) from None
-    except BodyNotJson as exc:
-        raise HTTPException(400, str(exc)) from None
-    except BatchError as exc:
-        raise HTTPException(422, str(exc)) from None
+    # A bad batch raises a `BatchError`, answered with its status (see api/errors.py).
+    batch = parse_batch(
+        loads(body), max_points=settings.max_batch_points, max_metrics=settings.max_batch_metrics
+    )
     engine = state.engine
     known = metric_id_cache(engine)
     _stand_aside(state)
     with state.sessions() as session:
-        try:
-            result = ingest.ingest_batch(
-                session,
-                run_id,
-                batch,
-                project_id=who.project_id,
-                known=known,
-                rules=alerting.rule_cache(engine),
-            )
-        except ingest.RunNotFound as exc:
-            raise HTTPException(404, str(exc)) from None
-        except ingest.RunForbidden as exc:
-            raise HTTPException(403, str(exc)) from None
-        except BatchError as exc:
-            raise HTTPException(422, str(exc)) from None
+        result = ingest.ingest_batch(
+            session,
+            run_id,
+            batch,
+            project_id=who.project_id,
+            known=known,
+            rules=alerting.rule_cache(engine),
+            max_run_metrics=settings.max_run_metrics,
+        )
         session.commit()
     known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
     if result.notifications:
@@ -98,9 +88,9 @@ def get_series(
     run_id: str,
     session: SnapshotDep,
     who: Reader,
-    metric: Annotated[list[str], Query(min_length=1, max_length=64)],
-    start: int | None = None,
-    end: int | None = None,
+    metric: Annotated[list[MetricName], Query(min_length=1, max_length=64)],
+    start: Annotated[int | None, Query(ge=-INT64_MAX - 1, le=INT64_MAX)] = None,
+    end: Annotated[int | None, Query(ge=-INT64_MAX - 1, le=INT64_MAX)] = None,
     points: Annotated[int, Query(ge=1, le=query.MAX_POINTS)] = 1000,
 ) -> Response:
     """Series of the latest lineage in ``[start, end]``, M4-downsampled to ~``4·points``.
@@ -109,10 +99,7 @@ def get_series(
     at every zoom. Non-finite values come back as ``"NaN"``/``"Infinity"``/``"-Infinity"``.
     """
     run, _ = owned_run(session, who, run_id)
-    try:
-        series = query.read_series(session, run, metric, start=start, end=end, points=points)
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from None
+    series = query.read_series(session, run, metric, start=start, end=end, points=points)
     return Response(
         orjson.dumps({"series": [s.to_json() for s in series]}), media_type="application/json"
     )

@@ -14,10 +14,7 @@ router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
 @router.post("", response_model=RunOut)
 def create_run(body: RunCreate, session: SessionDep, who: Writer) -> RunOut:
     """Create a run, or resume the project's run of that name (see ``start_step``)."""
-    try:
-        out = run_service.create_or_resume(session, who, body)
-    except run_service.Forbidden as exc:
-        raise HTTPException(403, str(exc)) from None
+    out = run_service.create_or_resume(session, who, body)
     session.commit()
     return out
 

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .. import pyramid, storage
+from .. import errors, pyramid, storage
 from ..alerts import delivery
 from ..alerts.rules import StaleCondition, metric_matches, parse_condition, preview
 from ..auth import Principal
@@ -32,22 +32,23 @@ from .runs import Forbidden
 PREVIEW_MAX_METRICS = 256
 
 
-class Conflict(Exception):
+class Conflict(errors.Conflict):
     """A rule of that name already exists in the project."""
 
 
-class NotFound(LookupError):
+class NotFound(errors.NotFound):
     """No such rule or run in the caller's project."""
 
 
-def to_out(rule: AlertRule, project: str) -> AlertRuleOut:
+def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut:
+    """The rule as the API shows it; only ``admin`` viewers see webhook URL paths."""
     return AlertRuleOut(
         id=rule.id,
         project=project,
         name=rule.name,
         metric=rule.metric,
         condition=rule.condition,
-        channels=[delivery.mask_channel(c) for c in rule.channels or []],
+        channels=[delivery.mask_channel(c, show_path=admin) for c in rule.channels or []],
         runs=RunSelector(name=rule.run_name, tags=rule.run_tags or []),
         enabled=rule.enabled,
         created_at=rule.created_at,
@@ -56,7 +57,12 @@ def to_out(rule: AlertRule, project: str) -> AlertRuleOut:
 
 
 def _channels(raw: list[dict[str, Any]], allow: Collection[str]) -> list[dict[str, Any]]:
-    return [delivery.validate_channel(c, allow, field=f"channels[{i}]") for i, c in enumerate(raw)]
+    try:
+        return [
+            delivery.validate_channel(c, allow, field=f"channels[{i}]") for i, c in enumerate(raw)
+        ]
+    except ValueError as exc:  # a channel URL refused, or not a channel at all
+        raise errors.Invalid(str(exc)) from None
 
 
 def create_rule(
@@ -88,7 +94,7 @@ def list_rules(session: Session, who: Principal) -> list[AlertRuleOut]:
     rules = session.scalars(
         select(AlertRule).where(AlertRule.project_id == who.project_id).order_by(AlertRule.id)
     )
-    return [to_out(r, who.project) for r in rules]
+    return [to_out(r, who.project, admin=who.can("admin")) for r in rules]
 
 
 def get_rule(session: Session, who: Principal, rule_id: int) -> AlertRule:
@@ -150,7 +156,7 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
         raise NotFound(f"no run with id {run_id!r} in project {who.project!r}")
     condition = parse_condition(rule.condition)
     if isinstance(condition, StaleCondition):
-        raise ValueError("a stale rule depends on arrival times, which cannot be replayed")
+        raise errors.Invalid("a stale rule depends on arrival times, which cannot be replayed")
     metrics = [
         m
         for m in session.scalars(select(Metric).where(Metric.run_key == run.key))
@@ -227,7 +233,12 @@ def list_alerts(
     state: str | None = None,
     limit: int = 200,
 ) -> list[AlertOut]:
-    """The project's alert history, newest first, with each notification's delivery."""
+    """The project's alert history, newest first, with each notification's delivery.
+
+    A delivery's last error is shown whole to admins only: it may quote the receiver's
+    answer or a redirect's target. Others see its kind (``HTTP 500``, ``timed out``).
+    """
+    admin = who.can("admin")
     query = (
         select(Alert, AlertRule, Run)
         .join(AlertRule, AlertRule.id == Alert.rule_id)
@@ -273,7 +284,7 @@ def list_alerts(
                         status=n.status,
                         attempts=n.attempts,
                         delivered_at=n.delivered_at,
-                        last_error=n.last_error,
+                        last_error=n.last_error if admin else delivery.error_summary(n.last_error),
                     )
                     for n in by_alert.get(alert.id, [])
                 ],

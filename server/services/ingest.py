@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from .. import storage
+from .. import errors, storage
 from ..batch import BatchError, MetricBatch
 from ..metric_ids import MetricIdCache
 from ..models import Event, Run
@@ -14,11 +14,11 @@ from ..schemas import EventCreate, EventOut
 from . import alerting
 
 
-class RunNotFound(LookupError):
+class RunNotFound(errors.NotFound):
     """No run has that id."""
 
 
-class RunForbidden(LookupError):
+class RunForbidden(errors.Forbidden):
     """The run belongs to another project than the caller's."""
 
 
@@ -41,6 +41,7 @@ def ingest_batch(
     project_id: int | None = None,
     known: MetricIdCache | None = None,
     rules: alerting.RuleCache | None = None,
+    max_run_metrics: int | None = None,
 ) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
@@ -49,7 +50,8 @@ def ingest_batch(
     commit), each seeing the run's segment and last step as the one before left them. With
     ``project_id`` a run of another project raises `RunForbidden`. Metric ids found in
     ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`). Rules
-    come from ``rules`` while the project's rules are unchanged.
+    come from ``rules`` while the project's rules are unchanged. A batch that would give
+    the run more than ``max_run_metrics`` metric names raises `storage.TooManyMetrics`.
     """
     last = int(batch.steps.max()) if len(batch.steps) else None
     run = storage.lock_run(
@@ -67,7 +69,9 @@ def ingest_batch(
     segment = batch.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
-    metric_ids = storage.resolve_metric_ids(session, run.key, batch.logged_names, known=known)
+    metric_ids = storage.resolve_metric_ids(
+        session, run.key, batch.logged_names, known=known, max_run_metrics=max_run_metrics
+    )
     fresh = (
         last is not None
         and segment == run.segment

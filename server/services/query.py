@@ -10,6 +10,7 @@ import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from .. import pyramid, storage
+from ..errors import Invalid
 from ..m4 import m4_select
 from ..models import Run
 from ..schemas import EventOut, MetricOut
@@ -72,9 +73,9 @@ def read_series(
     each a real stored (step, value). A metric the run never logged comes back empty.
     """
     if points < 1 or points > MAX_POINTS:
-        raise ValueError(f"points must be between 1 and {MAX_POINTS}, got {points}")
+        raise Invalid(f"points must be between 1 and {MAX_POINTS}, got {points}")
     if start is not None and end is not None and end < start:
-        raise ValueError(f"end ({end}) must not be below start ({start})")
+        raise Invalid(f"end ({end}) must not be below start ({start})")
     lineage, ids = storage.series_keys(session, run.key, metrics)
     out = []
     for name in metrics:

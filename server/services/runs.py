@@ -8,13 +8,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .. import storage
+from .. import errors, storage
 from ..auth import Principal, get_or_create_project
 from ..models import Project, Run, Segment
 from ..schemas import RunCreate, RunOut, RunUpdate, SegmentOut
 
 
-class Forbidden(Exception):
+class Forbidden(errors.Forbidden):
     """The principal may not act on that project."""
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from normwatch.server.admission import InteractiveRequests, ReadsFirst, _is_batch
+from normwatch.server.admission import InteractiveRequests, ReadsFirst, is_batch
 from starlette.types import Message, Receive, Scope, Send
 
 from normwatch.testing import running_server
@@ -55,7 +55,7 @@ def test_a_long_read_holds_a_batch_back_only_up_to_the_limit() -> None:
     ],
 )
 def test_only_metric_batches_are_batch_work(method: str, path: str, batch: bool) -> None:
-    assert _is_batch({"type": "http", "method": method, "path": path}) is batch
+    assert is_batch({"type": "http", "method": method, "path": path}) is batch
 
 
 def test_a_request_is_interactive_from_its_body_to_its_answer() -> None:

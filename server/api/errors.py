@@ -1,0 +1,134 @@
+"""How failures become HTTP answers: one mapping for the whole service.
+
+- A refusal of :mod:`normwatch.server.errors` (not found, forbidden, conflict, too large,
+  invalid, a bad metric batch): its status and ``{"detail": "<why>"}``.
+- A request body or query that fails validation: 422 in FastAPI's shape
+  ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``, without the offending input (a 40 MiB
+  field is not sent back) and with context values shortened.
+- The database away or overloaded (a refused or dropped connection, the pool exhausted,
+  a statement cancelled by its timeout, SQLite's write lock held too long): 503 with
+  ``Retry-After``; the same request works a moment later.
+- A value the database refused that validation let through (a number past its column's
+  range, text it cannot encode): 422, logged as a warning, since validation should have
+  caught it.
+- Anything else: 500 ``{"detail": "internal error", "error_id": ...}``, with the
+  traceback logged under that id. A 500 is always a bug.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from ..errors import ServiceError
+
+__all__ = ["RETRY_AFTER_S", "install", "is_unavailable", "unavailable", "validation_details"]
+
+log = logging.getLogger("normwatch.server")
+
+RETRY_AFTER_S = 2
+"""What a 503 for an unavailable database tells clients to wait, in seconds."""
+
+_CONTEXT_CHARS = 200
+
+
+def unavailable(reason: str, retry_after_s: float = RETRY_AFTER_S) -> JSONResponse:
+    """503 with ``Retry-After`` (whole seconds, at least 1)."""
+    return JSONResponse(
+        {"detail": f"{reason}; retry shortly"},
+        status_code=503,
+        headers={"Retry-After": str(max(1, round(retry_after_s)))},
+    )
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True for database failures that a retry a moment later can get past."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated or isinstance(exc, OperationalError):
+            return True
+        return isinstance(exc.orig, psycopg.errors.QueryCanceled | psycopg.OperationalError)
+    return False
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    @app.exception_handler(ServiceError)
+    async def service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_details(exc.errors())}, status_code=422)
+
+    @app.exception_handler(PoolTimeout)
+    async def pool_exhausted(_request: Request, exc: PoolTimeout) -> JSONResponse:
+        log.warning("database pool exhausted: %s", exc)
+        return unavailable("the service is busy (no database connection free)")
+
+    @app.exception_handler(DBAPIError)
+    async def database_error(request: Request, exc: DBAPIError) -> JSONResponse:
+        if is_unavailable(exc):
+            log.warning("database unavailable: %s", exc.orig)
+            return unavailable("database unavailable")
+        if isinstance(exc, DataError):
+            log.warning(
+                "%s %s: value the database refused: %s", request.method, request.url.path, exc.orig
+            )
+            return JSONResponse(
+                {"detail": f"a value cannot be stored: {_first_line(exc.orig)}"},
+                status_code=422,
+            )
+        return internal_error(request, exc)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return internal_error(request, exc)
+
+
+def internal_error(request: Request, exc: BaseException) -> JSONResponse:
+    error_id = uuid.uuid4().hex[:12]
+    log.error(
+        "internal error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc
+    )
+    return JSONResponse({"detail": "internal error", "error_id": error_id}, status_code=500)
+
+
+def validation_details(errors: Any) -> list[dict[str, Any]]:
+    """FastAPI's validation errors without the offending input, context values shortened."""
+    details: list[dict[str, Any]] = []
+    for error in errors:
+        item: dict[str, Any] = {
+            "type": str(error.get("type", "value_error")),
+            "loc": [p if isinstance(p, int) else str(p) for p in error.get("loc", ())],
+            "msg": _shorten(str(error.get("msg", ""))),
+        }
+        ctx = error.get("ctx")
+        if isinstance(ctx, dict) and ctx:
+            item["ctx"] = {str(k): _context_value(v) for k, v in ctx.items()}
+        details.append(item)
+    return details
+
+
+def _context_value(value: object) -> object:
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    return _shorten(str(value))
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _CONTEXT_CHARS else text[: _CONTEXT_CHARS - 1] + "…"
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return _shorten(str(exc).strip().splitlines()[0] if exc is not None and str(exc) else "")
