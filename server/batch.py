@@ -130,7 +130,9 @@ def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) ->
     names, values, logged = _parse_metrics(metrics, len(steps))
     segment = doc.get("segment")
     if segment is not None and (type(segment) is not int or not 1 <= segment <= SEGMENT_MAX):
-        raise BatchError(f"segment: must be an integer from 1 to {SEGMENT_MAX}, got {segment!r}")
+        raise BatchError(
+            f"segment: must be an integer from 1 to {SEGMENT_MAX}, got {_shown(segment)}"
+        )
     return MetricBatch(steps=steps, names=names, values=values, logged=logged, segment=segment)
 
 
@@ -164,9 +166,9 @@ def _reject_steps(raw: list[Any]) -> NoReturn:
     """Raise naming the first step that is not an integer in ``[0, INT64_MAX]``."""
     for i, step in enumerate(raw):
         if type(step) is not int:
-            raise BatchError(f"steps[{i}]: must be an integer, got {step!r}")
+            raise BatchError(f"steps[{i}]: must be an integer, got {_shown(step)}")
         if step < 0 or step > INT64_MAX:
-            raise BatchError(f"steps[{i}]: must be between 0 and {INT64_MAX}, got {step}")
+            raise BatchError(f"steps[{i}]: must be between 0 and {INT64_MAX}, got {_shown(step)}")
     raise BatchError(f"steps: must be integers between 0 and {INT64_MAX}")
 
 
@@ -192,16 +194,20 @@ def _parse_metrics(
     plain_rows: list[list[float]] = []
     for i, (name, raw) in enumerate(metrics.items()):
         if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
-            raise BatchError(f"metrics: name {name!r} must be 1 to {MAX_METRIC_NAME} characters")
+            raise BatchError(
+                f"metrics: name {_shown_name(name)} must be 1 to {MAX_METRIC_NAME} characters"
+            )
         if _CONTROL.search(name):
-            raise BatchError(f"metrics: name {name!r} contains a control character")
+            raise BatchError(f"metrics: name {_shown_name(name)} contains a control character")
         if not _encodable(name):
-            raise BatchError(f"metrics: name {name!r} holds a lone surrogate (not valid Unicode)")
+            raise BatchError(
+                f"metrics: name {_shown_name(name)} holds a lone surrogate (not valid Unicode)"
+            )
         if not isinstance(raw, list):
-            raise BatchError(f"metrics[{name!r}]: must be an array of values")
+            raise BatchError(f"metrics[{_shown_name(name)}]: must be an array of values")
         if len(raw) != length:
             raise BatchError(
-                f"metrics[{name!r}]: has {len(raw)} values but steps has {length}; "
+                f"metrics[{_shown_name(name)}]: has {len(raw)} values but steps has {length}; "
                 "every array must have the length of steps"
             )
         kinds = set(map(type, raw))
@@ -238,6 +244,36 @@ def _all_plain(names: list[Any], rows: list[Any], length: int) -> bool:
     )
 
 
+def _shown(value: Any) -> str:
+    """``value`` as an error message quotes it: short, and safe for any decoded JSON (a
+    repr of an array nested 5,000 deep, or of an integer of 5,000 digits, would raise)."""
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "...'"
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() <= 128:
+            return str(value)
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, list):
+        return f"an array of {len(value)} item(s)"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} field(s)"
+    return type(value).__name__
+
+
+_SHOWN = 80
+"""Characters of a string quoted in an error message."""
+
+
+def _shown_name(name: Any) -> str:
+    """A metric name as a message quotes it: whole when within the limit on names."""
+    if isinstance(name, str) and len(name) <= MAX_METRIC_NAME:
+        return repr(name)
+    return _shown(name)
+
+
 def _encodable(text: str) -> bool:
     """True unless ``text`` holds a lone surrogate, which no text column can store."""
     try:
@@ -259,7 +295,9 @@ def _parse_values(
             try:
                 values[i] = float(v)
             except OverflowError:
-                raise BatchError(f"metrics[{name!r}][{i}]: {v} is out of float range") from None
+                raise BatchError(
+                    f"metrics[{_shown_name(name)}][{i}]: {_shown(v)} is out of float range"
+                ) from None
         elif v is None:
             logged[i] = False
             values[i] = math.nan
@@ -267,6 +305,6 @@ def _parse_values(
             values[i] = NON_FINITE[v]
         else:
             raise BatchError(
-                f'metrics[{name!r}][{i}]: must be a number, null, "NaN", "Infinity" or '
-                f'"-Infinity", got {v!r}'
+                f'metrics[{_shown_name(name)}][{i}]: must be a number, null, "NaN", "Infinity" or '
+                f'"-Infinity", got {_shown(v)}'
             )

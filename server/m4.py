@@ -34,9 +34,7 @@ def m4_select(steps: IntArray, values: FloatArray, buckets: int, start: int, end
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    span = end - start + 1
-    bucket = ((steps - start).astype(np.float64) * buckets / span).astype(np.int64)
-    np.clip(bucket, 0, buckets - 1, out=bucket)
+    bucket = bucket_of(steps, buckets, int(start), int(end))
     # Start index of each run of equal bucket ids (steps are sorted, so buckets are too).
     starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
     ends = np.r_[starts[1:], n] - 1
@@ -54,6 +52,25 @@ def m4_select(steps: IntArray, values: FloatArray, buckets: int, start: int, end
         keep.append(nan_idx[first_in_bucket])
     selected = np.unique(np.concatenate(keep))
     return selected[selected >= 0]
+
+
+def bucket_of(steps: IntArray, buckets: int, start: int, end: int) -> IntArray:
+    """Each step's bucket, ``⌊(step − start) · buckets / (end − start + 1)⌋``, exactly.
+
+    In integers, not floats: with steps near 2**53 and beyond, a float quotient put points
+    at a bucket's edge into its neighbour. Where the product could pass 2**63, the buckets'
+    first steps are worked out in Python's unbounded integers instead.
+    """
+    span = end - start + 1
+    bucket: IntArray
+    if (span - 1) * buckets < 2**63:
+        bucket = (steps - np.int64(start)) * np.int64(buckets) // np.int64(span)
+    else:
+        # Bucket k's first step is start + ⌈k · span / buckets⌉.
+        firsts = [start + -(-k * span // buckets) for k in range(1, buckets)]
+        bucket = np.searchsorted(np.array(firsts, dtype=np.int64), steps, side="right")
+    clipped: IntArray = np.clip(bucket, 0, buckets - 1).astype(np.int64, copy=False)
+    return clipped
 
 
 def _segment_argext(

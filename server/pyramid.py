@@ -162,7 +162,7 @@ def gather(
                 session, run_key, metric_id, storage.Lineage(((seg, seg_lo, seg_hi),)), start, end
             )
             walk.hot = Points(hs, hv)
-        hot_parts.append(walk.hot)
+        hot_parts.append(walk.without_compacted(walk.hot))
     compacted = _concat(parts)
     compacted_narrow = None
     if any(n is not None for n in part_narrow):
@@ -325,6 +325,39 @@ class _Walk:
             self.total += int(counts.sum())
             if bool((counts > 1).any()):
                 self.summarized = True
+
+    def without_compacted(self, hot: Points) -> Points:
+        """``hot`` less the points whose step is compacted already (and stood for by one of
+        the summaries the walk used): a point re-sent after its step was compacted waits
+        hot for the next compaction, where the stored value wins; a read must not count or
+        draw it meanwhile. Points in opened chunks are matched by step in `gather`; here
+        only the few late points inside a summary cost a look at their chunks' steps.
+        """
+        if not self.used or not len(hot):
+            return hot
+        used = self.used[0] if len(self.used) == 1 else np.concatenate(self.used)
+        order = np.argsort(used["first_step"], kind="stable")
+        firsts, lasts = used["first_step"][order], used["last_step"][order]
+        at = np.searchsorted(firsts, hot.steps, side="right") - 1
+        inside = (at >= 0) & (hot.steps <= lasts[np.maximum(at, 0)])
+        if not inside.any():
+            return hot
+        late = hot.steps[inside]
+        rows = _fetch(
+            self.conn,
+            "SELECT first_step, last_step, data FROM chunks WHERE run_key = :rk "
+            "AND metric_id = :mid AND segment = :seg AND first_step <= :hi AND last_step >= :lo",
+            {**self.key, "lo": int(late.min()), "hi": int(late.max())},
+        )
+        stored = np.zeros(len(late), dtype=np.bool_)
+        for first, last, data in rows:
+            if data is None:  # thinned by retention: its steps are no longer known one by one
+                stored |= (late >= first) & (late <= last)
+            else:
+                stored |= np.isin(late, chunks.decode(bytes(data)).steps)
+        compacted = np.zeros(len(hot), dtype=np.bool_)
+        compacted[inside] = stored
+        return hot.take(~compacted) if compacted.any() else hot
 
     def points(self) -> tuple[Points, npt.NDArray[np.bool_] | None]:
         """What the walk found, ascending by step, and which of it is widened float32."""

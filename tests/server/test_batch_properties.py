@@ -146,6 +146,10 @@ def place_named(message: str, doc: Any) -> str:
     for name in metrics if isinstance(metrics, dict) else ():
         if message.startswith(f"metrics: name {name!r} "):
             return f"name {name!r}"
+        # A name past the length limit is quoted cut short: its first characters, then ...'
+        cut = re.match(r"metrics: name (.*)\.\.\.' must be", message)
+        if cut and len(name) > MAX_NAME and repr(name).startswith(cut[1]):
+            return f"name {name!r}"
         column = f"metrics[{name!r}]"
         if message.startswith(column):
             rest = message[len(column) :]
