@@ -25,6 +25,7 @@ SEGMENT_MAX = 2**15 - 1
 MAX_CONFIG_BYTES = 64 * 1024
 MAX_CONFIG_DEPTH = 32
 MAX_TAG = 128
+MAX_TAGS = 64
 
 
 def plain_text(value: str) -> str:

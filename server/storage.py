@@ -540,6 +540,14 @@ def events_of(session: Session, run_key: int) -> list[Event]:
     )
 
 
+def event_count(session: Session, run_key: int) -> int:
+    return int(
+        session.connection()
+        .execute(text("SELECT count(*) FROM events WHERE run_key = :rk"), {"rk": run_key})
+        .scalar_one()
+    )
+
+
 def run_exists(session: Session, run_id: str) -> bool:
     return (
         session.connection()

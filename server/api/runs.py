@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
 
 from ..schemas import RunCreate, RunOut, RunUpdate
 from ..services import runs as run_service
@@ -20,11 +22,16 @@ def create_run(body: RunCreate, session: SessionDep, who: Writer) -> RunOut:
 
 
 @router.get("", response_model=list[RunOut])
-def list_runs(session: SessionDep, who: Reader, project: str | None = None) -> list[RunOut]:
+def list_runs(
+    session: SessionDep,
+    who: Reader,
+    project: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="Most runs returned.")] = 1000,
+) -> list[RunOut]:
     """Runs of a project, most recently active first."""
     if project is not None and project != who.project:
         raise HTTPException(403, f"this token belongs to project {who.project!r}")
-    return run_service.list_runs(session, who.project)
+    return run_service.list_runs(session, who.project, limit=limit)
 
 
 @router.get("/{run_id}", response_model=RunOut)

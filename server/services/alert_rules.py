@@ -6,7 +6,7 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -30,6 +30,10 @@ from .query import encode_value
 from .runs import Forbidden
 
 PREVIEW_MAX_METRICS = 256
+PREVIEW_MAX_POINTS = 20_000_000
+"""Stored points a preview replays at most (about 10 s of work)."""
+MAX_PROJECT_RULES = 1_000
+"""Rules a project may have: every batch of its runs is matched against each."""
 
 
 class Conflict(errors.Conflict):
@@ -71,6 +75,11 @@ def create_rule(
     project = body.project or who.project
     if project != who.project:
         raise Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
+    have = session.scalar(
+        select(func.count()).select_from(AlertRule).where(AlertRule.project_id == who.project_id)
+    )
+    if (have or 0) >= MAX_PROJECT_RULES:
+        raise Conflict(f"project {project!r} has {have} rules, the most it may have")
     rule = AlertRule(
         project_id=who.project_id,
         name=body.name,
@@ -164,8 +173,15 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     ][:PREVIEW_MAX_METRICS]
     lineage = storage.lineage_of(storage.segments_of(session, run.key))
     transitions: list[PreviewTransition] = []
+    replayed = 0
     for metric in metrics:
         stored = pyramid.read_all(session, run.key, metric.id, lineage, None, None)
+        replayed += len(stored.steps)
+        if replayed > PREVIEW_MAX_POINTS:
+            raise errors.TooLarge(
+                f"the rule matches more than {PREVIEW_MAX_POINTS:,} stored points of this run; "
+                "preview it with a narrower metric"
+            )
         steps, values = stored.steps, stored.values
         for t in preview(condition, steps.tolist(), values.tolist()):
             transitions.append(

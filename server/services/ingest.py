@@ -82,10 +82,16 @@ def ingest_batch(
     return Ingested(points, segment, owed, metric_ids, run.key)
 
 
+MAX_RUN_EVENTS = 10_000
+"""Events a run may hold: each is drawn on every chart of the run."""
+
+
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:
     segment = body.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
+    if storage.event_count(session, run.key) >= MAX_RUN_EVENTS:
+        raise errors.Conflict(f"the run has {MAX_RUN_EVENTS} events already, the most it may hold")
     event = Event(run_key=run.key, segment=segment, step=body.step, kind=body.kind, text=body.text)
     session.add(event)
     session.flush()

@@ -11,7 +11,15 @@ from sqlalchemy.orm import Session
 from .. import errors, storage
 from ..auth import Principal, get_or_create_project
 from ..models import Project, Run, Segment
-from ..schemas import RunCreate, RunOut, RunUpdate, SegmentOut
+from ..schemas import (
+    MAX_TAGS,
+    SEGMENT_MAX,
+    RunCreate,
+    RunOut,
+    RunUpdate,
+    SegmentOut,
+    json_document,
+)
 
 
 class Forbidden(errors.Forbidden):
@@ -69,14 +77,29 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
             )
         )
     if body.start_step is not None and reference is not None and body.start_step <= reference:
+        if run.segment >= SEGMENT_MAX:
+            raise errors.Conflict(
+                f"run {run.name!r} has restarted {SEGMENT_MAX - 1} times, the most it may; "
+                "start a run of another name"
+            )
         run.segment += 1
         session.add(Segment(run_key=run.key, segment=run.segment, start_step=body.start_step))
         run.last_step = None
         storage.forget_latest(session, run.key)
     if body.config:
-        run.config = {**(run.config or {}), **body.config}
+        config = {**(run.config or {}), **body.config}
+        try:
+            json_document(config)
+        except ValueError as exc:
+            raise errors.Invalid(f"config: merged with the run's, it {exc}") from None
+        run.config = config
     if body.tags:
-        run.tags = sorted(set(run.tags or []) | set(body.tags))
+        tags = sorted(set(run.tags or []) | set(body.tags))
+        if len(tags) > MAX_TAGS:
+            raise errors.Invalid(
+                f"tags: the run would have {len(tags)} tags; a run may have at most {MAX_TAGS}"
+            )
+        run.tags = tags
     run.status = "running"
     run.last_seen = storage.now()
     session.flush()
@@ -124,12 +147,14 @@ def describe(session: Session, run: Run, project: str) -> RunOut:
     return to_out(run, project, _segments(session, run))
 
 
-def list_runs(session: Session, project: str) -> list[RunOut]:
+def list_runs(session: Session, project: str, *, limit: int = 1000) -> list[RunOut]:
+    """The project's runs, most recently active first, at most ``limit`` of them."""
     rows = session.execute(
         select(Run, Project.name)
         .join(Project, Project.id == Run.project_id)
         .where(Project.name == project)
-        .order_by(Run.last_seen.desc())
+        .order_by(Run.last_seen.desc(), Run.key.desc())
+        .limit(limit)
     )
     return [to_out(run, name) for run, name in rows]
 

@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,9 +21,17 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from normwatch.server.auth import Principal, create_token
 from normwatch.server.compaction import Policy, compact_everything
 from normwatch.server.db import build_engine, session_factory, snapshot_factory
-from sqlalchemy import text
+from normwatch.server.errors import Conflict, Invalid
+from normwatch.server.models import AlertRule, Event, Project, Run, Segment
+from normwatch.server.schemas import SEGMENT_MAX, AlertRuleCreate, EventCreate, RunCreate
+from normwatch.server.services.alert_rules import MAX_PROJECT_RULES, create_rule
+from normwatch.server.services.ingest import MAX_RUN_EVENTS, add_event
+from normwatch.server.services.runs import create_or_resume
+from sqlalchemy import insert, select, text, update
+from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, running_server
 from tests.conftest import Tenant, make_tenant
@@ -418,3 +427,89 @@ def test_read_tokens_see_neither_webhook_paths_nor_receiver_answers(
     assert admin_error is not None and "api_key=sk-live-12345" in admin_error
     assert read_url == f"http://127.0.0.1:{port}/••••"
     assert read_error == "HTTP 500"
+
+
+# --- what a project and a run may hold --------------------------------------------------------
+
+
+def principal(session: Session) -> Principal:
+    """An admin of a project of its own."""
+    _, token = create_token(session, f"bounds-{uuid.uuid4().hex[:8]}", "admin")
+    project = session.get(Project, token.project_id)
+    assert project is not None
+    return Principal(token.id, token.project_id, project.name, "admin")
+
+
+def test_resumes_cannot_grow_a_runs_config_or_tags_past_their_bounds(db_session: Session) -> None:
+    who = principal(db_session)
+    half = {f"k{i}": "v" * 1000 for i in range(40)}  # ~41 KB: fine alone
+    create_or_resume(db_session, who, RunCreate(name="r", config=half, tags=["a"] * 1))
+    other = {f"j{i}": "v" * 1000 for i in range(40)}
+    with pytest.raises(Invalid, match=r"config: merged with the run's, it is \d+ bytes"):
+        create_or_resume(db_session, who, RunCreate(name="r", config=other))
+    create_or_resume(db_session, who, RunCreate(name="r", tags=[f"t{i}" for i in range(63)]))
+    with pytest.raises(Invalid, match="the run would have 65 tags; a run may have at most 64"):
+        create_or_resume(db_session, who, RunCreate(name="r", tags=["one-more"]))
+
+
+def test_a_run_restarted_as_often_as_its_segments_allow_is_refused(db_session: Session) -> None:
+    who = principal(db_session)
+    made = create_or_resume(db_session, who, RunCreate(name="r", start_step=0))
+    db_session.execute(update(Run).where(Run.id == made.id).values(segment=SEGMENT_MAX))
+    run = db_session.scalar(select(Run).where(Run.id == made.id))
+    assert run is not None
+    db_session.add(Segment(run_key=run.key, segment=SEGMENT_MAX, start_step=0))
+    db_session.flush()
+    db_session.expire_all()
+    with pytest.raises(Conflict, match="has restarted 32766 times"):
+        create_or_resume(db_session, who, RunCreate(name="r", start_step=0))
+
+
+def test_a_run_holds_a_bounded_number_of_events(db_session: Session) -> None:
+    who = principal(db_session)
+    made = create_or_resume(db_session, who, RunCreate(name="r"))
+    run = db_session.scalar(select(Run).where(Run.id == made.id))
+    assert run is not None
+    db_session.execute(
+        insert(Event),
+        [
+            {"run_key": run.key, "segment": 1, "step": i, "kind": "note", "text": "t"}
+            for i in range(MAX_RUN_EVENTS - 1)
+        ],
+    )
+    add_event(db_session, run, EventCreate(step=1, text="the last one that fits"))
+    with pytest.raises(Conflict, match="has 10000 events already"):
+        add_event(db_session, run, EventCreate(step=2, text="one too many"))
+
+
+def test_a_project_holds_a_bounded_number_of_rules(db_session: Session) -> None:
+    who = principal(db_session)
+    db_session.execute(
+        insert(AlertRule),
+        [
+            {
+                "project_id": who.project_id,
+                "name": f"rule {i}",
+                "metric": "loss",
+                "condition": {"kind": "non_finite"},
+                "channels": [],
+                "run_name": "*",
+                "run_tags": [],
+            }
+            for i in range(MAX_PROJECT_RULES)
+        ],
+    )
+    body = AlertRuleCreate.model_validate(
+        {"name": "one too many", "metric": "loss", "condition": {"kind": "non_finite"}}
+    )
+    with pytest.raises(Conflict, match="has 1000 rules, the most it may have"):
+        create_rule(db_session, who, body, ())
+
+
+def test_runs_are_listed_up_to_a_limit(api: httpx.Client, tenant: Tenant) -> None:
+    for name in ("a", "b", "c"):
+        create_run(api, tenant, name)
+    listed = api.get("/api/v1/runs", params={"limit": 2}, headers=tenant.headers("read"))
+    assert [r["name"] for r in listed.json()] == ["c", "b"]
+    too_many = api.get("/api/v1/runs", params={"limit": 10**6}, headers=tenant.headers("read"))
+    assert too_many.status_code == 422
