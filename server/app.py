@@ -31,6 +31,23 @@ def serve_app() -> FastAPI:
     return create_app(freeze_gc=True)
 
 
+def _check_pool(settings: Settings) -> None:
+    """Warn when the pool cannot serve every admitted request at once: those beyond it wait
+    for a connection (``NORMWATCH_DB_POOL_TIMEOUT_S``) and then get 503."""
+    admitted = settings.ingest_concurrency + settings.read_concurrency
+    # The pool opens as many connections again past its size; the dispatcher takes one.
+    if not settings.database_url.startswith("sqlite") and 2 * settings.db_pool_size < admitted + 1:
+        log.warning(
+            "NORMWATCH_DB_POOL_SIZE=%d gives at most %d connections, fewer than the %d requests "
+            "admitted at once (NORMWATCH_INGEST_CONCURRENCY + NORMWATCH_READ_CONCURRENCY) and "
+            "the alert dispatcher: raise it to at least %d",
+            settings.db_pool_size,
+            2 * settings.db_pool_size,
+            admitted,
+            (admitted + 2) // 2,
+        )
+
+
 def create_app(
     settings: Settings | None = None, *, dashboard: bool = True, freeze_gc: bool = False
 ) -> FastAPI:
@@ -43,6 +60,7 @@ def create_app(
     ten seconds.
     """
     settings = settings or Settings()
+    _check_pool(settings)
     engine = engine_from_settings(settings)
 
     sessions = session_factory(engine)
