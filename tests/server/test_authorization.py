@@ -1,0 +1,1107 @@
+"""The authorization matrix: every route of the service and every dashboard callback, for
+each kind of caller, on the caller's own project and on another project, against a real
+server on Postgres.
+
+Callers, all of project "own":
+
+    none     no token, no session cookie
+    revoked  an admin token, revoked (its dashboard session was opened before that)
+    expired  an admin token past its expiry (likewise)
+    ingest   an ingest token (it cannot open a dashboard session: its requests carry none)
+    read     a read token, or a session opened with it
+    admin    an admin token, or a session opened with it
+
+Targets: the caller's own project's run, rule and token ("own"); another project's
+("other": by id in the path, or named in a query or body); for id routes, an id that no
+project has ("unknown").
+
+The tables write out what each caller gets, from the contract and the code: 401 without
+a token or with a bad, revoked or expired one; 403 for a scope too narrow (checked first)
+or another project's objects; 404 for an unknown id. Dashboard pages without a session
+redirect (303) to /login and callbacks answer 401. For callbacks a cell reads
+
+    ok       answered (200), showing the caller's data; a change is made in the database
+    refused  answered (200) with an error message, and nothing changes in the database
+    hidden   answered without error, showing nothing of the other project
+             (for the page router: its not-found view)
+
+Every answer, whoever asked, must hold nothing of the other project (its run's name, its
+rule's name, its event's text, its metric's name), and every refusal, and every GET,
+must leave the database as it was. The test also checks that the tables cover every route
+the app has and every server-side callback the dashboard registers: a new one fails here
+until someone writes its row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import iter_route_contexts
+from normwatch.server.app import create_app
+from normwatch.server.auth import Scope, create_token, revoke_token
+from normwatch.server.config import Settings
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.models import AlertRule, ApiToken, Event, Metric, Run, utcnow
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.routing import Mount, WebSocketRoute
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+from websockets.typing import Origin
+
+from normwatch.testing import ServerProcess, running_server
+from tests.conftest import Tenant, make_tenant
+
+CALLERS = ("none", "revoked", "expired", "ingest", "read", "admin")
+OK, REFUSED, HIDDEN = "ok", "refused", "hidden"
+Expect = int | str
+Cells = tuple[Expect, Expect, Expect, Expect, Expect, Expect]
+METRICS_TOKEN = "scrape-" + uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request, and what each caller in `CALLERS` order gets for each target."""
+
+    route: str
+    """``METHOD /path`` as the app declares it (``WS`` for a websocket), or, for a
+    callback, the callback's name in the dashboard's code."""
+    what: str
+    own: Cells | None
+    other: Cells | None = None
+    unknown: Cells | None = None
+
+
+# --- the tables ---------------------------------------------------------------------------
+# Cells in CALLERS order: (none, revoked, expired, ingest, read, admin).
+# fmt: off
+
+API = [
+    Row("POST /api/v1/runs", "create or resume a run (other: body names the other project)",
+        own=(401, 401, 401, 200, 403, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("GET /api/v1/runs", "list runs (other: ?project=other)",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("GET /api/v1/runs/{run_id}", "describe a run",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("PATCH /api/v1/runs/{run_id}", "replace a run's tags",
+        own=(401, 401, 401, 200, 403, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 404, 403, 404)),
+    Row("POST /api/v1/runs/{run_id}/metrics", "post a metric batch",
+        own=(401, 401, 401, 202, 403, 202), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 404, 403, 404)),
+    Row("GET /api/v1/runs/{run_id}/metrics", "list a run's metrics",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/runs/{run_id}/series", "read a series",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("POST /api/v1/runs/{run_id}/events", "post an event",
+        own=(401, 401, 401, 201, 403, 201), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 404, 403, 404)),
+    Row("GET /api/v1/runs/{run_id}/events", "list a run's events",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/alert-rules", "list rules (other: ?project=other, which it ignores)",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 200, 200)),
+    Row("POST /api/v1/alert-rules", "create a rule (other: body names the other project)",
+        own=(401, 401, 401, 403, 403, 201), other=(401, 401, 401, 403, 403, 403)),
+    Row("GET /api/v1/alert-rules/{rule_id}", "describe a rule",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("PATCH /api/v1/alert-rules/{rule_id}", "enable a rule",
+        own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+    Row("DELETE /api/v1/alert-rules/{rule_id}", "delete a rule (a fresh one each time)",
+        own=(401, 401, 401, 403, 403, 204), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+    Row("GET /api/v1/alert-rules/{rule_id}/preview", "preview the target's rule on its run",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/alert-rules/{rule_id}/preview", "preview an own rule on the target's run",
+        own=None, other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("POST /api/v1/alert-rules/{rule_id}/test", "test-send a rule (it has no channels)",
+        own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+    Row("GET /api/v1/alerts", "alert history (other: ?project=other)",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("GET /api/v1/alerts", "alert history of one run (?run=)",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/tokens", "list tokens (other: ?project=other)",
+        own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("POST /api/v1/tokens", "create a token (other: body names the other project)",
+        own=(401, 401, 401, 403, 403, 201), other=(401, 401, 401, 403, 403, 403)),
+    Row("DELETE /api/v1/tokens/{token_id}", "revoke a token (a fresh one each time)",
+        own=(401, 401, 401, 403, 403, 204), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+    Row("POST /api/v1/tokens/{token_id}/rotate", "rotate a token (a fresh one each time)",
+        own=(401, 401, 401, 403, 403, 201), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+]
+
+# Outside /api: no project to name, except in a run page's URL. Bearer tokens are sent where
+# a script would send one (/healthz, /metrics, the API's description and docs); dashboard
+# paths get the caller's session cookie.
+SITE = [
+    Row("GET /healthz", "health",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /metrics", "scrape (NORMWATCH_METRICS_TOKEN is set; API tokens are not it)",
+        own=(401, 401, 401, 401, 401, 401)),
+    Row("GET /openapi.json", "the API description",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /docs", "Swagger UI",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /docs/oauth2-redirect", "Swagger UI's redirect",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /redoc", "ReDoc",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /login", "the login form",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /login", "?token= of the caller, typed (no token: the form)",
+        own=(200, 401, 401, 401, 303, 303)),
+    Row("POST /login", "the form with the caller's token (none: empty)",
+        own=(401, 401, 401, 401, 303, 303)),
+    Row("GET /login/login.js", "the login script",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /logout", "log out",
+        own=(303, 303, 303, 303, 303, 303)),
+    Row("GET /", "the runs page",
+        own=(303, 303, 303, 303, 200, 200)),
+    Row("GET /runs/{run_id}", "a run page (its data comes through the page router)",
+        own=(303, 303, 303, 303, 200, 200), other=(303, 303, 303, 303, 200, 200)),
+    Row("GET /alerts", "the alerts page",
+        own=(303, 303, 303, 303, 200, 200)),
+    Row("GET /rules", "the rules page",
+        own=(303, 303, 303, 303, 200, 200)),
+    Row("GET /_dash-layout", "Dash's layout",
+        own=(303, 303, 303, 303, 200, 200)),
+    Row("GET /_dash-dependencies", "Dash's callbacks",
+        own=(303, 303, 303, 303, 200, 200)),
+    Row("GET /_reload-hash", "Dash's reload hash",
+        own=(303, 303, 303, 303, 200, 200)),
+    Row("GET /_dash-component-suites/{package_name}/{fingerprinted_path}", "a Dash script",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /assets/{path}", "the stylesheet",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /_favicon.ico", "the icon",
+        own=(200, 200, 200, 200, 200, 200)),
+    Row("WS /_dash-ws-callback", "open Dash's websocket (same origin); 101: opened",
+        own=(403, 403, 403, 403, 101, 101)),
+]
+
+# POST /_dash-update-component, by callback (each known by its first input: CALLBACK_INPUTS).
+CALLBACKS = [
+    Row("route", "open / (the runs list)",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("route", "open /runs/<id>",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("route", "open /alerts?run=<id>",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("route", "open /rules",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("runs.refresh", "refresh the runs list",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run.update_view", "zoom on an event of the view's run",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run.draw", "draw the view's run",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run.refresh_options", "refresh the view's run's metric names",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_layers.draw_depth", "draw the view's run's layers",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("alerts.refresh", "refresh the alerts of a run",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("rule_form.show_fields", "show a kind's fields",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("rule_form.show_mode", "show the form's mode",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("rules.submit", "create a rule",
+        own=(401, 401, 401, 401, REFUSED, OK)),
+    Row("rules.submit", "save an edited rule",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("rules.edit", "load a rule into the form",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("rules.act", "disable a rule",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("rules.act", "delete a rule",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("rules.act", "test-send a rule (no channels)",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("rules.refresh", "refresh the rules table",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("rules.run_preview", "preview the target's rule on its run",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+]
+# fmt: on
+
+CALLBACK_INPUTS = {
+    "route": "url.pathname",
+    "runs.refresh": "runs-refresh.n_intervals",
+    "run.update_view": "left-metric.value",
+    "run.draw": "view.data",
+    "run.refresh_options": "tick.n_intervals",
+    "run_layers.draw_depth": "depth-family.value",
+    "alerts.refresh": "alerts-refresh.n_intervals",
+    "rule_form.show_fields": "rule-kind.value",
+    "rule_form.show_mode": "rule-editing.data",
+    "rules.submit": "rule-create.n_clicks",
+    "rules.edit": '{"rule":["ALL"],"type":"rule-edit"}.n_clicks',
+    "rules.act": '{"rule":["ALL"],"type":"rule-toggle"}.n_clicks',
+    "rules.refresh": "rules-changed.data",
+    "rules.run_preview": "preview-go.n_clicks",
+}
+"""Each server-side callback by its first input, as /_dash-dependencies lists it."""
+
+
+# --- the world: a server, two projects, the callers ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Objects:
+    """What a request can name: one project's run, rule and a spare token."""
+
+    project: str
+    run_id: str
+    run_name: str
+    rule_id: int
+    rule_name: str
+    token_id: int
+    event_text: str
+    metric: str
+
+
+UNKNOWN = Objects("no-such-project", "f" * 32, "", 2**31 - 1, "", 2**31 - 1, "", "no/such/metric")
+
+
+@dataclass
+class World:
+    server: ServerProcess
+    sessions: sessionmaker[Session]
+    own: Tenant
+    other: Tenant
+    objects: dict[str, Objects]
+    tokens: dict[str, str | None]
+    """Caller -> bearer token."""
+    cookies: dict[str, str | None]
+    """Caller -> dashboard session cookie."""
+    callbacks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: int = 0
+    counter: int = 0
+
+    def next(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    def tenant(self, target: str) -> Tenant:
+        return self.other if target == "other" else self.own
+
+    def fresh_rule(self, target: str) -> Objects:
+        """A rule of its own for a request that deletes or changes one."""
+        if target == "unknown":
+            return UNKNOWN
+        name = f"{target} fresh {self.next()}"
+        rule = {
+            "name": name,
+            "metric": "grad/norm/total",
+            "condition": {"kind": "non_finite"},
+        }
+        made = httpx.post(
+            f"{self.server.url}/api/v1/alert-rules",
+            json=rule,
+            headers=self.tenant(target).headers("admin"),
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        return replace(self.objects[target], rule_id=made.json()["id"], rule_name=name)
+
+    def fresh_token(self, target: str) -> Objects:
+        if target == "unknown":
+            return UNKNOWN
+        token_id = add_token(self.sessions, self.objects[target].project, "read")[1]
+        return replace(self.objects[target], token_id=token_id)
+
+
+def add_token(
+    sessions: sessionmaker[Session], project: str, scope: Scope, expires_in_s: float | None = None
+) -> tuple[str, int]:
+    """A token's secret and id, made as `normwatch token create` makes it."""
+    expires = None if expires_in_s is None else utcnow() + timedelta(seconds=expires_in_s)
+    with sessions() as session, session.begin():
+        secret, row = create_token(session, project, scope, expires_at=expires)
+        return secret, row.id
+
+
+def seed(server: ServerProcess, tenant: Tenant, label: str) -> Objects:
+    """A run with metrics, an event and an alert; a rule without channels."""
+    tag = f"{label}-{uuid.uuid4().hex[:6]}"
+    with httpx.Client(base_url=server.url, timeout=30) as api:
+        ingest, admin = tenant.headers("ingest"), tenant.headers("admin")
+        run = api.post("/api/v1/runs", json={"name": f"run {tag}", "start_step": 0}, headers=ingest)
+        assert run.status_code == 200, run.text
+        run_id = run.json()["id"]
+        rule = {
+            "name": f"rule {tag}",
+            "metric": "grad/norm/total",
+            "condition": {"kind": "threshold", "op": ">=", "value": 5.0},
+        }
+        made = api.post("/api/v1/alert-rules", json=rule, headers=admin)
+        assert made.status_code == 201, made.text
+        metric = f"{label}/only"
+        batch = {
+            "steps": [0, 1, 2, 3, 4],
+            "metrics": {
+                "grad/norm/total": [0.3, 6.0, 0.4, 0.5, 0.6],
+                "params/norm/final_norm.weight": [341.0, 341.5, 342.0, 342.5, 343.0],
+                "grad/norm/layers.0": [0.1, 0.2, 0.1, 0.2, 0.1],
+                metric: [1.0, 2.0, 3.0, 4.0, 5.0],
+            },
+        }
+        assert (
+            api.post(f"/api/v1/runs/{run_id}/metrics", json=batch, headers=ingest).status_code
+            == 202
+        )
+        event = {"step": 2, "kind": "config", "text": f"event {tag}"}
+        assert (
+            api.post(f"/api/v1/runs/{run_id}/events", json=event, headers=ingest).status_code == 201
+        )
+        assert len(api.get("/api/v1/alerts", headers=admin).json()) == 2  # fired, resolved
+        spare = api.post("/api/v1/tokens", json={"scope": "read", "name": "spare"}, headers=admin)
+        assert spare.status_code == 201, spare.text
+    return Objects(
+        tenant.project,
+        run_id,
+        f"run {tag}",
+        made.json()["id"],
+        f"rule {tag}",
+        spare.json()["id"],
+        f"event {tag}",
+        metric,
+    )
+
+
+def log_in(server: ServerProcess, token: str) -> str:
+    r = httpx.post(f"{server.url}/login", data={"token": token, "next": "/"}, timeout=30)
+    assert r.status_code == 303, r.text
+    return r.cookies["normwatch_session"]
+
+
+@pytest.fixture
+def world(fresh_pg_url: str, tmp_path: Path) -> Iterator[World]:
+    engine = build_engine(fresh_pg_url, pool_size=1)
+    sessions = session_factory(engine)
+    try:
+        with running_server(
+            fresh_pg_url,
+            tmp_path,
+            NORMWATCH_TOKEN_CACHE_S="0",  # a revoked token is refused at once
+            NORMWATCH_METRICS_TOKEN=METRICS_TOKEN,
+        ) as server:
+            own, other = make_tenant(fresh_pg_url), make_tenant(fresh_pg_url)
+            # Lives long enough to open a session; runs out while the rest is seeded.
+            expiring, expiring_id = add_token(sessions, own.project, "admin", expires_in_s=3)
+            expired_cookie = log_in(server, expiring)
+            objects = {"own": seed(server, own, "own"), "other": seed(server, other, "other")}
+            revoked, revoked_id = add_token(sessions, own.project, "admin")
+            revoked_cookie = log_in(server, revoked)
+            with sessions() as session, session.begin():
+                assert revoke_token(session, revoked_id) is not None
+                expires_at = session.get_one(ApiToken, expiring_id).expires_at
+            assert expires_at is not None
+            time.sleep(max(0.0, (expires_at - utcnow()).total_seconds() + 0.1))
+            yield World(
+                server,
+                sessions,
+                own,
+                other,
+                objects,
+                tokens={
+                    "none": None,
+                    "revoked": revoked,
+                    "expired": expiring,
+                    "ingest": own.ingest,
+                    "read": own.read,
+                    "admin": own.admin,
+                },
+                cookies={
+                    "none": None,
+                    "revoked": revoked_cookie,
+                    "expired": expired_cookie,
+                    "ingest": None,  # an ingest token opens no session (the login rows check)
+                    "read": log_in(server, own.read),
+                    "admin": log_in(server, own.admin),
+                },
+            )
+    finally:
+        engine.dispose()
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    params: dict[str, Any] | None = None
+    json: Any = None
+    form: dict[str, str] | None = None
+
+
+def _named(target: str, objects: Objects) -> dict[str, str]:
+    """A body's ``project``: the other project named, or none (the token's own)."""
+    return {"project": objects.project} if target == "other" else {}
+
+
+def _listing(target: str, objects: Objects) -> dict[str, str] | None:
+    return {"project": objects.project} if target == "other" else None
+
+
+ApiRequest = Callable[[World, str, Objects], Request]
+API_REQUESTS: dict[str, ApiRequest] = {
+    "create or resume a run (other: body names the other project)": lambda w, t, o: Request(
+        "POST", "/api/v1/runs", json={"name": f"made {w.next()}", **_named(t, o)}
+    ),
+    "list runs (other: ?project=other)": lambda w, t, o: Request(
+        "GET", "/api/v1/runs", params=_listing(t, o)
+    ),
+    "describe a run": lambda w, t, o: Request("GET", f"/api/v1/runs/{o.run_id}"),
+    "replace a run's tags": lambda w, t, o: Request(
+        "PATCH", f"/api/v1/runs/{o.run_id}", json={"tags": [f"tag {w.next()}"]}
+    ),
+    "post a metric batch": lambda w, t, o: Request(
+        "POST",
+        f"/api/v1/runs/{o.run_id}/metrics",
+        json={"steps": [100 + w.next()], "metrics": {"grad/norm/total": [0.5]}},
+    ),
+    "list a run's metrics": lambda w, t, o: Request("GET", f"/api/v1/runs/{o.run_id}/metrics"),
+    "read a series": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/series", params={"metric": ["grad/norm/total", o.metric]}
+    ),
+    "post an event": lambda w, t, o: Request(
+        "POST", f"/api/v1/runs/{o.run_id}/events", json={"step": 3, "text": f"note {w.next()}"}
+    ),
+    "list a run's events": lambda w, t, o: Request("GET", f"/api/v1/runs/{o.run_id}/events"),
+    "list rules (other: ?project=other, which it ignores)": lambda w, t, o: Request(
+        "GET", "/api/v1/alert-rules", params=_listing(t, o)
+    ),
+    "create a rule (other: body names the other project)": lambda w, t, o: Request(
+        "POST",
+        "/api/v1/alert-rules",
+        json={
+            "name": f"made {w.next()}",
+            "metric": "grad/norm/total",
+            "condition": {"kind": "non_finite"},
+            **_named(t, o),
+        },
+    ),
+    "describe a rule": lambda w, t, o: Request("GET", f"/api/v1/alert-rules/{o.rule_id}"),
+    "enable a rule": lambda w, t, o: Request(
+        "PATCH", f"/api/v1/alert-rules/{o.rule_id}", json={"enabled": True}
+    ),
+    "delete a rule (a fresh one each time)": lambda w, t, o: Request(
+        "DELETE", f"/api/v1/alert-rules/{w.fresh_rule(t).rule_id}"
+    ),
+    "preview the target's rule on its run": lambda w, t, o: Request(
+        "GET", f"/api/v1/alert-rules/{o.rule_id}/preview", params={"run": o.run_id}
+    ),
+    "preview an own rule on the target's run": lambda w, t, o: Request(
+        "GET",
+        f"/api/v1/alert-rules/{w.objects['own'].rule_id}/preview",
+        params={"run": o.run_id},
+    ),
+    "test-send a rule (it has no channels)": lambda w, t, o: Request(
+        "POST", f"/api/v1/alert-rules/{o.rule_id}/test"
+    ),
+    "alert history (other: ?project=other)": lambda w, t, o: Request(
+        "GET", "/api/v1/alerts", params=_listing(t, o)
+    ),
+    "alert history of one run (?run=)": lambda w, t, o: Request(
+        "GET", "/api/v1/alerts", params={"run": o.run_id}
+    ),
+    "list tokens (other: ?project=other)": lambda w, t, o: Request(
+        "GET", "/api/v1/tokens", params=_listing(t, o)
+    ),
+    "create a token (other: body names the other project)": lambda w, t, o: Request(
+        "POST", "/api/v1/tokens", json={"scope": "read", **_named(t, o)}
+    ),
+    "revoke a token (a fresh one each time)": lambda w, t, o: Request(
+        "DELETE", f"/api/v1/tokens/{w.fresh_token(t).token_id}"
+    ),
+    "rotate a token (a fresh one each time)": lambda w, t, o: Request(
+        "POST", f"/api/v1/tokens/{w.fresh_token(t).token_id}/rotate"
+    ),
+}
+
+
+def _login_link(w: World, caller: str) -> Request:
+    token = w.tokens[caller]
+    return Request("GET", "/login", params={"token": token, "next": "/"} if token else None)
+
+
+def _script(w: World) -> str:
+    """A fingerprinted Dash script the index page names (public, like every static file)."""
+    page = httpx.get(f"{w.server.url}/", headers=_cookie(w.cookies["read"]), timeout=30).text
+    found = re.search(r'src="(/_dash-component-suites/[^"]+)"', page)
+    assert found is not None, page[:500]
+    return found.group(1)
+
+
+SiteRequest = Callable[[World, str, Objects], Request]
+SITE_REQUESTS: dict[str, SiteRequest] = {
+    "health": lambda w, c, o: Request("GET", "/healthz"),
+    "scrape (NORMWATCH_METRICS_TOKEN is set; API tokens are not it)": lambda w, c, o: Request(
+        "GET", "/metrics"
+    ),
+    "the API description": lambda w, c, o: Request("GET", "/openapi.json"),
+    "Swagger UI": lambda w, c, o: Request("GET", "/docs"),
+    "Swagger UI's redirect": lambda w, c, o: Request("GET", "/docs/oauth2-redirect"),
+    "ReDoc": lambda w, c, o: Request("GET", "/redoc"),
+    "the login form": lambda w, c, o: Request("GET", "/login"),
+    "?token= of the caller, typed (no token: the form)": lambda w, c, o: _login_link(w, c),
+    "the form with the caller's token (none: empty)": lambda w, c, o: Request(
+        "POST", "/login", form={"token": w.tokens[c] or "", "next": "/"}
+    ),
+    "the login script": lambda w, c, o: Request("GET", "/login/login.js"),
+    "log out": lambda w, c, o: Request("GET", "/logout"),
+    "the runs page": lambda w, c, o: Request("GET", "/"),
+    "a run page (its data comes through the page router)": lambda w, c, o: Request(
+        "GET", f"/runs/{o.run_id}"
+    ),
+    "the alerts page": lambda w, c, o: Request("GET", "/alerts"),
+    "the rules page": lambda w, c, o: Request("GET", "/rules"),
+    "Dash's layout": lambda w, c, o: Request("GET", "/_dash-layout"),
+    "Dash's callbacks": lambda w, c, o: Request("GET", "/_dash-dependencies"),
+    "Dash's reload hash": lambda w, c, o: Request("GET", "/_reload-hash"),
+    "a Dash script": lambda w, c, o: Request("GET", _script(w)),
+    "the stylesheet": lambda w, c, o: Request("GET", "/assets/normwatch.css"),
+    "the icon": lambda w, c, o: Request("GET", "/_favicon.ico"),
+}
+BEARER_PATHS = ("/healthz", "/metrics", "/openapi.json", "/docs", "/redoc")
+"""Outside /api, where a script would send its bearer token: it is sent there too."""
+
+
+def _cookie(cookie: str | None) -> dict[str, str]:
+    return {"Cookie": f"normwatch_session={cookie}"} if cookie else {}
+
+
+def send(w: World, request: Request, caller: str, *, bearer: bool, cookie: bool) -> httpx.Response:
+    headers: dict[str, str] = {}
+    token = w.tokens[caller]
+    if bearer and token:
+        headers["Authorization"] = f"Bearer {token}"
+    if cookie:
+        headers.update(_cookie(w.cookies[caller]))
+    w.requests += 1
+    return httpx.request(
+        request.method,
+        f"{w.server.url}{request.path}",
+        params=request.params,
+        json=request.json,
+        data=request.form,
+        headers=headers,
+        timeout=30,
+    )
+
+
+def websocket_status(w: World, caller: str) -> int:
+    """101 when the handshake succeeds, else the status it was refused with."""
+    url = w.server.url.replace("http://", "ws://") + "/_dash-ws-callback"
+    w.requests += 1
+    try:
+        with connect(
+            url,
+            origin=Origin(w.server.url),  # Dash refuses a websocket from another origin
+            additional_headers=_cookie(w.cookies[caller]),
+            open_timeout=10,
+        ):
+            return 101
+    except InvalidStatus as exc:
+        return exc.response.status_code
+
+
+# --- callbacks ----------------------------------------------------------------------------
+
+
+def _split_output(spec: str) -> dict[str, str]:
+    component, _, prop = spec.rpartition(".")
+    return {"id": component, "property": prop}
+
+
+def _pattern_key(component: dict[str, Any], prop: str) -> str:
+    return json.dumps(component, separators=(",", ":"), sort_keys=True) + "." + prop
+
+
+def callback_body(
+    dependency: dict[str, Any], values: dict[str, Any], changed: list[str]
+) -> dict[str, Any]:
+    """The JSON the browser posts for ``dependency`` with ``values`` by ``id.property``;
+    a pattern input (``{"rule":["ALL"],...}``) takes a list of (id, value) pairs."""
+    output = dependency["output"]
+    outputs: Any = (
+        [_split_output(p) for p in output[2:-2].split("...")]
+        if output.startswith("..")
+        else _split_output(output)
+    )
+
+    def items(specs: list[dict[str, str]]) -> list[Any]:
+        out: list[Any] = []
+        for spec in specs:
+            key = f"{spec['id']}.{spec['property']}"
+            if spec["id"].startswith("{"):
+                out.append(
+                    [{"id": i, "property": spec["property"], "value": v} for i, v in values[key]]
+                )
+            elif key in values:
+                out.append({"id": spec["id"], "property": spec["property"], "value": values[key]})
+            else:  # a property the browser has no value for yet
+                out.append({"id": spec["id"], "property": spec["property"]})
+        return out
+
+    return {
+        "output": output,
+        "outputs": outputs,
+        "inputs": items(dependency["inputs"]),
+        "state": items(dependency["state"]),
+        "changedPropIds": changed,
+    }
+
+
+@dataclass(frozen=True)
+class Callback:
+    """A callback request, and how its answer and the database show it worked."""
+
+    name: str
+    values: dict[str, Any]
+    changed: list[str]
+    ok_text: str
+    hidden_text: str | None = None
+    effect: Callable[[State, State], bool] | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """What the database holds that a request could change."""
+
+    rules: dict[int, tuple[Any, ...]]
+    tokens: dict[int, tuple[Any, ...]]
+    runs: dict[str, tuple[Any, ...]]
+    events: int
+    metrics: dict[tuple[int, str], tuple[Any, ...]]
+
+
+def read_state(sessions: sessionmaker[Session]) -> State:
+    with sessions() as s:
+        return State(
+            rules={
+                r.id: (r.project_id, r.name, r.enabled, r.metric, r.condition, r.updated_at)
+                for r in s.scalars(select(AlertRule))
+            },
+            tokens={t.id: (t.revoked_at, t.expires_at) for t in s.scalars(select(ApiToken))},
+            runs={r.id: (r.status, r.tags, r.config, r.last_step) for r in s.scalars(select(Run))},
+            events=s.scalar(select(func.count()).select_from(Event)) or 0,
+            metrics={
+                (m.run_key, m.name): (m.last_step, m.last_value) for m in s.scalars(select(Metric))
+            },
+        )
+
+
+def _view(run_id: str) -> dict[str, Any]:
+    return {
+        "run": run_id,
+        "left": "grad/norm/total",
+        "right": "params/norm/final_norm.weight",
+        "start": None,
+        "end": None,
+        "log": False,
+    }
+
+
+def _rule_form(name: str) -> dict[str, Any]:
+    """The form's fields as a browser sends them: a threshold rule without channels."""
+    fields = {
+        "rule-name": name,
+        "rule-metric": "grad/norm/total",
+        "rule-kind": "threshold",
+        "rule-op": ">",
+        "rule-value": 5,
+        "rule-channel-type": "webhook",
+        "rule-channel-url": "",
+        "rule-run-name": "*",
+    }
+    names = (
+        "rule-factor rule-window rule-per-1k-steps rule-within-steps rule-seconds "
+        "rule-for-steps rule-cooldown-steps rule-channel-secret"
+    ).split()
+    return {f"{k}.value": v for k, v in {**dict.fromkeys(names), **fields}.items()}
+
+
+def _click(kind: str, rule_id: int) -> tuple[dict[str, Any], str]:
+    component = {"rule": rule_id, "type": kind}
+    return component, _pattern_key(component, "n_clicks")
+
+
+def _act(kind: str, rule_id: int) -> tuple[dict[str, Any], list[str]]:
+    values: dict[str, Any] = {}
+    for button in ("rule-toggle", "rule-delete", "rule-test"):
+        component, key = _click(button, rule_id)
+        values[f'{{"rule":["ALL"],"type":"{button}"}}.n_clicks'] = [
+            (component, 1 if button == kind else 0)
+        ]
+    values["rules-changed.data"] = 0
+    return values, [_click(kind, rule_id)[1]]
+
+
+def _route(path: str, search: str, ok: str, hidden: str | None = None) -> Callback:
+    values = {"url.pathname": path, "url.search": search}
+    return Callback("route", values, ["url.pathname"], ok, hidden)
+
+
+def _zoom(o: Objects) -> Callback:
+    component = {"step": 2, "type": "event-zoom"}
+    values = {
+        "left-metric.value": "grad/norm/total",
+        "right-metric.value": "params/norm/final_norm.weight",
+        "log-scale.value": [],
+        "reset-range.n_clicks": 0,
+        '{"step":["ALL"],"type":"event-zoom"}.n_clicks': [(component, 1)],
+        "view.data": _view(o.run_id),
+    }
+    return Callback(
+        "run.update_view", values, [_pattern_key(component, "n_clicks")], '"start":0,"end":202'
+    )
+
+
+def _submit(w: World, t: str, o: Objects, editing: bool) -> Callback:
+    name = f"{t} form {w.next()}"
+    target = w.fresh_rule(t) if editing else o
+    values = {
+        "rule-create.n_clicks": 1,
+        "rules-changed.data": 0,
+        "rule-editing.data": {"id": target.rule_id, "name": target.rule_name} if editing else None,
+        **_rule_form(name),
+    }
+
+    def named(before: State, after: State) -> bool:
+        if editing:
+            return bool(after.rules[target.rule_id][1] == name)
+        return [r[1] for i, r in after.rules.items() if i not in before.rules] == [name]
+
+    ok = f"Saved rule {name}." if editing else f"Created rule {name}."
+    return Callback("rules.submit", values, ["rule-create.n_clicks"], ok, effect=named)
+
+
+def _toggle(w: World, t: str) -> Callback:
+    rule = w.fresh_rule(t)
+    values, changed = _act("rule-toggle", rule.rule_id)
+    return Callback(
+        "rules.act",
+        values,
+        changed,
+        f"Rule {rule.rule_name} disabled.",
+        effect=lambda b, a: b.rules[rule.rule_id][2] is True and a.rules[rule.rule_id][2] is False,
+    )
+
+
+def _delete(w: World, t: str) -> Callback:
+    rule = w.fresh_rule(t)
+    values, changed = _act("rule-delete", rule.rule_id)
+    return Callback(
+        "rules.act",
+        values,
+        changed,
+        "Rule deleted.",
+        effect=lambda b, a: set(b.rules) - set(a.rules) == {rule.rule_id},
+    )
+
+
+def _edit(o: Objects) -> Callback:
+    component, key = _click("rule-edit", o.rule_id)
+    values = {
+        '{"rule":["ALL"],"type":"rule-edit"}.n_clicks': [(component, 1)],
+        "rule-cancel.n_clicks": 0,
+    }
+    return Callback("rules.edit", values, [key], f'"name":"{o.rule_name}"')
+
+
+CallbackRequest = Callable[[World, str, Objects], Callback]
+CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
+    "open / (the runs list)": lambda w, t, o: _route("/", "", o.run_name),
+    "open /runs/<id>": lambda w, t, o: _route(
+        f"/runs/{o.run_id}", "", o.run_name, "Nothing at /runs/"
+    ),
+    "open /alerts?run=<id>": lambda w, t, o: _route(
+        "/alerts", f"?run={o.run_id}", o.rule_name, "No alerts yet."
+    ),
+    "open /rules": lambda w, t, o: _route("/rules", "", o.rule_name),
+    "refresh the runs list": lambda w, t, o: Callback(
+        "runs.refresh", {"runs-refresh.n_intervals": 1}, ["runs-refresh.n_intervals"], o.run_name
+    ),
+    "zoom on an event of the view's run": lambda w, t, o: _zoom(o),
+    "draw the view's run": lambda w, t, o: Callback(
+        "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text
+    ),
+    "refresh the view's run's metric names": lambda w, t, o: Callback(
+        "run.refresh_options",
+        {"tick.n_intervals": 5, "view.data": _view(o.run_id)},
+        ["tick.n_intervals"],
+        o.metric,
+    ),
+    "draw the view's run's layers": lambda w, t, o: Callback(
+        "run_layers.draw_depth",
+        {"depth-family.value": "grad/norm", "depth-log.value": [], "view.data": _view(o.run_id)},
+        [],
+        "layers.0",
+    ),
+    "refresh the alerts of a run": lambda w, t, o: Callback(
+        "alerts.refresh",
+        {"alerts-refresh.n_intervals": 1, "alerts-filter.data": {"run": o.run_id}},
+        ["alerts-refresh.n_intervals"],
+        o.rule_name,
+        "No alerts yet.",
+    ),
+    "show a kind's fields": lambda w, t, o: Callback(
+        "rule_form.show_fields", {"rule-kind.value": "spike"}, [], '"display":"none"'
+    ),
+    "show the form's mode": lambda w, t, o: Callback(
+        "rule_form.show_mode", {"rule-editing.data": None}, [], "Create rule"
+    ),
+    "create a rule": lambda w, t, o: _submit(w, t, o, editing=False),
+    "save an edited rule": lambda w, t, o: _submit(w, t, o, editing=True),
+    "load a rule into the form": lambda w, t, o: _edit(o),
+    "disable a rule": lambda w, t, o: _toggle(w, t),
+    "delete a rule": lambda w, t, o: _delete(w, t),
+    "test-send a rule (no channels)": lambda w, t, o: Callback(
+        "rules.act", *_act("rule-test", o.rule_id), "This rule has no channels to test."
+    ),
+    "refresh the rules table": lambda w, t, o: Callback(
+        "rules.refresh", {"rules-changed.data": 1}, ["rules-changed.data"], o.rule_name
+    ),
+    "preview the target's rule on its run": lambda w, t, o: Callback(
+        "rules.run_preview",
+        {"preview-go.n_clicks": 1, "preview-rule.value": o.rule_id, "preview-run.value": o.run_id},
+        ["preview-go.n_clicks"],
+        "transition(s) over",
+    ),
+}
+
+
+def refusal(answer: Any) -> str | None:
+    """The text of an error message in a callback's answer (a component whose class names
+    ``error``), or None."""
+    if isinstance(answer, dict):
+        props = answer.get("props")
+        if isinstance(props, dict) and "error" in str(props.get("className", "")).split():
+            return str(props.get("children"))
+        for value in answer.values():
+            found = refusal(value)
+            if found is not None:
+                return found
+    elif isinstance(answer, list):
+        for value in answer:
+            found = refusal(value)
+            if found is not None:
+                return found
+    return None
+
+
+# --- the test -----------------------------------------------------------------------------
+
+
+def app_routes(database_url: str) -> set[str]:
+    """Every route of the app as ``METHOD /path`` (``WS`` for a websocket), HEAD aside."""
+    app = create_app(Settings(database_url=database_url))
+    try:
+        routes = set()
+        for route in iter_route_contexts(app.routes):
+            original = route.original_route
+            if isinstance(original, WebSocketRoute):
+                routes.add(f"WS {route.path_format}")
+            elif isinstance(original, Mount):
+                routes.add(f"GET {route.path_format}")  # static files
+            else:
+                routes |= {f"{m} {route.path_format}" for m in route.methods or () if m != "HEAD"}
+        return routes
+    finally:
+        app.state.telemetry.close()
+        app.state.health_probe.close()
+        app.state.engine.dispose()
+
+
+def server_callbacks(w: World) -> dict[str, dict[str, Any]]:
+    """The dashboard's server-side callbacks, by first input."""
+    listed = httpx.get(
+        f"{w.server.url}/_dash-dependencies", headers=_cookie(w.cookies["read"]), timeout=30
+    )
+    assert listed.status_code == 200
+    return {
+        f"{d['inputs'][0]['id']}.{d['inputs'][0]['property']}": d
+        for d in listed.json()
+        if not d.get("clientside_function")
+    }
+
+
+@dataclass
+class Findings:
+    cells: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+    def check(
+        self, row: Row, caller: str, target: str, expected: Expect, got: Expect, why: str
+    ) -> None:
+        """One cell of the matrix: what the caller got against what the table says."""
+        self.cells += 1
+        if got != expected:
+            self.fail(row, caller, target, f"expected {expected}, got {got}", why)
+
+    def fail(self, row: Row, caller: str, target: str, what: str, why: str) -> None:
+        detail = f" ({why})" if why else ""
+        self.mismatches.append(f"{row.route} | {row.what} | {caller} on {target}: {what}{detail}")
+
+
+def targets(row: Row) -> Iterator[tuple[str, Cells]]:
+    for target in ("own", "other", "unknown"):
+        cells = getattr(row, target)
+        if cells is not None:
+            yield target, cells
+
+
+def leaked(w: World, text: str) -> str | None:
+    """What of the other project an answer shows, if anything."""
+    other = w.objects["other"]
+    tag = other.run_name.removeprefix("run ")  # in its run's, rule's and event's names
+    for secret in (tag, other.metric, "other fresh", "other form"):
+        if secret in text:
+            return secret
+    return None
+
+
+def api_cell(
+    w: World, findings: Findings, row: Row, caller: str, target: str, want: Expect
+) -> None:
+    objects = UNKNOWN if target == "unknown" else w.objects[target]
+    request = API_REQUESTS[row.what](w, target, objects)
+    before = read_state(w.sessions)
+    response = send(w, request, caller, bearer=True, cookie=False)
+    why = "" if response.is_success else response.text[:120]
+    leak = leaked(w, response.text)
+    if leak is not None:
+        findings.fail(row, caller, target, "a leak", f"answer shows {leak!r}")
+    if (request.method == "GET" or not response.is_success) and read_state(w.sessions) != before:
+        findings.fail(row, caller, target, "the database changed", f"{response.status_code}")
+    findings.check(row, caller, target, want, response.status_code, why)
+
+
+def site_cell(
+    w: World, findings: Findings, row: Row, caller: str, target: str, want: Expect
+) -> None:
+    if row.route.startswith("WS "):
+        findings.check(row, caller, target, want, websocket_status(w, caller), "")
+        return
+    request = SITE_REQUESTS[row.what](w, caller, w.objects[target])
+    bearer = request.path.startswith(BEARER_PATHS)
+    response = send(w, request, caller, bearer=bearer, cookie=True)
+    why = response.headers.get("location", "") if response.status_code == 303 else ""
+    if row.route.endswith(" /login") and "token" in (request.params or request.form or {}):
+        # A login answers with a session cookie exactly when it lets the caller in.
+        opened = "normwatch_session" in response.cookies
+        if opened != (response.status_code == 303):
+            findings.fail(row, caller, target, "a session cookie without a login", str(opened))
+    leak = leaked(w, response.text)
+    if leak is not None:
+        findings.fail(row, caller, target, "a leak", f"answer shows {leak!r}")
+    findings.check(row, caller, target, want, response.status_code, why)
+
+
+def callback_cell(
+    w: World, findings: Findings, row: Row, caller: str, target: str, want: Expect
+) -> None:
+    callback = CALLBACK_REQUESTS[row.what](w, target, w.objects[target])
+    assert callback.name == row.route, (callback.name, row.route)
+    body = callback_body(
+        w.callbacks[CALLBACK_INPUTS[callback.name]], callback.values, callback.changed
+    )
+    before = read_state(w.sessions)
+    w.requests += 1
+    response = httpx.post(
+        f"{w.server.url}/_dash-update-component",
+        json=body,
+        headers=_cookie(w.cookies[caller]),
+        timeout=30,
+    )
+    after = read_state(w.sessions)
+    text = response.text
+    got: Expect = response.status_code
+    why = text[:160] if response.status_code >= 400 else ""
+    if response.status_code in (200, 204):
+        answer = response.json() if text else {}
+        compact = json.dumps(answer, separators=(",", ":"))
+        refused = refusal(answer)
+        changed = after != before
+        if refused is not None:
+            got, why = REFUSED, refused
+            if changed:
+                got = "refused, with a change"
+        elif want == OK:
+            effect = callback.effect
+            shows = callback.ok_text in compact
+            done = effect(before, after) if effect is not None else not changed
+            got = OK if shows and done else "an answer"
+            why = (
+                "" if got == OK else f"shows {callback.ok_text!r}: {shows}; db as expected: {done}"
+            )
+        else:
+            hidden = callback.hidden_text is None or callback.hidden_text in compact
+            got = HIDDEN if hidden and not changed else "an answer"
+            why = "" if got == HIDDEN else compact[:160]
+    leak = leaked(w, text)
+    if leak is not None:
+        findings.fail(row, caller, target, "a leak", f"answer shows {leak!r}")
+    findings.check(row, caller, target, want, got, why)
+
+
+def test_authorization_matrix(world: World, fresh_pg_url: str) -> None:
+    w = world
+    w.callbacks = server_callbacks(w)
+
+    # The tables cover every route and every callback: a new one needs its row.
+    tabled = {row.route for row in API + SITE} | {"POST /_dash-update-component"}
+    assert tabled == app_routes(fresh_pg_url)
+    assert set(API_REQUESTS) == {row.what for row in API}
+    assert set(SITE_REQUESTS) == {row.what for row in SITE if not row.route.startswith("WS ")}
+    assert set(CALLBACK_REQUESTS) == {row.what for row in CALLBACKS}
+    assert {row.route for row in CALLBACKS} == set(CALLBACK_INPUTS)
+    assert set(CALLBACK_INPUTS.values()) == set(w.callbacks)
+
+    findings = Findings()
+    for table, cell in ((API, api_cell), (SITE, site_cell), (CALLBACKS, callback_cell)):
+        for row in table:
+            for target, cells in targets(row):
+                for caller, want in zip(CALLERS, cells, strict=True):
+                    cell(w, findings, row, caller, target, want)
+
+    # The scrape token itself opens /metrics (API tokens do not, above).
+    scrape = httpx.get(
+        f"{w.server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
+    assert scrape.status_code == 200
+
+    rows = len(API) + len(SITE) + len(CALLBACKS)
+    size = (
+        f"authorization matrix: {rows} rows (API {len(API)}, other routes {len(SITE)}, "
+        f"callbacks {len(CALLBACKS)}) x {len(CALLERS)} callers x own/other/unknown targets "
+        f"= {findings.cells} cells, {w.requests} requests"
+    )
+    print(size)
+    assert not findings.mismatches, size + "\n" + "\n".join(findings.mismatches)
