@@ -50,6 +50,8 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
         update_title="",
         suppress_callback_exceptions=True,
         serve_locally=True,
+        # The login page serves its own script; Dash pages need not load it.
+        assets_ignore=r"^login\.js$",
     )
     app.layout = html.Div(
         [

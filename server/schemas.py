@@ -139,6 +139,25 @@ class MetricOut(BaseModel):
     last_value: float | str | None
 
 
+MetricValue = float | Literal["NaN", "Infinity", "-Infinity"] | None
+
+
+class MetricBatchIn(BaseModel):
+    """A columnar batch as the ingest route reads it (the route parses the body itself, in
+    bulk; this model describes it for the OpenAPI document)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[Step] = Field(description="Distinct steps, each column's length.")
+    metrics: dict[str, list[MetricValue]] = Field(
+        description="Metric name (1 to 512 characters) to its values, one a step: a number, "
+        'null (not logged at that step), "NaN", "Infinity" or "-Infinity".'
+    )
+    segment: SegmentNumber | None = Field(
+        default=None, description="The run's segment the steps belong to; its current one."
+    )
+
+
 class Accepted(BaseModel):
     accepted: int
     segment: int

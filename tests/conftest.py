@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psycopg
@@ -199,17 +199,22 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def run_async(coroutine: Coroutine[Any, Any, Any], timeout: float = 30.0) -> None:
-    """``asyncio.run(coroutine)`` in a thread of its own, re-raising what it raised.
+T = TypeVar("T")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    """``asyncio.run(coroutine)`` in a thread of its own: what it returned, or re-raising
+    what it raised.
 
     A browser test earlier in the process may have left this thread's event loop running
     (Playwright's sync API), and ``asyncio.run`` needs a thread without one.
     """
     failures: list[BaseException] = []
+    results: list[T] = []
 
     def run() -> None:
         try:
-            asyncio.run(coroutine)
+            results.append(asyncio.run(coroutine))
         except BaseException as exc:  # re-raised in the test's own thread below
             failures.append(exc)
 
@@ -219,3 +224,4 @@ def run_async(coroutine: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Non
     assert not thread.is_alive(), "the coroutine did not finish in time"
     if failures:
         raise failures[0]
+    return results[0]

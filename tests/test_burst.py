@@ -22,7 +22,7 @@ import pytest
 from normwatch.server import blocks
 
 from normwatch.testing import ServerProcess, running_server
-from tests.conftest import Tenant, _admin_dsn, make_tenant
+from tests.conftest import Tenant, _admin_dsn, make_tenant, run_async
 
 SEED_STEPS = 20_000
 BATCH_STEPS = 10
@@ -162,7 +162,7 @@ def test_a_burst_of_200_mixed_requests(
     server, tenant, run_id = burst_server
     with HealthWatch(server.url) as health:
         time.sleep(0.3)  # a few answers before the wave, as a baseline
-        answers = asyncio.run(burst(server, tenant, run_id, reads=80, batches=80, lists=40))
+        answers = run_async(burst(server, tenant, run_id, reads=80, batches=80, lists=40), 180)
         time.sleep(0.3)
     statuses = Counter((a.kind, a.status) for a in answers)
     with capsys.disabled():
@@ -196,7 +196,7 @@ def test_a_burst_of_200_mixed_requests(
 def test_sixty_concurrent_chart_reads(burst_server: tuple[ServerProcess, Tenant, str]) -> None:
     server, tenant, run_id = burst_server
     with HealthWatch(server.url) as health:
-        answers = asyncio.run(burst(server, tenant, run_id, reads=60, batches=0, lists=0))
+        answers = run_async(burst(server, tenant, run_id, reads=60, batches=0, lists=0), 180)
     assert Counter(a.status for a in answers) == {200: 60}
     assert health.failures == [] and max(health.latencies) < 1.0
 

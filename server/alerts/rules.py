@@ -71,6 +71,8 @@ AlertStatus = Literal["ok", "pending", "firing"]
 # Bounds the JSON state of one (rule, run, metric) and the O(window) work per point
 # (about 0.15 ms per point for a slope over 1000 points).
 MAX_WINDOW = 2_000
+MAX_STEPS = 2**62
+"""Bounds step counts in conditions: any run fits, and every sum of them stays in int64."""
 
 _Finite = Annotated[float, Field(allow_inf_nan=False)]
 _Window = Annotated[int, Field(ge=2, le=MAX_WINDOW, description="Number of logged points.")]
@@ -80,10 +82,16 @@ class _StepRule(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     for_steps: int = Field(
-        default=1, ge=1, description="Consecutive logged steps that must satisfy it to fire."
+        default=1,
+        ge=1,
+        le=MAX_STEPS,
+        description="Consecutive logged steps that must satisfy it to fire.",
     )
     cooldown_steps: int = Field(
-        default=0, ge=0, description="After a resolve, steps to wait before firing again."
+        default=0,
+        ge=0,
+        le=MAX_STEPS,
+        description="After a resolve, steps to wait before firing again.",
     )
 
 
@@ -108,7 +116,10 @@ class SpikeCondition(_StepRule):
     factor: _Finite = Field(default=2.0, gt=1.0)
     window: Annotated[int, Field(ge=1, le=MAX_WINDOW)] = 50
     min_history: int | None = Field(
-        default=None, ge=1, description="Values needed before judging; default window // 2."
+        default=None,
+        ge=1,
+        le=MAX_WINDOW,
+        description="Values needed before judging; default window // 2.",
     )
 
     @model_validator(mode="after")
@@ -149,7 +160,7 @@ class ForecastCondition(_StepRule):
     kind: Literal["forecast"] = "forecast"
     op: Comparison = ">="
     value: _Finite
-    within_steps: int = Field(ge=1)
+    within_steps: int = Field(ge=1, le=MAX_STEPS)
     window: _Window = 100
 
 
@@ -159,7 +170,7 @@ class StaleCondition(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["stale"] = "stale"
-    seconds: _Finite = Field(gt=0)
+    seconds: _Finite = Field(gt=0, le=10 * 366 * 86_400, description="At most ten years.")
 
 
 StepCondition: TypeAlias = (

@@ -13,7 +13,14 @@ from starlette.datastructures import State
 from ..auth import Principal
 from ..batch import loads, parse_batch
 from ..metric_ids import metric_id_cache
-from ..schemas import INT64_MAX, Accepted, MetricName, MetricOut, SeriesResponse
+from ..schemas import (
+    INT64_MAX,
+    Accepted,
+    MetricBatchIn,
+    MetricName,
+    MetricOut,
+    SeriesResponse,
+)
 from ..services import alerting, ingest, query
 from .body import read_limited_body
 from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
@@ -21,7 +28,17 @@ from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
 router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["metrics"])
 
 
-@router.post("/metrics", status_code=202, response_model=Accepted)
+@router.post(
+    "/metrics",
+    status_code=202,
+    response_model=Accepted,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": MetricBatchIn.model_json_schema()}},
+        }
+    },
+)
 async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
     """Store a columnar batch: ``{"steps": [...], "metrics": {name: [values...]}}``.
 
