@@ -91,9 +91,13 @@ class DashboardData:
         return [Marker(e.step, e.text, e.kind) for e in self.events(who, run_id)]
 
     def alerts(self, who: Principal, run_id: str | None = None, limit: int = 100) -> list[AlertOut]:
-        """The project's alerts, newest first; one run's when ``run_id`` is given."""
+        """The project's alerts, newest first; one run's when ``run_id`` is given
+        (`RunNotFound` when the viewer's project has no such run)."""
         with self.sessions() as session:
-            return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit)
+            try:
+                return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit)
+            except (alert_rules.NotFound, Forbidden):
+                raise RunNotFound(run_id) from None
 
     def firing(self, who: Principal) -> list[AlertOut]:
         with self.sessions() as session:

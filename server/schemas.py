@@ -200,8 +200,21 @@ class Health(BaseModel):
     database: str
 
 
+class ValidationItem(BaseModel):
+    """One failed check of a request's body or query (FastAPI's shape, without the input)."""
+
+    type: str
+    loc: list[str | int]
+    msg: str
+    ctx: dict[str, Any] | None = None
+
+
 class ErrorOut(BaseModel):
-    detail: str
+    """Every error answer: ``detail`` says what is wrong (for a failed validation, one item a
+    failed check); a 500 adds the ``error_id`` its traceback is logged under."""
+
+    detail: str | list[ValidationItem]
+    error_id: str | None = None
 
 
 class RunSelector(BaseModel):

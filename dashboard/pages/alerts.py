@@ -16,7 +16,7 @@ from normwatch.server.alerts.delivery import dashboard_link
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AlertOut, DeliveryOut
 
-from ..data import DashboardData
+from ..data import DashboardData, RunNotFound
 from ..session import viewer
 from .runs import ago
 
@@ -131,7 +131,12 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     )
     async def refresh(_n: int, view: dict[str, Any]) -> tuple[Any, Any]:
         who = viewer()
-        firing, recent = await anyio.to_thread.run_sync(lambda: _read(data, who, view.get("run")))
+        try:
+            firing, recent = await anyio.to_thread.run_sync(
+                lambda: _read(data, who, view.get("run"))
+            )
+        except RunNotFound:  # the filter names no run of the viewer's project
+            firing, recent = [], []
         return (
             alerts_table(firing, empty="Nothing is firing."),
             alerts_table(recent, empty="No alerts yet."),

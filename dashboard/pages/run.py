@@ -18,7 +18,7 @@ from dash.exceptions import PreventUpdate
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
 
-from ..data import DashboardData
+from ..data import DashboardData, RunNotFound
 from ..figures import AlertMark, Figure, Marker, OverlayView, empty_figure, overlay_figure
 from ..session import viewer
 from . import run_layers
@@ -254,6 +254,9 @@ def event_list(markers: list[Any]) -> Any:
     )
 
 
+RUN_NOT_FOUND = "No such run in your project"
+
+
 def register(app: dash.Dash, data: DashboardData) -> None:
     run_layers.register(app, data)
 
@@ -287,7 +290,10 @@ def register(app: dash.Dash, data: DashboardData) -> None:
             if not any(_zooms):
                 raise PreventUpdate
             who = viewer()
-            run = await anyio.to_thread.run_sync(lambda: data.run(who, view["run"]))
+            try:
+                run = await anyio.to_thread.run_sync(lambda: data.run(who, view["run"]))
+            except RunNotFound:  # the view names no run of the viewer's project
+                raise PreventUpdate from None
             start, end = event_window(int(trigger["step"]), run.last_step)
             new = {**new, "start": start, "end": end}
         if new == view:
@@ -305,14 +311,17 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     )
     async def draw(view: dict[str, Any], _tick: int | None, shape: list[str] | None) -> Any:
         who = viewer()
-        alerts = await anyio.to_thread.run_sync(lambda: data.alert_marks(who, view["run"]))
-        markers = await anyio.to_thread.run_sync(lambda: data.markers(who, view["run"]))
 
-        def read_and_build() -> tuple[OverlayView | None, Figure]:
+        def read_and_build() -> tuple[list[AlertMark], list[Marker], OverlayView | None, Figure]:
+            alerts = data.alert_marks(who, view["run"])
+            markers = data.markers(who, view["run"])
             overlay = build_view(data, who, view, alerts, markers)
-            return overlay, view_figure(overlay)
+            return alerts, markers, overlay, view_figure(overlay)
 
-        overlay, fig = await anyio.to_thread.run_sync(read_and_build)
+        try:
+            alerts, markers, overlay, fig = await anyio.to_thread.run_sync(read_and_build)
+        except RunNotFound:  # the view names no run of the viewer's project
+            return empty_figure(RUN_NOT_FOUND), [], "", []
         # Traces, events and alerts make the shape; a change of any redraws, not patches.
         new_shape = (
             figure_shape(fig)
@@ -340,9 +349,12 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     )
     async def refresh_options(n: int, view: dict[str, Any]) -> Any:
         who = viewer()
-        metrics: list[MetricOut] = await anyio.to_thread.run_sync(
-            lambda: data.metrics(who, view["run"])
-        )
+        try:
+            metrics: list[MetricOut] = await anyio.to_thread.run_sync(
+                lambda: data.metrics(who, view["run"])
+            )
+        except RunNotFound:  # the view names no run of the viewer's project
+            return [], [], ""
         last = max((m.last_step for m in metrics if m.last_step is not None), default=None)
         label = "" if last is None else f"last step {last:,}"
         if n % 5:

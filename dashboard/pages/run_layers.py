@@ -10,7 +10,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from normwatch.server.schemas import MetricOut
 
-from ..data import DashboardData
+from ..data import DashboardData, RunNotFound
 from ..figures import depth_figure, empty_figure
 from ..layers import depth_profile, families_with_layers
 from ..session import viewer
@@ -89,9 +89,12 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         family: str | None, log: list[str] | None, _tick: int | None, view: dict[str, Any]
     ) -> Any:
         who = viewer()
-        metrics: list[MetricOut] = await anyio.to_thread.run_sync(
-            lambda: data.metrics(who, view["run"])
-        )
+        try:
+            metrics: list[MetricOut] = await anyio.to_thread.run_sync(
+                lambda: data.metrics(who, view["run"])
+            )
+        except RunNotFound:  # the view names no run of the viewer's project
+            return empty_figure(NO_LAYERS), "", [], None
         families = families_with_layers(m.name for m in metrics)
         options = [{"label": f, "value": f} for f in families]
         if not families:

@@ -18,13 +18,16 @@ from ..schemas import (
 )
 from ..services import alert_rules as rules
 from .deps import Admin, Reader, SessionDep, SettingsDep, SnapshotDep
+from .errors import API, documented
 
-router = APIRouter(prefix="/api/v1", tags=["alerts"])
+router = APIRouter(prefix="/api/v1", tags=["alerts"], responses=documented(*API))
 
 RuleIdPath = Annotated[int, Path(ge=1, le=INT32_MAX, description="The rule's id.")]
 
 
-@router.post("/alert-rules", status_code=201, response_model=AlertRuleOut)
+@router.post(
+    "/alert-rules", status_code=201, response_model=AlertRuleOut, responses=documented(409)
+)
 def create_rule(
     body: AlertRuleCreate, session: SessionDep, who: Admin, settings: SettingsDep
 ) -> AlertRuleOut:
@@ -40,13 +43,13 @@ def list_rules(session: SessionDep, who: Reader) -> list[AlertRuleOut]:
     return rules.list_rules(session, who)
 
 
-@router.get("/alert-rules/{rule_id}", response_model=AlertRuleOut)
+@router.get("/alert-rules/{rule_id}", response_model=AlertRuleOut, responses=documented(404))
 def get_rule(rule_id: RuleIdPath, session: SessionDep, who: Reader) -> AlertRuleOut:
     rule = rules.get_rule(session, who, rule_id)
     return rules.to_out(rule, who.project, admin=who.can("admin"))
 
 
-@router.patch("/alert-rules/{rule_id}", response_model=AlertRuleOut)
+@router.patch("/alert-rules/{rule_id}", response_model=AlertRuleOut, responses=documented(404, 409))
 def update_rule(
     rule_id: RuleIdPath,
     body: AlertRuleUpdate,
@@ -60,14 +63,14 @@ def update_rule(
     return out
 
 
-@router.delete("/alert-rules/{rule_id}", status_code=204)
+@router.delete("/alert-rules/{rule_id}", status_code=204, responses=documented(404))
 def delete_rule(rule_id: RuleIdPath, session: SessionDep, who: Admin) -> Response:
     rules.delete_rule(session, who, rule_id)
     session.commit()
     return Response(status_code=204)
 
 
-@router.get("/alert-rules/{rule_id}/preview", response_model=RulePreview)
+@router.get("/alert-rules/{rule_id}/preview", response_model=RulePreview, responses=documented(404))
 def preview_rule(
     rule_id: RuleIdPath, session: SnapshotDep, who: Reader, run: Annotated[str, Query()]
 ) -> RulePreview:
@@ -75,7 +78,9 @@ def preview_rule(
     return rules.preview_rule(session, who, rule_id, run)
 
 
-@router.post("/alert-rules/{rule_id}/test", response_model=list[TestDelivery])
+@router.post(
+    "/alert-rules/{rule_id}/test", response_model=list[TestDelivery], responses=documented(404)
+)
 def test_rule(
     rule_id: RuleIdPath, request: Request, session: SessionDep, who: Admin
 ) -> list[TestDelivery]:
@@ -89,7 +94,7 @@ def test_rule(
     )
 
 
-@router.get("/alerts", response_model=list[AlertOut])
+@router.get("/alerts", response_model=list[AlertOut], responses=documented(404))
 def list_alerts(
     session: SessionDep,
     who: Reader,

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..auth import Principal, Scope, TokenCache
@@ -43,21 +44,29 @@ SnapshotDep = Annotated[Session, Depends(get_snapshot_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def bearer_token(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+_BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="An API token of one project, scoped ingest, read or admin "
+    "(`normwatch token create`).",
+)
+
+
+def bearer_token(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> str:
+    """The token of ``Authorization: Bearer <token>`` (401 without one)."""
+    if credentials is None or not credentials.credentials.strip():
         raise HTTPException(
             401,
             "missing bearer token: send 'Authorization: Bearer <token>' "
             "(create one with `normwatch token create`)",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return token.strip()
+    return credentials.credentials.strip()
 
 
-def get_principal(request: Request) -> Principal:
-    token = bearer_token(request)
+def get_principal(request: Request, token: Annotated[str, Depends(bearer_token)]) -> Principal:
     cache: TokenCache = request.app.state.token_cache
     who = cache.lookup(request.app.state.sessions, token)
     if who is None:

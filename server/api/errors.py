@@ -29,8 +29,16 @@ from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..errors import ServiceError
+from ..schemas import ErrorOut
 
-__all__ = ["RETRY_AFTER_S", "install", "is_unavailable", "unavailable", "validation_details"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "documented",
+    "install",
+    "is_unavailable",
+    "unavailable",
+    "validation_details",
+]
 
 log = logging.getLogger("normwatch.server")
 
@@ -38,6 +46,39 @@ RETRY_AFTER_S = 2
 """What a 503 for an unavailable database tells clients to wait, in seconds."""
 
 _CONTEXT_CHARS = 200
+
+_MEANINGS = {
+    400: "Malformed: a body that is not JSON (or not valid gzip), a NUL in the URL.",
+    401: "No bearer token, or one that is unknown, revoked or expired.",
+    403: "The token's scope is too narrow, or the object belongs to another project.",
+    404: "No such object.",
+    409: "Conflicts with what is stored, or a bound on what it may hold is reached.",
+    413: "The body, or what it carries, is over a size limit; the message names it.",
+    415: "A Content-Encoding other than gzip.",
+    422: "A field is invalid; the message names it (a list of failed checks for a body "
+    "or query that fails validation).",
+    503: "At capacity, or the database is unavailable: retry after Retry-After seconds.",
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "schema": {"type": "integer"},
+    }
+}
+
+API = (400, 401, 403, 413, 422, 503)
+"""What any /api/v1 call may answer besides its success."""
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for error statuses, all of them `ErrorOut` bodies."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        entry: dict[str, Any] = {"model": ErrorOut, "description": _MEANINGS[code]}
+        if code == 503:
+            entry["headers"] = _RETRY_AFTER
+        out[code] = entry
+    return out
 
 
 def unavailable(reason: str, retry_after_s: float = RETRY_AFTER_S) -> JSONResponse:

@@ -7,11 +7,14 @@ from fastapi import APIRouter
 from ..schemas import EventCreate, EventOut
 from ..services import ingest, query
 from .deps import Reader, SessionDep, Writer, owned_run
+from .errors import API, documented
 
-router = APIRouter(prefix="/api/v1/runs/{run_id}/events", tags=["events"])
+router = APIRouter(
+    prefix="/api/v1/runs/{run_id}/events", tags=["events"], responses=documented(*API, 404)
+)
 
 
-@router.post("", status_code=201, response_model=EventOut)
+@router.post("", status_code=201, response_model=EventOut, responses=documented(409))
 def post_event(run_id: str, body: EventCreate, session: SessionDep, who: Writer) -> EventOut:
     run, _ = owned_run(session, who, run_id)
     out = ingest.add_event(session, run, body)

@@ -24,14 +24,18 @@ from ..schemas import (
 from ..services import alerting, ingest, query
 from .body import read_limited_body
 from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
+from .errors import API, documented
 
-router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["metrics"])
+router = APIRouter(
+    prefix="/api/v1/runs/{run_id}", tags=["metrics"], responses=documented(*API, 404)
+)
 
 
 @router.post(
     "/metrics",
     status_code=202,
     response_model=Accepted,
+    responses=documented(415),
     openapi_extra={
         "requestBody": {
             "required": True,

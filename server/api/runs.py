@@ -9,11 +9,12 @@ from fastapi import APIRouter, HTTPException, Query
 from ..schemas import RunCreate, RunOut, RunUpdate
 from ..services import runs as run_service
 from .deps import Reader, SessionDep, Writer, owned_run
+from .errors import API, documented
 
-router = APIRouter(prefix="/api/v1/runs", tags=["runs"])
+router = APIRouter(prefix="/api/v1/runs", tags=["runs"], responses=documented(*API))
 
 
-@router.post("", response_model=RunOut)
+@router.post("", response_model=RunOut, responses=documented(409))
 def create_run(body: RunCreate, session: SessionDep, who: Writer) -> RunOut:
     """Create a run, or resume the project's run of that name (see ``start_step``)."""
     out = run_service.create_or_resume(session, who, body)
@@ -34,13 +35,13 @@ def list_runs(
     return run_service.list_runs(session, who.project, limit=limit)
 
 
-@router.get("/{run_id}", response_model=RunOut)
+@router.get("/{run_id}", response_model=RunOut, responses=documented(404))
 def get_run(run_id: str, session: SessionDep, who: Reader) -> RunOut:
     run, project = owned_run(session, who, run_id)
     return run_service.describe(session, run, project)
 
 
-@router.patch("/{run_id}", response_model=RunOut)
+@router.patch("/{run_id}", response_model=RunOut, responses=documented(404))
 def update_run(run_id: str, body: RunUpdate, session: SessionDep, who: Writer) -> RunOut:
     """Mark a run finished or failed, or replace its tags."""
     run, project = owned_run(session, who, run_id)

@@ -27,8 +27,9 @@ from ..schemas import (
     TokenRotated,
 )
 from .deps import Admin, SessionDep
+from .errors import API, documented
 
-router = APIRouter(prefix="/api/v1", tags=["tokens"])
+router = APIRouter(prefix="/api/v1", tags=["tokens"], responses=documented(*API))
 
 TokenId = Annotated[int, Path(ge=1, le=2**31 - 1, description="The token's id.")]
 
@@ -99,7 +100,7 @@ def create_token(body: TokenCreate, session: SessionDep, who: Admin) -> TokenCre
     return _created(secret, info)
 
 
-@router.delete("/tokens/{token_id}", status_code=204)
+@router.delete("/tokens/{token_id}", status_code=204, responses=documented(404))
 def revoke_token(token_id: TokenId, session: SessionDep, who: Admin) -> Response:
     """Revoke a token (again: no change). Every worker refuses it within the cache TTL."""
     _owned(session, who, token_id)
@@ -108,7 +109,12 @@ def revoke_token(token_id: TokenId, session: SessionDep, who: Admin) -> Response
     return Response(status_code=204)
 
 
-@router.post("/tokens/{token_id}/rotate", status_code=201, response_model=TokenRotated)
+@router.post(
+    "/tokens/{token_id}/rotate",
+    status_code=201,
+    response_model=TokenRotated,
+    responses=documented(404, 409),
+)
 def rotate_token(
     token_id: TokenId, session: SessionDep, who: Admin, body: TokenRotate | None = None
 ) -> TokenRotated:

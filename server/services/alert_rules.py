@@ -126,6 +126,27 @@ def update_rule(
     from .alerting import forget_rule_state
 
     rule = get_rule(session, who, rule_id)
+    name = body.name if body.name is not None else rule.name
+    if name != rule.name and session.scalar(
+        select(AlertRule.id).where(AlertRule.project_id == who.project_id, AlertRule.name == name)
+    ):
+        raise Conflict(f"project {who.project!r} already has a rule named {name!r}")
+    # Nothing may flush the edit before the savepoint below: a name taken meanwhile by a
+    # concurrent edit must fail there, where it can be answered 409.
+    with session.no_autoflush:
+        restart = _apply(rule, body, allow)
+    try:
+        with session.begin_nested():
+            session.flush()
+    except IntegrityError:
+        raise Conflict(f"project {who.project!r} already has a rule named {name!r}") from None
+    if restart:
+        forget_rule_state(session, rule.id)
+    return to_out(rule, who.project)
+
+
+def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bool:
+    """Set the fields ``body`` gives; True when the rule's evaluation must start afresh."""
     restart = False
     if body.name is not None:
         rule.name = body.name
@@ -143,14 +164,7 @@ def update_rule(
     if body.enabled is not None:
         rule.enabled = body.enabled
     rule.updated_at = utcnow()
-    if restart:
-        forget_rule_state(session, rule.id)
-    try:
-        with session.begin_nested():
-            session.flush()
-    except IntegrityError:
-        raise Conflict(f"project {who.project!r} already has a rule named {rule.name!r}") from None
-    return to_out(rule, who.project)
+    return restart
 
 
 def delete_rule(session: Session, who: Principal, rule_id: int) -> None:
@@ -161,8 +175,10 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     """Where the rule would have fired on a stored run (latest lineage), from scratch."""
     rule = get_rule(session, who, rule_id)
     run = session.scalar(select(Run).where(Run.id == run_id))
-    if run is None or run.project_id != who.project_id:
-        raise NotFound(f"no run with id {run_id!r} in project {who.project!r}")
+    if run is None:
+        raise NotFound(f"no run with id {run_id!r}")
+    if run.project_id != who.project_id:
+        raise Forbidden("this run belongs to another project")
     condition = parse_condition(rule.condition)
     if isinstance(condition, StaleCondition):
         raise errors.Invalid("a stale rule depends on arrival times, which cannot be replayed")
@@ -265,6 +281,11 @@ def list_alerts(
         .limit(limit)
     )
     if run_id is not None:
+        owner = session.scalar(select(Run.project_id).where(Run.id == run_id))
+        if owner is None:
+            raise NotFound(f"no run with id {run_id!r}")
+        if owner != who.project_id:
+            raise Forbidden("this run belongs to another project")
         query = query.where(Run.id == run_id)
     if state is not None:
         query = query.where(Alert.state == state)

@@ -407,6 +407,8 @@ def world(fresh_pg_url: str, tmp_path: Path) -> Iterator[World]:
             tmp_path,
             NORMWATCH_TOKEN_CACHE_S="0",  # a revoked token is refused at once
             NORMWATCH_METRICS_TOKEN=METRICS_TOKEN,
+            # Nothing in the background may touch what a cell compares before and after.
+            NORMWATCH_COMPACTION="false",
         ) as server:
             own, other = make_tenant(fresh_pg_url), make_tenant(fresh_pg_url)
             # Lives long enough to open a session; runs out while the rest is seeded.
@@ -842,7 +844,7 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         f"/runs/{o.run_id}", "", o.run_name, "Nothing at /runs/"
     ),
     "open /alerts?run=<id>": lambda w, t, o: _route(
-        "/alerts", f"?run={o.run_id}", o.rule_name, "No alerts yet."
+        "/alerts", f"?run={o.run_id}", o.rule_name, "Not found"
     ),
     "open /rules": lambda w, t, o: _route("/rules", "", o.rule_name),
     "refresh the runs list": lambda w, t, o: Callback(

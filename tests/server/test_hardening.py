@@ -513,3 +513,28 @@ def test_runs_are_listed_up_to_a_limit(api: httpx.Client, tenant: Tenant) -> Non
     assert [r["name"] for r in listed.json()] == ["c", "b"]
     too_many = api.get("/api/v1/runs", params={"limit": 10**6}, headers=tenant.headers("read"))
     assert too_many.status_code == 422
+
+
+def test_renaming_a_rule_to_a_taken_name_is_a_conflict(api: httpx.Client, tenant: Tenant) -> None:
+    """The rename was flushed before its savepoint, and the conflict came out as a 500."""
+    ids = []
+    for name in ("dup-1", "dup-2"):
+        rule = {"name": name, "metric": "loss", "condition": {"kind": "non_finite"}}
+        made = api.post("/api/v1/alert-rules", json=rule, headers=tenant.headers())
+        assert made.status_code == 201, made.text
+        ids.append(made.json()["id"])
+    clash = api.patch(
+        f"/api/v1/alert-rules/{ids[1]}",
+        json={"name": "dup-1", "enabled": False},
+        headers=tenant.headers(),
+    )
+    assert clash.status_code == 409
+    assert clash.json() == {
+        "detail": f"project {tenant.project!r} already has a rule named 'dup-1'"
+    }
+    kept = api.get(f"/api/v1/alert-rules/{ids[1]}", headers=tenant.headers()).json()
+    assert (kept["name"], kept["enabled"]) == ("dup-2", True)
+    renamed = api.patch(
+        f"/api/v1/alert-rules/{ids[1]}", json={"name": "dup-3"}, headers=tenant.headers()
+    )
+    assert renamed.status_code == 200 and renamed.json()["name"] == "dup-3"

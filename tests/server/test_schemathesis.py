@@ -218,26 +218,35 @@ def described_operations(raw: dict[str, Any]) -> set[str]:
 
 
 def validation_error_shape(raw: dict[str, Any]) -> list[str]:
-    """How the documented 422 item differs from what the service sends, if it does."""
-    item = raw["components"]["schemas"]["ValidationError"]
+    """How the documented error body differs from what the service sends, if it does: every
+    error answer is an ``ErrorOut``, whose ``detail`` is a message or a list of
+    ``ValidationItem``s."""
+    schemas = raw["components"]["schemas"]
     problems = []
+    if "ValidationError" in schemas or "HTTPValidationError" in schemas:
+        problems.append("FastAPI's own 422 models are documented; the service sends ErrorOut")
+    item = schemas["ValidationItem"]
     if set(item["properties"]) != VALIDATION_ERROR_KEYS:
         problems.append(
-            f"ValidationError documents properties {sorted(item['properties'])}; "
+            f"ValidationItem documents properties {sorted(item['properties'])}; "
             f"the service sends {sorted(VALIDATION_ERROR_KEYS)} (no 'input')"
         )
     if set(item.get("required", ())) != {"type", "loc", "msg"}:
-        problems.append(f"ValidationError requires {sorted(item.get('required', ()))}")
+        problems.append(f"ValidationItem requires {sorted(item.get('required', ()))}")
     return problems
 
 
 def check_422_shape(response: httpx.Response | Any) -> str | None:
-    """Why a 422 body is not ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``, or None."""
+    """Why a 422 body is neither ``{"detail": [{"type", "loc", "msg", "ctx"?}]}`` (a body or
+    query failed validation) nor ``{"detail": "<message>"}`` (a refusal naming the field),
+    or None."""
     try:
         body = response.json()
     except ValueError:
         return "422 body is not JSON"
     detail = body.get("detail") if isinstance(body, dict) else None
+    if set(body) == {"detail"} and isinstance(detail, str) and detail:
+        return None
     if set(body) != {"detail"} or not isinstance(detail, list) or not detail:
         return f"422 body is not a list of validation errors: {str(body)[:200]}"
     for item in detail:
