@@ -307,8 +307,8 @@ class Spool:
             path = self.directory / f"{number:08d}{CHUNK_SUFFIX}"
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-            except OSError:
-                self.on_disk = False
+            except OSError as exc:  # recorded, so that the writer warns as for a failed write
+                self._fail(exc)
                 chunk = Chunk(number, None, memory=bytearray())
             else:
                 chunk = Chunk(number, path, fd=fd)

@@ -615,6 +615,30 @@ def test_a_full_disk_moves_the_spool_to_memory_and_its_drops_name_the_disk(
     assert "normwatch sync" not in caplog.text, "nothing on disk is left to sync"
 
 
+def test_a_spool_file_that_cannot_be_created_is_reported_like_a_failed_write(
+    server: FakeIngest,
+    make_run: Callable[..., Run],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The spool moved to memory without a word when its next chunk file could not be
+    created; it now warns as for a failed write, naming the error."""
+    caplog.set_level(logging.WARNING, logger="normwatch.client")
+    server.faults["runs"] = failing(10**9, unavailable)
+    run = make_run(spool_max_bytes=8192, max_batch_points=10)
+    assert wait_for(lambda: run.spool_folder.is_dir() and any(run.spool_folder.iterdir()))
+    [stream] = run.spool_folder.iterdir()
+    (stream / "00000002.nws").mkdir()  # the chunk the spool rotates to cannot be opened
+    for step in range(200):
+        run.log({"x": float(step)}, step=step)
+    queue = run._queue
+    assert wait_for(lambda: queue.queued_points + queue.inflight_points == 0)
+    assert run.pending_points + run.dropped_points == 200
+    assert run.pending_points > 0
+    failed = [r.getMessage() for r in caplog.records if "writing the spool" in r.getMessage()]
+    assert len(failed) == 1 and "Is a directory" in failed[0], failed
+    run.finish(timeout=0.2)
+
+
 def test_an_unwritable_spool_folder_falls_back_to_memory(
     server: FakeIngest,
     make_run: Callable[..., Run],
