@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 import psycopg
 import pytest
+from hypothesis import settings
 from normwatch.server.auth import create_token
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
@@ -27,6 +28,13 @@ from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, start_server
+
+
+# Property tests draw the same examples on every run, so that the suite passes or fails the
+# same way everywhere; NORMWATCH_HYPOTHESIS=explore draws new ones (to hunt for more).
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("NORMWATCH_HYPOTHESIS", "repeatable"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -70,7 +70,8 @@ def read_series(
     """Each metric's points in ``[start, end]`` of the latest lineage, M4-downsampled.
 
     At most ``4 · points`` points a metric come back (plus one per bucket holding a NaN),
-    each a real stored (step, value). A metric the run never logged comes back empty.
+    each a real stored (step, value); a range holding no more than that comes back whole.
+    A metric the run never logged comes back empty.
     """
     if points < 1 or points > MAX_POINTS:
         raise Invalid(f"points must be between 1 and {MAX_POINTS}, got {points}")
@@ -87,6 +88,9 @@ def read_series(
             continue
         pixel = (span[1] - span[0] + 1) / points
         got = pyramid.gather(session, run.key, mid, lineage, start, end, pixel)
+        if got.summarized and got.total <= 4 * points:
+            # Summaries stood for a range that holds few points: show every one of them.
+            got = pyramid.gather(session, run.key, mid, lineage, start, end, 0.0)
         steps, values = got.points.steps, got.points.values
         if len(steps) <= 4 * points:
             done = got.finish()

@@ -387,8 +387,11 @@ class FailingReceiver:
 
 
 def test_read_tokens_see_neither_webhook_paths_nor_receiver_answers(
-    pg_url: str, tmp_path: Path
+    fresh_pg_url: str, tmp_path: Path
 ) -> None:
+    # A database of its own: every server on a database delivers from its outbox, and
+    # another test's server, without this allow list, would refuse the receiver.
+    pg_url = fresh_pg_url
     receiver = FailingReceiver()
     env = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
     try:

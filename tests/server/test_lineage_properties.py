@@ -295,6 +295,8 @@ def compact(sessions: sessionmaker[Session], run_id: str, model: Model) -> None:
 @DB_SETTINGS
 @given(histories(), windows, pixels)
 @example(RESTARTS, (None, None), 10)
+# Three compacted points, one pixel: a summary stood for them, and the middle one was missing.
+@example([Phase(0, [[0, 1, 2]], None)], (None, None), 1)
 def test_reads_show_the_newest_segment_at_every_step(
     sessions: sessionmaker[Session],
     phases: list[Phase],
