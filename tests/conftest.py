@@ -29,7 +29,6 @@ from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, start_server
 
-
 # Property tests draw the same examples on every run, so that the suite passes or fails the
 # same way everywhere; NORMWATCH_HYPOTHESIS=explore draws new ones (to hunt for more).
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
