@@ -83,7 +83,7 @@ from _harness import (
     scratch_postgres,
     table,
 )
-from normwatch.server.compaction import vacuum_due
+from normwatch.server.storage.vacuum import vacuum_due
 
 from normwatch.testing import running_server
 

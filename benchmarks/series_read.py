@@ -28,7 +28,7 @@ script creates, migrates and removes):
   never restarted: without it neither database can walk the primary key in step order, and
   the baseline would pay a sort (or, on Postgres with one run, a sequential scan) that the
   service does not.
-* **compaction**: ``compaction.compact_everything`` with the default policy (4096-point
+* **compaction**: ``schedule.compact_everything`` with the default policy (4096-point
   float32 chunks) moves every hot point into chunks and the summary pyramid; points/s.
 * **at rest, compacted**: on Postgres ``pg_total_relation_size`` (heap, indexes and TOAST)
   of ``blocks`` + ``chunks`` + ``rollups`` + ``series`` per stored point, after a plain
@@ -67,14 +67,18 @@ from typing import Any
 
 import numpy as np
 from _harness import Timing, say, scratch_postgres, scratch_sqlite, table, timed
-from normwatch.server import blocks, compaction, pgcopy, pyramid, storage
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
-from normwatch.server.m4 import m4_select
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
+from normwatch.server.storage import blocks, pgcopy, pyramid, schedule
+from normwatch.server.storage.m4 import m4_select
+from normwatch.server.storage.metric_ids import resolve_metric_ids
+from normwatch.server.storage.points import point_count
+from normwatch.server.storage.policy import Policy
+from normwatch.server.storage.runs import lineage_of, segments_of
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -334,7 +338,7 @@ def compact(factory: sessionmaker[Session], steps: int) -> tuple[float, float, i
     """
     say("  compacting (default policy: 4096-point float32 chunks)")
     t0, cpu0 = time.perf_counter(), time.process_time()
-    report = compaction.compact_everything(factory, compaction.Policy())
+    report = schedule.compact_everything(factory, Policy())
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if report.points != steps:
         raise RuntimeError(f"compacted {report.points} points, expected {steps}")
@@ -414,12 +418,10 @@ def measure_reads(
 
     # Where the full-range read goes: rows into arrays, then M4.
     with factory() as session:
-        lineage = storage.lineage_of(storage.segments_of(session, target.run_key))
+        lineage = lineage_of(segments_of(session, target.run_key))
 
         def read_points() -> tuple[np.ndarray, np.ndarray]:
-            arrays = storage.read_points(
-                session, target.run_key, target.metric_id, lineage, None, None
-            )
+            arrays = read_points(session, target.run_key, target.metric_id, lineage, None, None)
             session.rollback()
             return arrays
 
@@ -438,7 +440,7 @@ def measure_compacted_reads(
     """Reads served by the pyramid: ``read_series``, split into extent, gather and M4."""
     out = time_read_series(engine, target, repeat, " (compacted)")
     with factory() as session:
-        lineage = storage.lineage_of(storage.segments_of(session, target.run_key))
+        lineage = lineage_of(segments_of(session, target.run_key))
         session.rollback()
 
         def extent() -> tuple[int, int]:
@@ -479,7 +481,7 @@ def run_backend(backend: str, url: str, steps: int, repeat: int, seed: int, dire
         say(f"[{backend}] {steps:,} steps of {METRIC!r}, spike at step {spike:,}")
         with session_scope(factory) as session:
             run_key = session.query(Run).filter(Run.id == run_id).one().key
-            metric_id = storage.resolve_metric_ids(session, run_key, [METRIC])[METRIC]
+            metric_id = resolve_metric_ids(session, run_key, [METRIC])[METRIC]
         if direct:
             result.load_name = "COPY (binary, NumPy)" if backend == "postgresql" else "executemany"
             load_s = load_direct(engine, run_key, metric_id, x, values)
@@ -488,7 +490,7 @@ def run_backend(backend: str, url: str, steps: int, repeat: int, seed: int, dire
             load_s = load_rows(factory, run_id, chunks(x, values))
         result.load_pps = steps / load_s
         with factory() as session:
-            stored = storage.point_count(session, run_key)
+            stored = point_count(session, run_key)
         if stored != steps:
             raise RuntimeError(f"stored {stored} points, expected {steps}")
         result.bytes_per_point, result.at_rest_detail = at_rest(engine, stored)

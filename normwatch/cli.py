@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from normwatch.server.auth import TokenInfo
-    from normwatch.server.compaction import Policy
     from normwatch.server.config import Settings
+    from normwatch.server.storage.policy import Policy
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -272,7 +272,7 @@ def _db_downgrade(args: argparse.Namespace) -> int:
 
 
 def _policy(settings: Settings) -> Policy:
-    from normwatch.server.compaction import Policy
+    from normwatch.server.storage.policy import Policy
 
     return Policy(
         chunk_points=settings.compaction_chunk_points,
@@ -283,8 +283,8 @@ def _policy(settings: Settings) -> Policy:
 
 
 def _db_compact(args: argparse.Namespace) -> int:
-    from normwatch.server.compaction import compact_everything
     from normwatch.server.db import session_factory
+    from normwatch.server.storage.schedule import compact_everything
 
     settings, engine = _settings_and_engine()
     if args.follow:
@@ -309,8 +309,8 @@ def _compact_following(settings: Settings, engine: Engine, parent: int | None) -
     import threading
 
     from normwatch.server import memory
-    from normwatch.server.compaction import Compactor
     from normwatch.server.db import session_factory
+    from normwatch.server.workers.compactor import Compactor
 
     memory.limit_arenas()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -335,9 +335,9 @@ def _compact_following(settings: Settings, engine: Engine, parent: int | None) -
 def _db_retention(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    from normwatch.server import retention
     from normwatch.server.db import session_factory
     from normwatch.server.models import utcnow
+    from normwatch.server.storage import retention
 
     if args.days <= 0:
         print("normwatch: --days must be positive", file=sys.stderr)

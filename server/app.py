@@ -15,11 +15,12 @@ from .alerts.delivery import Deliverer
 from .api import alerts, errors, events, health, metrics, prometheus, runs, tokens
 from .api.body import RequestBounds
 from .auth import TokenCache
-from .compaction import Compactor, lag_samples
 from .config import Settings
 from .db import DatabaseProbe, engine_from_settings, session_factory, snapshot_factory
-from .services.dispatcher import Dispatcher
+from .storage.gauges import lag_samples
 from .telemetry import Telemetry
+from .workers.compactor import Compactor
+from .workers.dispatcher import Dispatcher
 
 log = logging.getLogger("normwatch.server")
 

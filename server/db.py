@@ -16,7 +16,8 @@ import psycopg
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -129,6 +130,18 @@ def _hand_out_clean(dbapi_conn: DBAPIConnection) -> None:
         dbapi_conn.rollback()
     except Exception as exc:
         raise DisconnectionError(f"pooled connection could not roll back: {exc}") from exc
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True for database failures that a retry a moment later can get past: a refused or
+    lost connection, the pool exhausted, a statement cancelled, SQLite's lock held too long."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated or isinstance(exc, OperationalError):
+            return True
+        return isinstance(exc.orig, psycopg.errors.QueryCanceled | psycopg.OperationalError)
+    return False
 
 
 def begin_snapshot(session: Session) -> None:

@@ -154,7 +154,7 @@ class Block(Base):
 
 
 class Chunk(Base):
-    """Consecutive compacted points of one series (see :mod:`normwatch.server.chunks`).
+    """Consecutive compacted points of one series (see :mod:`normwatch.server.storage.chunks`).
 
     ``data`` holds the points; ``buckets`` their summary (first/last/min/max/first NaN of
     every run of 64 points). Retention may drop ``data`` and keep ``buckets``: the chart

@@ -24,18 +24,17 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess, values
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from .models import Notification, utcnow
+from .storage.gauges import Sample, ScrapeCollector, alert_backlog
 
 __all__ = [
     "INGEST_ROUTE",
@@ -53,43 +52,6 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 INGEST_ROUTE = "/api/v1/runs/{run_id}/metrics"
 LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _LIVE_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One gauge value computed at scrape time: ``name{labels} value``.
-
-    Samples of one name form one series family and must share their label names.
-    """
-
-    name: str
-    value: float
-    help: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-
-ScrapeCollector = Callable[[Session], Iterable[Sample]]
-"""Reads gauges from the database at scrape time; its session is read-only and discarded."""
-
-
-def alert_backlog(session: Session) -> Iterator[Sample]:
-    """Notifications waiting for delivery, and the age of the oldest in seconds (0 if none)."""
-    count, oldest = session.execute(
-        select(func.count(), func.min(Notification.created_at)).where(
-            Notification.status == "pending"
-        )
-    ).one()
-    age = 0.0 if oldest is None else max((utcnow() - oldest).total_seconds(), 0.0)
-    yield Sample(
-        "normwatch_alert_notifications_pending",
-        float(count),
-        "Alert notifications not yet delivered (including those waiting for a retry).",
-    )
-    yield Sample(
-        "normwatch_alert_notifications_oldest_pending_age_seconds",
-        age,
-        "Age of the oldest undelivered alert notification; 0 when none is pending.",
-    )
 
 
 def prepare_multiprocess_dir(path: str | os.PathLike[str]) -> Path:

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from normwatch.server import compaction, pyramid, storage
 from normwatch.server.batch import parse_batch
-from normwatch.server.compaction import Policy
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.migrate import upgrade
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, runs
+from normwatch.server.storage import compaction, pyramid
+from normwatch.server.storage.metric_ids import metric_ids_by_name
+from normwatch.server.storage.policy import Policy
+from normwatch.server.storage.runs import lineage_of, segments_of
 from sqlalchemy import text
 
 from tests.conftest import create_scratch_pg, drop_scratch_pg
@@ -29,17 +31,18 @@ POLICY = dict(
 
 COMPACTOR = """
 import sys, time
-from normwatch.server import compaction
 from normwatch.server.db import build_engine, session_factory
+from normwatch.server.storage import compaction
+from normwatch.server.storage.policy import Policy
 engine = build_engine(sys.argv[1], pool_size=1)
 sessions = session_factory(engine)
-policy = compaction.Policy(
+policy = Policy(
     chunk_points=256, precision="float64", metrics_per_transaction=2, points_per_transaction=512
 )
 stop_in = int(sys.argv[3])
 if stop_in:
     # Freeze inside the n-th group's transaction: its hot rows are deleted, nothing written.
-    load = compaction._load_rollups
+    load = compaction.load_rollups
     calls = []
     def frozen(*args, **kwargs):
         calls.append(1)
@@ -47,7 +50,7 @@ if stop_in:
             print("inside", flush=True)
             time.sleep(600)
         return load(*args, **kwargs)
-    compaction._load_rollups = frozen
+    compaction.load_rollups = frozen
 print("compacting", flush=True)
 compaction.compact_run(sessions, policy, int(sys.argv[2]), 1, 2**62)
 print("done", flush=True)
@@ -129,8 +132,8 @@ def check_everything_once(
     sessions = session_factory(engine)
     try:
         with session_scope(sessions) as session:
-            lineage = storage.lineage_of(storage.segments_of(session, run_key))
-            ids = storage.metric_ids_by_name(session, run_key, list(data))
+            lineage = lineage_of(segments_of(session, run_key))
+            ids = metric_ids_by_name(session, run_key, list(data))
             for name, values in data.items():
                 pts = pyramid.read_all(session, run_key, ids[name], lineage, None, None)
                 assert np.array_equal(pts.steps, steps), name

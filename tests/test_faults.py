@@ -25,7 +25,7 @@ import httpx
 import psycopg
 import pytest
 from normwatch.client import Run
-from normwatch.server import blocks
+from normwatch.server.storage import blocks
 from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server

@@ -29,9 +29,9 @@ import httpx
 import psycopg
 import pytest
 from normwatch.client import Run
-from normwatch.server import blocks, chunks
 from normwatch.server.db import build_engine
 from normwatch.server.migrate import upgrade
+from normwatch.server.storage import blocks, chunks
 from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server

@@ -5,7 +5,7 @@ Revises: 0003
 Create Date: 2026-12-01 07:30:00
 
 Uncompacted points move from ``points`` (a row a point) into ``blocks`` (a row a series and
-batch; see ``normwatch.server.blocks``). Points stored already become one block a series.
+batch; see ``normwatch.server.storage.blocks``). Points stored already become one block a series.
 """
 
 from __future__ import annotations

@@ -21,13 +21,13 @@ import logging
 import uuid
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from ..db import is_unavailable
 from ..errors import ServiceError
 from ..schemas import ErrorOut
 
@@ -88,17 +88,6 @@ def unavailable(reason: str, retry_after_s: float = RETRY_AFTER_S) -> JSONRespon
         status_code=503,
         headers={"Retry-After": str(max(1, round(retry_after_s)))},
     )
-
-
-def is_unavailable(exc: BaseException) -> bool:
-    """True for database failures that a retry a moment later can get past."""
-    if isinstance(exc, PoolTimeout):
-        return True
-    if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated or isinstance(exc, OperationalError):
-            return True
-        return isinstance(exc.orig, psycopg.errors.QueryCanceled | psycopg.OperationalError)
-    return False
 
 
 def install(app: FastAPI) -> None:

@@ -12,7 +12,6 @@ from starlette.datastructures import State
 
 from ..auth import Principal
 from ..batch import loads, parse_batch
-from ..metric_ids import metric_id_cache
 from ..schemas import (
     INT64_MAX,
     Accepted,
@@ -22,6 +21,7 @@ from ..schemas import (
     SeriesResponse,
 )
 from ..services import alerting, ingest, query
+from ..storage.metric_ids import metric_id_cache
 from .body import read_limited_body
 from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
 from .errors import API, documented

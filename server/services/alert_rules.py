@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .. import errors, pyramid, storage
+from .. import errors
 from ..alerts import delivery
 from ..alerts.rules import StaleCondition, metric_matches, parse_condition, preview
 from ..auth import Principal
@@ -26,6 +26,8 @@ from ..schemas import (
     RunSelector,
     TestDelivery,
 )
+from ..storage import pyramid
+from ..storage.runs import lineage_of, segments_of
 from .query import encode_value
 from .runs import Forbidden
 
@@ -187,7 +189,7 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
         for m in session.scalars(select(Metric).where(Metric.run_key == run.key))
         if metric_matches(rule.metric, m.name)
     ][:PREVIEW_MAX_METRICS]
-    lineage = storage.lineage_of(storage.segments_of(session, run.key))
+    lineage = lineage_of(segments_of(session, run.key))
     transitions: list[PreviewTransition] = []
     replayed = 0
     for metric in metrics:

@@ -33,7 +33,7 @@ from ..alerts.rules import (
 from ..batch import MetricBatch
 from ..db import PerEngine
 from ..models import Alert, AlertRule, AlertState, Notification, Run
-from ..storage import LockedRun
+from ..storage.runs import LockedRun
 
 RUN_METRIC_ID = 0
 """``alert_states.metric_id`` of rules about the run as a whole (``stale``)."""
@@ -53,7 +53,7 @@ class StepRule:
 
 class RuleCache:
     """The step rules of each project, kept while the project's rule fingerprint (see
-    `storage.LockedRun.rules`) stays the same, so steady ingest neither queries nor parses
+    `LockedRun.rules`) stays the same, so steady ingest neither queries nor parses
     them. A rule change anywhere (another worker, another replica) changes the fingerprint,
     which every batch reads under its run's lock: the next batch of the project reloads.
     At most ``max_projects``, least recently used dropped first. Thread-safe."""

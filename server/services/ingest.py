@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from .. import errors, storage
+from .. import errors
 from ..batch import BatchError, MetricBatch
-from ..metric_ids import MetricIdCache
-from ..models import Event, Run
+from ..models import Event, Run, utcnow
 from ..schemas import EventCreate, EventOut
+from ..storage.metric_ids import MetricIdCache, resolve_metric_ids
+from ..storage.points import write_points
+from ..storage.runs import event_count, lock_run, run_exists
 from . import alerting
 
 
@@ -51,25 +53,25 @@ def ingest_batch(
     ``project_id`` a run of another project raises `RunForbidden`. Metric ids found in
     ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`). Rules
     come from ``rules`` while the project's rules are unchanged. A batch that would give
-    the run more than ``max_run_metrics`` metric names raises `storage.TooManyMetrics`.
+    the run more than ``max_run_metrics`` metric names raises `TooManyMetrics`.
     """
     last = int(batch.steps.max()) if len(batch.steps) else None
-    run = storage.lock_run(
+    run = lock_run(
         session,
         run_id,
         project_id=project_id,
         segment=batch.segment,
         last_step=last,
-        now=storage.now(),
+        now=utcnow(),
     )
     if run is None:
-        if project_id is not None and storage.run_exists(session, run_id):
+        if project_id is not None and run_exists(session, run_id):
             raise RunForbidden("this run belongs to another project")
         raise RunNotFound(f"no run with id {run_id!r}")
     segment = batch.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
-    metric_ids = storage.resolve_metric_ids(
+    metric_ids = resolve_metric_ids(
         session, run.key, batch.logged_names, known=known, max_run_metrics=max_run_metrics
     )
     fresh = (
@@ -77,7 +79,7 @@ def ingest_batch(
         and segment == run.segment
         and (run.last_step is None or int(batch.steps.min()) > run.last_step)
     )
-    points = storage.write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
+    points = write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
     owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids, rules=rules)
     return Ingested(points, segment, owed, metric_ids, run.key)
 
@@ -90,7 +92,7 @@ def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:
     segment = body.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
-    if storage.event_count(session, run.key) >= MAX_RUN_EVENTS:
+    if event_count(session, run.key) >= MAX_RUN_EVENTS:
         raise errors.Conflict(f"the run has {MAX_RUN_EVENTS} events already, the most it may hold")
     event = Event(run_key=run.key, segment=segment, step=body.step, kind=body.kind, text=body.text)
     session.add(event)

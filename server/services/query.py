@@ -9,11 +9,13 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
-from .. import pyramid, storage
 from ..errors import Invalid
-from ..m4 import m4_select
 from ..models import Run
 from ..schemas import EventOut, MetricOut
+from ..storage import pyramid
+from ..storage.m4 import m4_select
+from ..storage.points import latest_values, series_keys
+from ..storage.runs import Lineage, events_of
 
 MAX_POINTS = 20_000
 
@@ -54,7 +56,7 @@ def list_metrics(session: Session, run: Run) -> list[MetricOut]:
             last_step=step,
             last_value=None if step is None or value is None else encode_value(value),
         )
-        for name, step, value in storage.latest_values(session, run.key)
+        for name, step, value in latest_values(session, run.key)
     ]
 
 
@@ -77,7 +79,7 @@ def read_series(
         raise Invalid(f"points must be between 1 and {MAX_POINTS}, got {points}")
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
-    lineage, ids = storage.series_keys(session, run.key, metrics)
+    lineage, ids = series_keys(session, run.key, metrics)
     out = []
     for name in metrics:
         mid = ids.get(name)
@@ -107,7 +109,7 @@ def _span(
     session: Session,
     run_key: int,
     metric_id: int,
-    lineage: storage.Lineage,
+    lineage: Lineage,
     start: int | None,
     end: int | None,
 ) -> tuple[int, int] | None:
@@ -121,4 +123,4 @@ def _span(
 
 
 def list_events(session: Session, run: Run) -> list[EventOut]:
-    return [EventOut.model_validate(e) for e in storage.events_of(session, run.key)]
+    return [EventOut.model_validate(e) for e in events_of(session, run.key)]

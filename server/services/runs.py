@@ -8,9 +8,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from .. import errors, storage
+from .. import errors
 from ..auth import Principal, get_or_create_project
-from ..models import Project, Run, Segment
+from ..models import Project, Run, Segment, utcnow
 from ..schemas import (
     MAX_TAGS,
     SEGMENT_MAX,
@@ -20,6 +20,7 @@ from ..schemas import (
     SegmentOut,
     json_document,
 )
+from ..storage.runs import forget_latest
 
 
 class Forbidden(errors.Forbidden):
@@ -85,7 +86,7 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
         run.segment += 1
         session.add(Segment(run_key=run.key, segment=run.segment, start_step=body.start_step))
         run.last_step = None
-        storage.forget_latest(session, run.key)
+        forget_latest(session, run.key)
     if body.config:
         config = {**(run.config or {}), **body.config}
         try:
@@ -101,7 +102,7 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
             )
         run.tags = tags
     run.status = "running"
-    run.last_seen = storage.now()
+    run.last_seen = utcnow()
     session.flush()
     return to_out(run, project.name, _segments(session, run))
 

@@ -9,11 +9,11 @@ import struct
 import numpy as np
 import psycopg
 import pytest
-from normwatch.server import blocks, pgcopy
 from normwatch.server.auth import TokenCache, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import session_factory
 from normwatch.server.models import ApiToken, utcnow
+from normwatch.server.storage import blocks, pgcopy
 from sqlalchemy import Engine, make_url, update
 
 AWKWARD = [math.nan, math.inf, -math.inf, -0.0, 5e-324, 1.7976931348623157e308, 15.37]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from normwatch.server import chunks
-from normwatch.server.chunks import NO_STEP, Points
+from normwatch.server.storage import chunks
+from normwatch.server.storage.chunks import NO_STEP, Points
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -9,15 +9,18 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from normwatch.server import chunks, compaction, pyramid, storage
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
-from normwatch.server.compaction import Policy
 from normwatch.server.db import build_engine, session_factory, session_scope
-from normwatch.server.m4 import m4_select
 from normwatch.server.models import Run, utcnow
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
+from normwatch.server.storage import chunks, compaction, pyramid, schedule, vacuum
+from normwatch.server.storage.m4 import m4_select
+from normwatch.server.storage.metric_ids import metric_ids_by_name
+from normwatch.server.storage.policy import Policy
+from normwatch.server.storage.runs import lineage_of, segments_of
+from normwatch.server.storage.sql import padded
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -73,8 +76,8 @@ def post(sessions: Sessions, run_id: str, steps: np.ndarray, **metrics: np.ndarr
 def stored(sessions: Sessions, run_id: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
     with session_scope(sessions) as session:
         run = the_run(session, run_id)
-        lineage = storage.lineage_of(storage.segments_of(session, run.key))
-        mid = storage.metric_ids_by_name(session, run.key, [metric])[metric]
+        lineage = lineage_of(segments_of(session, run.key))
+        mid = metric_ids_by_name(session, run.key, [metric])[metric]
         pts = pyramid.read_all(session, run.key, mid, lineage, None, None)
         return pts.steps, pts.values
 
@@ -270,15 +273,15 @@ def test_the_pass_follows_the_policy(fresh_pg_url: str) -> None:
         steps, values = noisy(1000, seed=7)
         post(sessions, run, steps, g=values)
         policy = Policy(chunk_points=4096, max_age_s=3600, idle_s=3600)
-        report = compaction.compact_pass(sessions, policy)
+        report = schedule.compact_pass(sessions, policy)
         assert report.points == 0  # young, near and busy: left hot
-        report = compaction.compact_pass(sessions, policy, utcnow() + timedelta(hours=2))
+        report = schedule.compact_pass(sessions, policy, utcnow() + timedelta(hours=2))
         assert report.points == 1000 and report.runs == 1
         assert count_rows(sessions, run, "blocks") == 0
         post(sessions, run, np.arange(1000, 6000), g=np.ones(5000))
-        report = compaction.compact_pass(sessions, policy)
+        report = schedule.compact_pass(sessions, policy)
         assert report.points == 5000  # far enough past the last cut
-        assert compaction.compact_pass(sessions, policy).points == 0
+        assert schedule.compact_pass(sessions, policy).points == 0
     finally:
         engine.dispose()
 
@@ -300,7 +303,7 @@ def test_the_pass_rests_between_routine_runs_only(fresh_pg_url: str) -> None:
             return True
 
         later = utcnow() + timedelta(hours=2)  # every run is idle by then
-        report = compaction.compact_pass(sessions, policy, later, pause=rest)
+        report = schedule.compact_pass(sessions, policy, later, pause=rest)
         assert report.runs == 3 and report.points == 300
         assert len(rests) == 2 and all(t > 0 for t in rests)  # between runs, not after the last
 
@@ -308,12 +311,12 @@ def test_the_pass_rests_between_routine_runs_only(fresh_pg_url: str) -> None:
         for run in busy:
             post(sessions, run, np.arange(5000), g=np.ones(5000))  # a chunk's worth and more
         rests.clear()
-        report = compaction.compact_pass(sessions, policy, pause=rest)
+        report = schedule.compact_pass(sessions, policy, pause=rest)
         assert report.runs == 3 and report.points == 15_000 and rests == []
 
         for run in quiet:
             post(sessions, run, np.arange(100, 200), g=np.ones(100))
-        report = compaction.compact_pass(
+        report = schedule.compact_pass(
             sessions, policy, later + timedelta(hours=2), pause=lambda took: False
         )
         assert report.runs == 1 and report.points == 100
@@ -332,7 +335,7 @@ def test_runs_compacted_together_come_due_one_after_another() -> None:
         return next(
             s / 10
             for s in range(1, 10 * int(period) + 20)
-            if compaction._crossed_slot(key, since, since + timedelta(seconds=s / 10), period)
+            if schedule._crossed_slot(key, since, since + timedelta(seconds=s / 10), period)
         )
 
     firsts = [due_after(key, t0) for key in range(1, 101)]
@@ -361,7 +364,7 @@ def test_the_compactor_vacuums_the_hot_table_once_its_dead_rows_pile_up(
             )
 
     try:
-        n = compaction.VACUUM_THRESHOLD + 10_000
+        n = vacuum.VACUUM_THRESHOLD + 10_000
         with engine.begin() as conn:
             conn.execute(
                 text(
@@ -371,17 +374,17 @@ def test_the_compactor_vacuums_the_hot_table_once_its_dead_rows_pile_up(
                 ),
                 {"n": n},
             )
-        assert compaction.vacuum_hot_table(sessions) is None  # nothing dead yet
+        assert vacuum.vacuum_hot_table(sessions) is None  # nothing dead yet
         with engine.begin() as conn:
             conn.execute(text("DELETE FROM blocks WHERE metric_id > 5000"))
         deadline = time.monotonic() + 10
         while dead_rows() < n - 5000:  # statistics reach the shared counters within a second
             assert time.monotonic() < deadline, dead_rows()
             time.sleep(0.1)
-        vacuumed = compaction.vacuum_hot_table(sessions)
+        vacuumed = vacuum.vacuum_hot_table(sessions)
         assert vacuumed is not None and vacuumed[0] >= n - 5000
         assert dead_rows() == 0
-        assert compaction.vacuum_hot_table(sessions) is None
+        assert vacuum.vacuum_hot_table(sessions) is None
     finally:
         engine.dispose()
 
@@ -413,7 +416,7 @@ def test_statements_keep_a_few_shapes_whatever_the_number_of_series(db_url: str)
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 100, 511, 512, 513])
 def test_padded_rows_repeat_the_last_up_to_a_power_of_two(count: int) -> None:
     rows = [(i,) for i in range(count)]
-    out = storage.padded(rows)
+    out = padded(rows)
     size = len(out)
     assert size >= count and size & (size - 1) == 0 and size < 2 * count + 1
     assert list(out[:count]) == rows and set(out[count:]) <= {rows[-1]}

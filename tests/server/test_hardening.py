@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from normwatch.server.auth import Principal, create_token
-from normwatch.server.compaction import Policy, compact_everything
 from normwatch.server.db import build_engine, session_factory, snapshot_factory
 from normwatch.server.errors import Conflict, Invalid
 from normwatch.server.models import AlertRule, Event, Project, Run, Segment
@@ -30,6 +29,8 @@ from normwatch.server.schemas import SEGMENT_MAX, AlertRuleCreate, EventCreate, 
 from normwatch.server.services.alert_rules import MAX_PROJECT_RULES, create_rule
 from normwatch.server.services.ingest import MAX_RUN_EVENTS, add_event
 from normwatch.server.services.runs import create_or_resume
+from normwatch.server.storage.policy import Policy
+from normwatch.server.storage.schedule import compact_everything
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.orm import Session
 

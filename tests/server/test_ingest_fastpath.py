@@ -16,14 +16,21 @@ import httpx
 import numpy as np
 import psycopg
 import pytest
-from normwatch.server import blocks, pgcopy, storage
 from normwatch.server.auth import Principal, authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory
-from normwatch.server.metric_ids import MetricIdCache, metric_id_cache
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, runs
+from normwatch.server.storage import blocks, pgcopy
+from normwatch.server.storage.metric_ids import (
+    MetricIdCache,
+    metric_id_cache,
+    metric_ids_by_name,
+    resolve_metric_ids,
+)
+from normwatch.server.storage.points import latest_values, read_points, write_points
+from normwatch.server.storage.runs import lineage_of, segments_of
 from sqlalchemy import make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -247,7 +254,7 @@ def latest(session: Session, run: Run) -> dict[str, tuple[int | None, float | No
     """Each metric's latest (step, value) as listings show it (NaN as None)."""
     return {
         name: (step, None if value is None or value != value else value)
-        for name, step, value in storage.latest_values(session, run.key)
+        for name, step, value in latest_values(session, run.key)
     }
 
 
@@ -316,11 +323,9 @@ def test_non_finite_values_round_trip_exactly(db_session: Session) -> None:
     assert all(same_float(got[k], v) for k, v in expected.items())
     # Step 35 is the last logged one; its NaN is stored as NULL.
     assert latest(db_session, run) == {"g": (35, None)}
-    metric_id = storage.metric_ids_by_name(db_session, run.key, ["g"])["g"]
-    lineage = storage.lineage_of(storage.segments_of(db_session, run.key))
-    read_steps, read_values = storage.read_points(
-        db_session, run.key, metric_id, lineage, None, None
-    )
+    metric_id = metric_ids_by_name(db_session, run.key, ["g"])["g"]
+    lineage = lineage_of(segments_of(db_session, run.key))
+    read_steps, read_values = read_points(db_session, run.key, metric_id, lineage, None, None)
     assert read_steps.tolist() == [1, 2, 3, 5, 6, 8, 9, 15, 35]
     assert all(
         same_float(float(v), e)
@@ -357,7 +362,7 @@ def test_cache_serves_known_names_and_creates_new_ones(db_session: Session) -> N
     second = ingest.ingest_batch(
         db_session, run.id, batch_of([1], {"c": [3.0], "a": [4.0], "b": [5.0]}), known=cache
     )
-    assert second.metric_ids == storage.metric_ids_by_name(db_session, run.key, ["a", "b", "c"])
+    assert second.metric_ids == metric_ids_by_name(db_session, run.key, ["a", "b", "c"])
     assert {k: second.metric_ids[k] for k in "ab"} == first.metric_ids
     assert cache.lookup(run.key, ["c"]) == ({}, ["c"]), "not remembered before a commit"
     assert stored_points(db_session, run) == {
@@ -378,7 +383,7 @@ def test_rolled_back_batch_leaves_the_cache_correct(db_session: Session) -> None
     nested.rollback()  # the metric row is gone; nothing was remembered, so no id dangles
     assert cache.lookup(run.key, ["gone"]) == ({}, ["gone"])
     again = ingest.ingest_batch(db_session, run.id, batch_of([0], {"gone": [2.0]}), known=cache)
-    assert again.metric_ids == storage.metric_ids_by_name(db_session, run.key, ["gone"])
+    assert again.metric_ids == metric_ids_by_name(db_session, run.key, ["gone"])
     assert stored_points(db_session, run) == {("gone", 0): 2.0}
 
 
@@ -389,13 +394,13 @@ def test_lost_connection_during_copy_is_an_operational_error(pg_url: str) -> Non
             run = new_run(session, "lost")
             session.commit()
             batch = batch_of([0, 1], {"a": [1.0, 2.0]})
-            ids = storage.resolve_metric_ids(session, run.key, ["a"])
+            ids = resolve_metric_ids(session, run.key, ["a"])
             pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
             admin_dsn = make_url(pg_url).set(drivername="postgresql")
             with psycopg.connect(admin_dsn.render_as_string(hide_password=False)) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
             with pytest.raises(OperationalError) as err:
-                storage.write_points(session, run.key, 1, batch, ids)
+                write_points(session, run.key, 1, batch, ids)
             assert err.value.connection_invalidated
     finally:
         engine.dispose()

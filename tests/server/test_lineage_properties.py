@@ -3,7 +3,7 @@
 A restart whose ``start_step`` is at or below the run's last step (or, before any step
 of the current segment, below its start) opens a new segment; reads show, for each step,
 the point of the newest segment whose start is at or below it, or nothing where that
-segment did not log the step. `storage.lineage_of` is checked on its own over any
+segment did not log the step. `lineage_of` is checked on its own over any
 ``(segment, start)`` list; then histories are played through the real services
 (`runs.create_or_resume`, `ingest.ingest_batch`) into committed rows, and read back hot,
 after compaction into chunks and the summary pyramid, and after re-sending.
@@ -20,14 +20,16 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
-from normwatch.server import compaction, pyramid, storage
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
-from normwatch.server.compaction import Policy
 from normwatch.server.db import session_factory, session_scope
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
+from normwatch.server.storage import compaction, pyramid
+from normwatch.server.storage.points import series_keys
+from normwatch.server.storage.policy import Policy
+from normwatch.server.storage.runs import Lineage, lineage_of
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -46,7 +48,7 @@ def owner(segments: list[tuple[int, int | None]], step: int) -> int | None:
     return max(found) if found else None
 
 
-def owner_by_lineage(lineage: storage.Lineage, step: int) -> int | None:
+def owner_by_lineage(lineage: Lineage, step: int) -> int | None:
     hits = [
         seg
         for seg, lo, hi in lineage.ranges
@@ -71,7 +73,7 @@ def test_lineage_of_gives_each_step_its_newest_segment(
     segments: list[tuple[int, int | None]], order: list[int]
 ) -> None:
     shuffled = [segments[i] for i in order if i < len(segments)]
-    lineage = storage.lineage_of(shuffled)
+    lineage = lineage_of(shuffled)
     seen = [seg for seg, _, _ in lineage.ranges]
     assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen)
     for _, lo, hi in lineage.ranges:
@@ -211,7 +213,7 @@ def read_all(
 ) -> dict[int, float]:
     with session_scope(sessions) as session:
         run = the_run(session, run_id)
-        lineage, ids = storage.series_keys(session, run.key, [METRIC])
+        lineage, ids = series_keys(session, run.key, [METRIC])
         if METRIC not in ids:
             return {}
         got = pyramid.read_all(session, run.key, ids[METRIC], lineage, start, end)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from normwatch.server.m4 import m4_select
+from normwatch.server.storage.m4 import m4_select
 
 
 def reference(

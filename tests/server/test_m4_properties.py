@@ -18,7 +18,7 @@ import hypothesis.strategies as st
 import numpy as np
 import numpy.typing as npt
 from hypothesis import HealthCheck, example, given, settings
-from normwatch.server.m4 import m4_select
+from normwatch.server.storage.m4 import m4_select
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -11,10 +11,10 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from normwatch.server import blocks
 from normwatch.server.db import build_engine
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
+from normwatch.server.storage import blocks
 from sqlalchemy import inspect, make_url, text
 
 from tests.conftest import DEFAULT_PG, _admin_dsn

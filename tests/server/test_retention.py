@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from normwatch.server import retention
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.migrate import upgrade
 from normwatch.server.models import utcnow
+from normwatch.server.storage import retention
 from sqlalchemy import text
 
 from tests.conftest import create_scratch_pg, drop_scratch_pg

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from normwatch.server import compaction, retention
-from normwatch.server.compaction import Policy
 from normwatch.server.db import build_engine, session_factory
+from normwatch.server.storage import compaction, retention, schedule
+from normwatch.server.storage.policy import Policy
 from sqlalchemy import Engine, event, text
 
 from tests.server.test_compaction import new_run, post, series, stored
@@ -54,7 +54,7 @@ def test_ingest_compaction_reads_and_retention_stay_on_one_run(
     for kw in ({"points": 1000}, {"start": 5000, "end": 6000}, {"start": 14_000, "end": 16_000}):
         series(sessions, run, "g", **kw)
     stored(sessions, run, "h")
-    compaction.compact_pass(sessions, Policy(idle_s=0.0))
+    schedule.compact_pass(sessions, Policy(idle_s=0.0))
     retention.sweep(sessions, 3650, "summaries")
     touching = [s for s in statements if SERIES_TABLE.search(s)]
     assert len(touching) >= 10

@@ -6,11 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from normwatch.server import storage
 from normwatch.server.auth import Principal, authenticate, create_token
 from normwatch.server.batch import BatchError, parse_batch
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
+from normwatch.server.storage.points import point_count
+from normwatch.server.storage.runs import lineage_of
 from sqlalchemy.orm import Session
 
 
@@ -22,9 +23,9 @@ def principal(session: Session, scope: str = "admin") -> Principal:
 
 
 def test_lineage_of_restarts() -> None:
-    assert storage.lineage_of([(1, None)]).ranges == ((1, None, None),)
-    assert storage.lineage_of([(1, 0), (2, 500), (3, 300)]).ranges == ((3, 300, None), (1, 0, 300))
-    assert storage.lineage_of([(1, 0), (2, 500), (3, 700)]).ranges == (
+    assert lineage_of([(1, None)]).ranges == ((1, None, None),)
+    assert lineage_of([(1, 0), (2, 500), (3, 300)]).ranges == ((3, 300, None), (1, 0, 300))
+    assert lineage_of([(1, 0), (2, 500), (3, 700)]).ranges == (
         (3, 700, None),
         (2, 500, 700),
         (1, 0, 500),
@@ -51,7 +52,7 @@ def test_ingest_and_read_with_nan_and_restart(db_session: Session) -> None:
     [s] = query.read_series(db_session, run, ["g"])
     assert s.steps.tolist() == [0, 1, 2]
     assert s.values.tolist() == [1.0, 5.0, 6.0]
-    assert storage.point_count(db_session, run.key) == 5
+    assert point_count(db_session, run.key) == 5
 
 
 def test_ingest_rejects_future_segment(db_session: Session) -> None:

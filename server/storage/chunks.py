@@ -10,7 +10,7 @@ Every chunk also carries a *bucket summary*: for each run of :data:`FANOUT` cons
 points, the first, last, minimum and maximum point and the first NaN, each a real stored
 (step, value). The rollup levels above hold the same summary for whole chunks and for
 groups of :data:`FANOUT` chunks, so a zoomed-out chart reads a few hundred summary rows and
-still sees every spike (see :mod:`normwatch.server.pyramid`).
+still sees every spike (see :mod:`.pyramid`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ FloatArray = npt.NDArray[np.float64]
 
 FANOUT = 64
 """Points per bucket in a chunk's summary, and children per rollup row at each level."""
+
+LEVELS = 2
+"""Rollup levels above the chunks (fanout 64 each): level 2 buckets hold 64² chunks."""
 
 NO_STEP = np.iinfo(np.int64).min
 """Marks a bucket's missing minimum/maximum (all values NaN) or missing NaN."""

@@ -24,8 +24,9 @@ from typing import Literal
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import compaction
-from .models import UtcDateTime, utcnow
+from ..models import UtcDateTime, utcnow
+from .compaction import compact_run
+from .policy import NO_CUT, Policy
 
 log = logging.getLogger("normwatch.retention")
 
@@ -68,7 +69,7 @@ def sweep(
     sessions: sessionmaker[Session],
     days: float,
     mode: Mode,
-    policy: compaction.Policy | None = None,
+    policy: Policy | None = None,
     now: datetime | None = None,
 ) -> Swept:
     """Apply retention to every run quiet for ``days`` days."""
@@ -94,9 +95,7 @@ def sweep(
                 )
                 hot_segments = sorted(int(r[0]) for r in segments)
             for seg in hot_segments:
-                compaction.compact_run(
-                    sessions, policy or compaction.Policy(), key, seg, compaction.NO_CUT
-                )
+                compact_run(sessions, policy or Policy(), key, seg, NO_CUT)
             with sessions() as session, session.begin():
                 thinned = session.connection().execute(
                     text("UPDATE chunks SET data = NULL WHERE run_key = :k AND data IS NOT NULL"),

@@ -16,7 +16,7 @@ columns (the series' latest value is read from them), and its points as two blob
 Big-endian is Postgres' own binary order (``int8send``, ``float8send``), so SQL can build
 and read blocks itself (a migration does). The points of one series' blocks never share a
 step: ingest drops the points of a batch that are stored already (see
-:func:`normwatch.server.storage.write_points`).
+:func:`.points.write_points`).
 
 >>> import numpy as np
 >>> block = encode(np.array([10, 20, 30]), np.array([0.5, float("nan"), 2.0]))
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .batch import MetricBatch
+from ..batch import MetricBatch
 from .chunks import Points
 
 __all__ = ["Block", "decode", "decode_many", "decode_rows", "encode", "full_batch", "of_batch"]

@@ -3,7 +3,7 @@
 One daemon thread per worker process. Ingest wakes it after a commit that owed
 notifications, so a crossing point reaches its webhook in well under a second; otherwise it
 polls every ``tick_s`` for retries that came due, other workers' notifications and stale
-runs. Notifications are leased (see `storage.claim_notifications`), so several workers
+runs. Notifications are leased (see `storage.outbox.claim_notifications`), so several workers
 never send the same one at the same time, and one that a killed worker had leased is sent
 after the lease expires. Each try is recorded; receivers dedupe on ``X-Normwatch-Delivery``.
 """
@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from .. import storage
 from ..alerts import delivery
+from ..db import is_unavailable
 from ..models import (
     Alert,
     AlertRule,
@@ -31,7 +31,8 @@ from ..models import (
     Run,
     utcnow,
 )
-from . import alerting
+from ..services import alerting
+from ..storage.outbox import claim_notifications
 
 log = logging.getLogger("normwatch.alerts")
 
@@ -93,8 +94,11 @@ class Dispatcher:
                 self.check_stale()
                 while self.deliver_due() and not self._stop.is_set():
                     pass
-            except Exception:
-                log.exception("dispatcher pass failed; retrying at the next tick")
+            except Exception as exc:
+                if is_unavailable(exc):
+                    log.warning("dispatcher pass: database unavailable (%s); next tick", exc)
+                else:
+                    log.exception("dispatcher pass failed; retrying at the next tick")
 
     def check_stale(self) -> int:
         try:
@@ -109,7 +113,7 @@ class Dispatcher:
         """Lease and try every due notification once; returns how many were tried."""
         now = utcnow()
         with self._sessions() as session, session.begin():
-            claimed = storage.claim_notifications(session, now, now + self._lease, self._batch_size)
+            claimed = claim_notifications(session, now, now + self._lease, self._batch_size)
         for notification_id in claimed:
             self._deliver_one(notification_id)
         return len(claimed)

@@ -35,9 +35,11 @@ import psycopg
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
-from . import blocks, chunks, storage
-from .chunks import FANOUT, Points
-from .compaction import LEVELS
+from . import blocks, chunks
+from .chunks import FANOUT, LEVELS, Points
+from .points import clip, read_points
+from .runs import Lineage
+from .sql import padded, psycopg_of
 
 _EMPTY = Points(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
 _I64 = np.iinfo(np.int64)
@@ -88,7 +90,7 @@ class Gathered:
 
 
 def extent(
-    session: Session, run_key: int, metric_id: int, lineage: storage.Lineage
+    session: Session, run_key: int, metric_id: int, lineage: Lineage
 ) -> tuple[int, int] | None:
     """First and last stored step of the metric in the lineage (None when it has none)."""
     if not lineage.ranges:
@@ -130,7 +132,7 @@ def gather(
     session: Session,
     run_key: int,
     metric_id: int,
-    lineage: storage.Lineage,
+    lineage: Lineage,
     start: int | None,
     end: int | None,
     pixel_steps: float,
@@ -158,8 +160,8 @@ def gather(
         total += walk.total
         summarized = summarized or walk.summarized
         if walk.hot is None:
-            hs, hv = storage.read_points(
-                session, run_key, metric_id, storage.Lineage(((seg, seg_lo, seg_hi),)), start, end
+            hs, hv = read_points(
+                session, run_key, metric_id, Lineage(((seg, seg_lo, seg_hi),)), start, end
             )
             walk.hot = Points(hs, hv)
         hot_parts.append(walk.without_compacted(walk.hot))
@@ -187,7 +189,7 @@ def read_all(
     session: Session,
     run_key: int,
     metric_id: int,
-    lineage: storage.Lineage,
+    lineage: Lineage,
     start: int | None,
     end: int | None,
 ) -> Points:
@@ -246,7 +248,7 @@ def _fetch(conn: Connection, sql: str, params: Mapping[str, float]) -> list[tupl
     """
     if not isinstance(conn.connection.driver_connection, psycopg.Connection):
         return [tuple(r) for r in conn.execute(text(sql), params)]
-    with storage.psycopg_of(conn, sql) as driver, driver.cursor(binary=True) as cursor:
+    with psycopg_of(conn, sql) as driver, driver.cursor(binary=True) as cursor:
         cursor.execute(_pyformat(sql), params)
         return cursor.fetchall()
 
@@ -394,7 +396,7 @@ class _Walk:
             else:
                 fetched.setdefault(int(level), {})[int(seq)] = bytes(blob)
         if postgres:
-            self.hot = storage.clip(blocks.decode_many(hot), self.a, self.b)
+            self.hot = clip(blocks.decode_many(hot), self.a, self.b)
         rows = sorted(fetched.get(LEVELS, {}).items())
         for level in range(LEVELS, 0, -1):
             # Each bucket of a level-L row is one level-(L-1) unit.
@@ -428,7 +430,7 @@ class _Walk:
         runs = _seq_runs(np.sort(seqs))
         out: list[tuple[Any, ...]] = []
         for i in range(0, len(runs), _RUNS_PER_QUERY):
-            part = storage.padded(runs[i : i + _RUNS_PER_QUERY])
+            part = padded(runs[i : i + _RUNS_PER_QUERY])
             params: dict[str, int] = {**self.key, **extra}
             for j, (lo, hi) in enumerate(part):
                 params[f"lo{j}"], params[f"hi{j}"] = lo, hi

@@ -1,0 +1,2 @@
+"""Background work of a server process: compaction and retention on their clocks, and the
+delivery of alert notifications."""
