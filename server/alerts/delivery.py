@@ -5,40 +5,38 @@ target again, POSTs once with a timeout and reports an :class:`Attempt` without 
 outbox that stores notifications decides when to try again, with :func:`next_attempt_delay`,
 for as long as attempts come back ``retryable``.
 
-A webhook receives the JSON of :func:`webhook_payload` with these headers::
+A webhook receives the JSON of :func:`.payloads.webhook_payload` with these headers::
 
     X-Normwatch-Timestamp: <unix seconds>
     X-Normwatch-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<raw body>">  (with a secret)
     X-Normwatch-Delivery:  <notification id>   (the same on every retry: dedupe on it)
 
-Receivers check the signature with :func:`verify`. Slack receives :func:`slack_payload`.
+Receivers check the signature with :func:`.signing.verify`. Slack receives
+:func:`.payloads.slack_payload`.
 
-Channels are dicts ``{"type": "webhook"|"slack", "url": ..., "secret": ...}``, checked on
-the way in by :func:`validate_channel` and shown on the way out by :func:`mask_channel`.
+Channels are checked and masked by :mod:`.channels`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
+import importlib.metadata
 import math
 import random
 import socket
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from types import TracebackType
-from typing import Any, Literal
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any
 
 import httpx
 
-from normwatch import __version__
-
 from ..config import Settings
+from .channels import CHANNEL_TYPES
+from .payloads import Notification, encode_body, slack_payload, webhook_payload
+from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from .targets import (
     Resolver,
     Target,
@@ -50,77 +48,52 @@ from .targets import (
 )
 
 __all__ = [
+    "Attempt",
     "DEFAULT_TIMEOUT",
     "DELIVERY_HEADER",
-    "SIGNATURE_HEADER",
-    "TIMESTAMP_HEADER",
-    "Attempt",
     "Deliverer",
-    "Notification",
-    "dashboard_link",
-    "encode_body",
-    "encode_number",
-    "mask_channel",
+    "error_summary",
     "next_attempt_delay",
     "parse_retry_after",
-    "sign",
-    "slack_payload",
-    "validate_channel",
-    "verify",
-    "webhook_payload",
 ]
 
-State = Literal["firing", "resolved"]
 
-TIMESTAMP_HEADER = "X-Normwatch-Timestamp"
-SIGNATURE_HEADER = "X-Normwatch-Signature"
+def _version() -> str:
+    """The installed distribution's version (the server does not import the CLI package)."""
+    try:
+        return importlib.metadata.version("normwatch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 DELIVERY_HEADER = "X-Normwatch-Delivery"
-USER_AGENT = f"normwatch/{__version__}"
+
+
+USER_AGENT = f"normwatch/{_version()}"
+
+
 #: connect within 3 s; then at most 5 s for each read or write of the exchange.
 DEFAULT_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
-CHANNEL_TYPES = ("webhook", "slack")
-SLACK_HOST = "hooks.slack.com"
-MASK = "••••"
+
+
 BACKOFF_BASE_S = 0.5
+
+
 BACKOFF_CAP_S = 300.0
+
+
 #: A receiver may ask for a pause, but not for one long enough to lose the alert's point.
 RETRY_AFTER_CAP_S = 3600.0
+
+
 #: Addresses of one host tried in turn when connecting fails outright (dual-stack hosts).
 MAX_ADDRESSES = 4
-MAX_URL_LENGTH = 2048
-MAX_SECRET_LENGTH = 512
+
+
 _EXCERPT_BYTES = 2048
+
+
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
-
-
-@dataclass(frozen=True)
-class Notification:
-    """One state change of one rule on one run's metric, as it is sent out.
-
-    ``id`` is the idempotency key: the same on every retry, so receivers can drop repeats.
-    ``fired_at`` is when this state change happened (a naive time is taken as UTC).
-    ``url`` is the dashboard deep link, usually from :func:`dashboard_link`.
-    """
-
-    id: str
-    state: State
-    rule_id: str
-    rule_name: str
-    condition: Mapping[str, Any] = field(hash=False)
-    run_id: str
-    run_name: str
-    project: str
-    metric: str
-    step: int
-    value: float | None
-    threshold: float | None
-    reason: str
-    fired_at: datetime
-    url: str
-
-    def __post_init__(self) -> None:
-        if self.state not in ("firing", "resolved"):
-            raise ValueError(f"state: must be 'firing' or 'resolved', got {self.state!r}")
 
 
 @dataclass(frozen=True)
@@ -138,169 +111,6 @@ class Attempt:
     error: str | None
     duration_s: float
     retry_after_s: float | None = None
-
-
-def encode_number(value: float | None) -> float | str | None:
-    """JSON has no NaN or Infinity: spell them ``"NaN"``/``"Infinity"``/``"-Infinity"``."""
-    if value is None or math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return encode_number(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _iso(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def dashboard_link(base_url: str, run_id: str, metric: str, step: int, *, window: int = 200) -> str:
-    """The run page zoomed on ``[step - window, step + window]`` with ``metric`` on the left.
-
-    >>> dashboard_link("https://nw.example/", "r1", "grad/norm/total", 81000, window=100)
-    'https://nw.example/runs/r1?left=grad%2Fnorm%2Ftotal&start=80900&end=81100'
-    """
-    query = urlencode({"left": metric, "start": max(0, step - window), "end": step + window})
-    return f"{base_url.rstrip('/')}/runs/{quote(run_id, safe='')}?{query}"
-
-
-def webhook_payload(notification: Notification) -> dict[str, Any]:
-    """The generic webhook body: what changed, on which run, and where to look."""
-    n = notification
-    return {
-        "id": n.id,
-        "state": n.state,
-        "rule": {
-            "id": n.rule_id,
-            "name": n.rule_name,
-            "metric": n.metric,
-            "condition": _json_safe(n.condition),
-        },
-        "run": {"id": n.run_id, "name": n.run_name, "project": n.project},
-        "metric": n.metric,
-        "step": n.step,
-        "value": encode_number(n.value),
-        "threshold": encode_number(n.threshold),
-        "reason": n.reason,
-        "url": n.url,
-        "fired_at": _iso(n.fired_at),
-    }
-
-
-def _shown(value: float | None) -> str:
-    if value is None:
-        return "—"
-    encoded = encode_number(value)
-    return encoded if isinstance(encoded, str) else f"{value:.6g}"
-
-
-def _mrkdwn(text: str, limit: int = 2000) -> str:
-    """Slack reads ``&``, ``<`` and ``>`` as markup; names come from users."""
-    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
-
-
-def slack_payload(notification: Notification) -> dict[str, Any]:
-    """A Slack incoming-webhook body: ``text`` for notifications, ``blocks`` for the message."""
-    n = notification
-    firing = n.state == "firing"
-    icon = ":red_circle:" if firing else ":large_green_circle:"
-    word = "Firing" if firing else "Resolved"
-    value, threshold = _shown(n.value), _shown(n.threshold)
-    run = f"{n.project}/{n.run_name}"
-    metric_code = _mrkdwn(n.metric).replace("`", "'")  # a backtick would end the code span
-    summary = (
-        f"{icon} {word}: {_mrkdwn(n.rule_name, 200)} — {_mrkdwn(n.metric, 200)} = {value} "
-        f"(threshold {threshold}) at step {n.step:,} on {_mrkdwn(run, 200)}"
-    )
-    title = f"{icon} {word}: {n.rule_name}"
-    blocks: list[dict[str, Any]] = [
-        {
-            "type": "header",
-            "text": {"type": "plain_text", "text": title[:150], "emoji": True},
-        },
-        {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(n.reason) or summary}},
-        {
-            "type": "section",
-            "fields": [
-                {"type": "mrkdwn", "text": f"*Run*\n{_mrkdwn(run)}"},
-                {"type": "mrkdwn", "text": f"*Metric*\n`{metric_code}`"},
-                {"type": "mrkdwn", "text": f"*Value*\n{value}"},
-                {"type": "mrkdwn", "text": f"*Threshold*\n{threshold}"},
-                {"type": "mrkdwn", "text": f"*Step*\n{n.step:,}"},
-                {"type": "mrkdwn", "text": f"*State*\n{icon} {word}"},
-            ],
-        },
-    ]
-    if n.url:
-        blocks.append(
-            {
-                "type": "actions",
-                "elements": [
-                    {
-                        "type": "button",
-                        "text": {"type": "plain_text", "text": "Open in normwatch"},
-                        "url": n.url,
-                        "style": "danger" if firing else "primary",
-                    }
-                ],
-            }
-        )
-    blocks.append(
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": f"{word} at {_iso(n.fired_at)} · {n.id}"}],
-        }
-    )
-    text = f"{summary}. <{n.url}|Open in normwatch>" if n.url else summary
-    return {"text": text, "blocks": blocks}
-
-
-def encode_body(payload: Mapping[str, Any]) -> bytes:
-    """The exact bytes sent and signed: compact UTF-8 JSON, never a bare NaN."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """``sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`` keyed with ``secret``."""
-    message = f"{timestamp}.".encode() + body
-    return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
-
-
-def verify(
-    secret: str,
-    timestamp: str | int,
-    signature: str,
-    body: bytes,
-    *,
-    max_age_s: float = 300.0,
-    now: float | None = None,
-) -> bool:
-    """Whether ``signature`` (the header value) signs ``body`` at ``timestamp``, for receivers.
-
-    Timestamps further than ``max_age_s`` from ``now`` are refused, so that a captured
-    request cannot be replayed later; the digests are compared in constant time.
-    """
-    try:
-        stamp = int(timestamp)
-    except (TypeError, ValueError):
-        return False
-    current = time.time() if now is None else now
-    if abs(current - stamp) > max_age_s:
-        return False
-    expected = sign(secret, stamp, body).encode()
-    return hmac.compare_digest(expected, signature.strip().encode())
 
 
 def parse_retry_after(value: str | None, *, now: float) -> float | None:
@@ -514,107 +324,3 @@ def _read_excerpt(response: httpx.Response) -> str:
 
 def _failed(started: float, error: str, *, retryable: bool) -> Attempt:
     return Attempt(False, retryable, None, error, time.monotonic() - started)
-
-
-def mask_channel(channel: Mapping[str, Any], *, show_path: bool = True) -> dict[str, Any]:
-    """``channel`` as API responses show it: no secret, no Slack token, no query values.
-
-    With ``show_path`` false (what callers without the admin scope see), a webhook URL's
-    path is masked too: many receivers put their credential there.
-
-    >>> mask_channel({"type": "slack", "url": "https://hooks.slack.com/services/T/B/X"})
-    {'type': 'slack', 'url': 'https://hooks.slack.com/services/••••'}
-    >>> mask_channel({"type": "webhook", "url": "https://x.example/hook/T0k3n"}, show_path=False)
-    {'type': 'webhook', 'url': 'https://x.example/••••'}
-    """
-    masked = dict(channel)
-    if masked.get("secret") is not None:
-        masked["secret"] = MASK
-    url = masked.get("url")
-    if isinstance(url, str):
-        masked["url"] = _mask_url(url, slack=masked.get("type") == "slack", show_path=show_path)
-    return masked
-
-
-def _mask_url(url: str, *, slack: bool, show_path: bool = True) -> str:
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return MASK
-    if not parts.scheme or not host:
-        return MASK
-    if ":" in host:
-        host = f"[{host}]"
-    origin = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
-    if slack:
-        # The path of a Slack incoming webhook is its credential.
-        prefix = "/services/" if parts.path.startswith("/services/") else "/"
-        return f"{origin}{prefix}{MASK}"
-    if parts.username is not None:
-        userinfo = parts.username + (f":{MASK}" if parts.password is not None else "")
-        origin = f"{parts.scheme}://{userinfo}@{origin.split('://', 1)[1]}"
-    if not show_path:
-        hidden = parts.path.strip("/") or parts.query or parts.fragment
-        return origin + (f"/{MASK}" if hidden else parts.path)
-    query = "&".join(f"{item.split('=', 1)[0]}={MASK}" for item in parts.query.split("&") if item)
-    fragment = f"#{MASK}" if parts.fragment else ""
-    return origin + parts.path + (f"?{query}" if query else "") + fragment
-
-
-def validate_channel(
-    channel: Mapping[str, Any],
-    allow: Collection[str],
-    *,
-    field: str = "channel",
-    resolve: Resolver = socket.getaddrinfo,
-) -> dict[str, Any]:
-    """Check a channel given to a rule and return it cleaned; ``ValueError`` names the field.
-
-    ``field`` prefixes the messages (``"channels[1]"`` → ``"channels[1].url: ..."``). A host
-    that does not resolve from here is accepted: it can reach nothing now, and every
-    delivery checks it again.
-    """
-    if not isinstance(channel, Mapping):
-        raise ValueError(f"{field}: must be an object with type and url")
-    unknown = sorted(set(channel) - {"type", "url", "secret"})
-    if unknown:
-        raise ValueError(f"{field}: unknown field(s) {', '.join(unknown)}; use type, url, secret")
-    kind = channel.get("type")
-    if kind not in CHANNEL_TYPES:
-        raise ValueError(f"{field}.type: must be 'webhook' or 'slack', got {kind!r}")
-    url = channel.get("url")
-    if not isinstance(url, str) or not url.strip():
-        raise ValueError(f"{field}.url: required, an http(s) URL")
-    url = url.strip()
-    if len(url) > MAX_URL_LENGTH:
-        raise ValueError(f"{field}.url: longer than {MAX_URL_LENGTH} characters")
-    allow_list = as_allow_list(allow)
-    try:
-        target = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ValueError(f"{field}.url: not a valid URL ({exc})") from None
-    if kind == "slack":
-        port = target.port or (443 if target.scheme == "https" else 80)
-        official = target.host == SLACK_HOST and target.scheme == "https"
-        if not official and not allow_list.permits_host(target.host, port):
-            raise ValueError(
-                f"{field}.url: Slack incoming webhooks are "
-                f"https://{SLACK_HOST}/services/..., got {_mask_url(url, slack=True)}"
-            )
-    try:
-        resolve_target(url, allow_list, resolve=resolve)
-    except TargetUnresolved:
-        pass
-    except TargetRefused as exc:
-        raise ValueError(f"{field}.url: {exc}") from None
-    cleaned: dict[str, Any] = {"type": kind, "url": url}
-    secret = channel.get("secret")
-    if secret is not None:
-        if kind != "webhook":
-            raise ValueError(f"{field}.secret: only webhook channels are signed; remove it")
-        if not isinstance(secret, str) or not secret or len(secret) > MAX_SECRET_LENGTH:
-            raise ValueError(f"{field}.secret: must be a string of 1 to {MAX_SECRET_LENGTH} chars")
-        cleaned["secret"] = secret
-    return cleaned

@@ -11,8 +11,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .. import errors
-from ..alerts import delivery
-from ..alerts.rules import StaleCondition, metric_matches, parse_condition, preview
+from ..alerts import channels, delivery, payloads
+from ..alerts.conditions import StaleCondition, parse_condition
+from ..alerts.evaluation import preview
+from ..alerts.selectors import metric_matches
 from ..auth import Principal
 from ..models import Alert, AlertRule, Metric, Notification, Project, Run, utcnow
 from ..schemas import (
@@ -54,7 +56,7 @@ def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut
         name=rule.name,
         metric=rule.metric,
         condition=rule.condition,
-        channels=[delivery.mask_channel(c, show_path=admin) for c in rule.channels or []],
+        channels=[channels.mask_channel(c, show_path=admin) for c in rule.channels or []],
         runs=RunSelector(name=rule.run_name, tags=rule.run_tags or []),
         enabled=rule.enabled,
         created_at=rule.created_at,
@@ -65,7 +67,7 @@ def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut
 def _channels(raw: list[dict[str, Any]], allow: Collection[str]) -> list[dict[str, Any]]:
     try:
         return [
-            delivery.validate_channel(c, allow, field=f"channels[{i}]") for i, c in enumerate(raw)
+            channels.validate_channel(c, allow, field=f"channels[{i}]") for i, c in enumerate(raw)
         ]
     except ValueError as exc:  # a channel URL refused, or not a channel at all
         raise errors.Invalid(str(exc)) from None
@@ -216,11 +218,11 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     return RulePreview(run=run.id, metrics=len(metrics), transitions=transitions)
 
 
-def sample_notification(rule: AlertRule, project: str, base_url: str) -> delivery.Notification:
+def sample_notification(rule: AlertRule, project: str, base_url: str) -> payloads.Notification:
     """The firing notification a test send delivers: the rule's name and condition on a
     made-up run, so receivers can check their formatting and signature handling."""
     now = utcnow()
-    return delivery.Notification(
+    return payloads.Notification(
         id=f"test-{rule.id}-{int(now.timestamp())}",
         state="firing",
         rule_id=str(rule.id),

@@ -19,17 +19,9 @@ import numpy as np
 from sqlalchemy import and_, delete, select
 from sqlalchemy.orm import Session
 
-from ..alerts.rules import (
-    RuleState,
-    StaleCondition,
-    StepCondition,
-    Transition,
-    check_stale,
-    evaluate,
-    metric_matches,
-    parse_condition,
-    run_matches,
-)
+from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
+from ..alerts.evaluation import RuleState, Transition, check_stale, evaluate
+from ..alerts.selectors import metric_matches, run_matches
 from ..batch import MetricBatch
 from ..db import PerEngine
 from ..models import Alert, AlertRule, AlertState, Notification, Run

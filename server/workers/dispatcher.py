@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..alerts import delivery
+from ..alerts import delivery, payloads
 from ..db import is_unavailable
 from ..models import (
     Alert,
@@ -155,7 +155,7 @@ class Dispatcher:
 
     def _context(
         self, session: Session, notification_id: int
-    ) -> tuple[dict[str, object], delivery.Notification] | None:
+    ) -> tuple[dict[str, object], payloads.Notification] | None:
         row = session.execute(
             select(Notification, Alert, AlertRule, Run, Project.name)
             .join(Alert, Alert.id == Notification.alert_id)
@@ -171,7 +171,7 @@ class Dispatcher:
         if notification.channel_index >= len(channels):
             return None
         step = alert.step if alert.step is not None else (run.last_step or 0)
-        message = delivery.Notification(
+        message = payloads.Notification(
             id=str(notification.id),
             state=alert.state,  # type: ignore[arg-type]
             rule_id=str(rule.id),
@@ -186,6 +186,6 @@ class Dispatcher:
             threshold=alert.threshold,
             reason=alert.reason,
             fired_at=alert.created_at,
-            url=delivery.dashboard_link(self._base_url, run.id, alert.metric, step),
+            url=payloads.dashboard_link(self._base_url, run.id, alert.metric, step),
         )
         return dict(channels[notification.channel_index]), message

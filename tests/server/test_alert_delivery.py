@@ -21,21 +21,21 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from normwatch.server.alerts.channels import mask_channel, validate_channel
 from normwatch.server.alerts.delivery import (
     Attempt,
     Deliverer,
+    next_attempt_delay,
+    parse_retry_after,
+)
+from normwatch.server.alerts.payloads import (
     Notification,
     dashboard_link,
     encode_body,
-    mask_channel,
-    next_attempt_delay,
-    parse_retry_after,
-    sign,
     slack_payload,
-    validate_channel,
-    verify,
     webhook_payload,
 )
+from normwatch.server.alerts.signing import sign, verify
 from normwatch.server.alerts.targets import (
     TargetRefused,
     TargetUnresolved,

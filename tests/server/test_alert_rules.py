@@ -10,25 +10,26 @@ from typing import Any
 
 import numpy as np
 import pytest
-from normwatch.server.alerts.rules import (
+from normwatch.server.alerts.conditions import (
     ForecastCondition,
     NonFiniteCondition,
-    RuleState,
     SlopeCondition,
     SpikeCondition,
     StaleCondition,
     StepCondition,
     ThresholdCondition,
+    parse_condition,
+)
+from normwatch.server.alerts.evaluation import (
+    RuleState,
     Transition,
     check_stale,
     evaluate,
     linear_fit,
-    metric_matches,
-    parse_condition,
     preview,
-    run_matches,
     stale_due,
 )
+from normwatch.server.alerts.selectors import metric_matches, run_matches
 from pydantic import ValidationError
 
 import normwatch

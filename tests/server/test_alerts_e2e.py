@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from normwatch.server.alerts.delivery import verify
+from normwatch.server.alerts.signing import verify
 
 from normwatch.testing import ServerProcess, free_port, start_server
 from tests.conftest import Tenant, create_scratch_pg, drop_scratch_pg, make_tenant

@@ -1,4 +1,5 @@
-"""Alert rules: conditions, their step-by-step evaluation, and metric and run selectors.
+"""Alert rules evaluated step by step: a rule's state on one series, its transitions, and the
+maths behind them.
 
 Pure functions over (step, value) points; no I/O. The storing layer keeps one
 :class:`RuleState` per (rule, run segment, metric) as JSON (:meth:`RuleState.to_dict`),
@@ -14,178 +15,42 @@ alert. After a resolve at step ``r`` the rule fires again no earlier than step
 ``r + cooldown_steps`` (the streak keeps counting meanwhile). Some steps cannot be judged:
 they end a pending streak but neither fire nor resolve (a firing alert stays firing).
 
-========== ======================================== ============================================
-kind       satisfied at a step when                 cannot be judged (breaks a pending streak)
-========== ======================================== ============================================
-threshold  ``value op v`` (±Inf compare as numbers)  value is NaN
-non_finite value is NaN, +Inf or -Inf               never
-spike      ``value > factor · median(previous W)``  NaN; under ``min_history`` values; median ≤ 0
-slope      ``1000 · slope(last W points) op x``     value not finite; fewer than W points
-forecast   not yet crossed, slope toward ``v`` and  value not finite; fewer than W points; value
-           crossing projected within N steps        already crossed (the threshold rule's job)
-stale      wall clock: no new step for ``seconds``  (see :func:`check_stale`)
-========== ======================================== ============================================
-
 Windows hold finite values only; a non-finite value is the ``non_finite`` kind's business.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .conditions import (
+    MAX_WINDOW,
+    AlertStatus,
+    Comparison,
+    Finite,
+    NonFiniteCondition,
+    SlopeCondition,
+    SpikeCondition,
+    StaleCondition,
+    StepCondition,
+    ThresholdCondition,
+)
 
 __all__ = [
-    "AlertStatus",
-    "Comparison",
-    "Condition",
-    "ForecastCondition",
-    "MAX_WINDOW",
-    "NonFiniteCondition",
     "RuleState",
-    "SlopeCondition",
-    "SpikeCondition",
-    "StaleCondition",
-    "StepCondition",
-    "ThresholdCondition",
     "Transition",
     "check_stale",
     "compare",
     "evaluate",
     "linear_fit",
-    "metric_matches",
-    "parse_condition",
     "preview",
-    "run_matches",
     "stale_due",
 ]
-
-Comparison = Literal[">", ">=", "<", "<="]
-AlertStatus = Literal["ok", "pending", "firing"]
-# Bounds the JSON state of one (rule, run, metric) and the O(window) work per point
-# (about 0.15 ms per point for a slope over 1000 points).
-MAX_WINDOW = 2_000
-MAX_STEPS = 2**62
-"""Bounds step counts in conditions: any run fits, and every sum of them stays in int64."""
-
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
-_Window = Annotated[int, Field(ge=2, le=MAX_WINDOW, description="Number of logged points.")]
-
-
-class _StepRule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    for_steps: int = Field(
-        default=1,
-        ge=1,
-        le=MAX_STEPS,
-        description="Consecutive logged steps that must satisfy it to fire.",
-    )
-    cooldown_steps: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_STEPS,
-        description="After a resolve, steps to wait before firing again.",
-    )
-
-
-class ThresholdCondition(_StepRule):
-    """``value op threshold``, e.g. the total grad norm reaching 5."""
-
-    kind: Literal["threshold"] = "threshold"
-    op: Comparison
-    value: _Finite
-
-
-class NonFiniteCondition(_StepRule):
-    """The value is NaN, +Inf or -Inf."""
-
-    kind: Literal["non_finite"] = "non_finite"
-
-
-class SpikeCondition(_StepRule):
-    """``value > factor · median`` of the previous ``window`` finite values."""
-
-    kind: Literal["spike"] = "spike"
-    factor: _Finite = Field(default=2.0, gt=1.0)
-    window: Annotated[int, Field(ge=1, le=MAX_WINDOW)] = 50
-    min_history: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_WINDOW,
-        description="Values needed before judging; default window // 2.",
-    )
-
-    @model_validator(mode="after")
-    def _history_fits_window(self) -> SpikeCondition:
-        if self.min_history is not None and self.min_history > self.window:
-            raise ValueError(
-                f"min_history ({self.min_history}) cannot exceed window ({self.window}); "
-                "lower min_history or widen the window"
-            )
-        return self
-
-    @property
-    def history_needed(self) -> int:
-        """``min_history``, or ``max(1, window // 2)`` when not given."""
-        return self.min_history if self.min_history is not None else max(1, self.window // 2)
-
-
-class SlopeCondition(_StepRule):
-    """``1000 · slope op per_1k_steps``, the least-squares slope of value against step over
-    the last ``window`` finite points (points, not steps: logging intervals may vary)."""
-
-    kind: Literal["slope"] = "slope"
-    op: Comparison = ">"
-    per_1k_steps: _Finite
-    window: _Window = 100
-
-
-class ForecastCondition(_StepRule):
-    """The trend of the last ``window`` points reaches ``op value`` within ``within_steps``.
-
-    With the least-squares line of :func:`linear_fit` (``slope`` per step, ``level`` its
-    value at the current step), the projected steps to the crossing are
-    ``(value - level) / slope``. Satisfied when the current value has not crossed yet, the
-    slope points toward ``value`` (up for ``>``/``>=``, down for ``<``/``<=``) and the
-    projection is below ``within_steps`` (a line already past ``value`` counts).
-    """
-
-    kind: Literal["forecast"] = "forecast"
-    op: Comparison = ">="
-    value: _Finite
-    within_steps: int = Field(ge=1, le=MAX_STEPS)
-    window: _Window = 100
-
-
-class StaleCondition(BaseModel):
-    """No new step for ``seconds`` of wall-clock time."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["stale"] = "stale"
-    seconds: _Finite = Field(gt=0, le=10 * 366 * 86_400, description="At most ten years.")
-
-
-StepCondition: TypeAlias = (
-    ThresholdCondition | NonFiniteCondition | SpikeCondition | SlopeCondition | ForecastCondition
-)
-Condition: TypeAlias = Annotated[StepCondition | StaleCondition, Field(discriminator="kind")]
-_CONDITION: TypeAdapter[StepCondition | StaleCondition] = TypeAdapter(Condition)
-
-
-def parse_condition(doc: object) -> StepCondition | StaleCondition:
-    """Validate a condition's JSON; raises ``pydantic.ValidationError`` (a ``ValueError``)."""
-    return _CONDITION.validate_python(doc)
-
-
-# --- maths -----------------------------------------------------------------------------
 
 
 def compare(value: float, op: Comparison, threshold: float) -> bool:
@@ -225,9 +90,6 @@ def linear_fit(steps: Sequence[int], values: Sequence[float]) -> tuple[float, fl
 def stale_due(last_seen_unix: float, now_unix: float, seconds: float) -> bool:
     """``now - last_seen >= seconds``: the metric has had no new step for ``seconds``."""
     return now_unix - last_seen_unix >= seconds
-
-
-# --- state -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -273,7 +135,7 @@ class _StateDoc(BaseModel):
     version: Literal[1] = 1
     status: AlertStatus
     streak: int = Field(ge=0)
-    window: list[tuple[int, _Finite]] = Field(max_length=MAX_WINDOW)
+    window: list[tuple[int, Finite]] = Field(max_length=MAX_WINDOW)
     last_step: int | None
     last_value: float | None
     last_seen_unix: float | None
@@ -334,9 +196,6 @@ def _encode(x: float) -> float | str:
     if math.isinf(x):
         return "Infinity" if x > 0 else "-Infinity"
     return x
-
-
-# --- evaluation ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -568,73 +427,3 @@ def _num(x: float) -> str:
     if math.isinf(x):
         return "+Inf" if x > 0 else "-Inf"
     return f"{x:.4g}"
-
-
-# --- selectors -------------------------------------------------------------------------
-
-
-def metric_matches(pattern: str, name: str) -> bool:
-    """Whether a metric name matches a rule's selector.
-
-    ``*`` matches any run of characters except ``/``, ``**`` any run including ``/``
-    (``a/**/b`` also matches ``a/b``), ``?`` one character except ``/``, ``[seq]`` and
-    ``[!seq]`` one character from (not from) ``seq``; everything else is literal.
-    ``grad/norm/layers.*`` matches ``grad/norm/layers.12`` and
-    ``grad/norm/layers.12.mlp.w1``, not ``grad/norm/layers.12/w1``.
-    """
-    return _glob_regex(pattern, True).fullmatch(name) is not None
-
-
-def run_matches(
-    name_glob: str | None,
-    tags_required: Collection[str],
-    run_name: str,
-    run_tags: Collection[str],
-) -> bool:
-    """The run's name matches ``name_glob`` (``*`` crosses ``/`` here; None: any name)
-    and the run carries every tag of ``tags_required``."""
-    if name_glob is not None and _glob_regex(name_glob, False).fullmatch(run_name) is None:
-        return False
-    return set(tags_required) <= set(run_tags)
-
-
-@lru_cache(maxsize=4096)
-def _glob_regex(pattern: str, segmented: bool) -> re.Pattern[str]:
-    one = "[^/]" if segmented else "."
-    parts: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if pattern.startswith("**", i):
-            at_segment = i == 0 or pattern[i - 1] == "/"
-            i += 2
-            if segmented and at_segment and pattern.startswith("/", i):
-                parts.append("(?:.*/)?")  # zero or more whole segments
-                i += 1
-            else:
-                parts.append(".*")
-            continue
-        if char == "*":
-            parts.append(one + "*")
-        elif char == "?":
-            parts.append(one)
-        elif char == "[" and (end := _class_end(pattern, i)) > 0:
-            body = pattern[i + 1 : end]
-            negate = body.startswith("!")
-            escaped = "".join("\\" + c if c in "\\[]^&~|" else c for c in body[negate:])
-            parts.append(f"[^{'/' if segmented else ''}{escaped}]" if negate else f"[{escaped}]")
-            i = end
-        else:
-            parts.append(re.escape(char))
-        i += 1
-    return re.compile("".join(parts), re.DOTALL)
-
-
-def _class_end(pattern: str, start: int) -> int:
-    """Index of the ``]`` closing the class opened at ``start``; -1 when it is a literal ``[``."""
-    j = start + 1
-    if j < len(pattern) and pattern[j] == "!":
-        j += 1
-    if j < len(pattern) and pattern[j] == "]":
-        j += 1  # a leading ``]`` is a member, as in fnmatch
-    return pattern.find("]", j)

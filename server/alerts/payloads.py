@@ -1,0 +1,186 @@
+"""What a notification says: the webhook's JSON and Slack's message, and the dashboard link
+they carry."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import quote, urlencode
+
+__all__ = [
+    "Notification",
+    "dashboard_link",
+    "encode_body",
+    "encode_number",
+    "slack_payload",
+    "webhook_payload",
+]
+
+
+State = Literal["firing", "resolved"]
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One state change of one rule on one run's metric, as it is sent out.
+
+    ``id`` is the idempotency key: the same on every retry, so receivers can drop repeats.
+    ``fired_at`` is when this state change happened (a naive time is taken as UTC).
+    ``url`` is the dashboard deep link, usually from :func:`dashboard_link`.
+    """
+
+    id: str
+    state: State
+    rule_id: str
+    rule_name: str
+    condition: Mapping[str, Any] = field(hash=False)
+    run_id: str
+    run_name: str
+    project: str
+    metric: str
+    step: int
+    value: float | None
+    threshold: float | None
+    reason: str
+    fired_at: datetime
+    url: str
+
+    def __post_init__(self) -> None:
+        if self.state not in ("firing", "resolved"):
+            raise ValueError(f"state: must be 'firing' or 'resolved', got {self.state!r}")
+
+
+def encode_number(value: float | None) -> float | str | None:
+    """JSON has no NaN or Infinity: spell them ``"NaN"``/``"Infinity"``/``"-Infinity"``."""
+    if value is None or math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return encode_number(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def dashboard_link(base_url: str, run_id: str, metric: str, step: int, *, window: int = 200) -> str:
+    """The run page zoomed on ``[step - window, step + window]`` with ``metric`` on the left.
+
+    >>> dashboard_link("https://nw.example/", "r1", "grad/norm/total", 81000, window=100)
+    'https://nw.example/runs/r1?left=grad%2Fnorm%2Ftotal&start=80900&end=81100'
+    """
+    query = urlencode({"left": metric, "start": max(0, step - window), "end": step + window})
+    return f"{base_url.rstrip('/')}/runs/{quote(run_id, safe='')}?{query}"
+
+
+def webhook_payload(notification: Notification) -> dict[str, Any]:
+    """The generic webhook body: what changed, on which run, and where to look."""
+    n = notification
+    return {
+        "id": n.id,
+        "state": n.state,
+        "rule": {
+            "id": n.rule_id,
+            "name": n.rule_name,
+            "metric": n.metric,
+            "condition": _json_safe(n.condition),
+        },
+        "run": {"id": n.run_id, "name": n.run_name, "project": n.project},
+        "metric": n.metric,
+        "step": n.step,
+        "value": encode_number(n.value),
+        "threshold": encode_number(n.threshold),
+        "reason": n.reason,
+        "url": n.url,
+        "fired_at": _iso(n.fired_at),
+    }
+
+
+def _shown(value: float | None) -> str:
+    if value is None:
+        return "—"
+    encoded = encode_number(value)
+    return encoded if isinstance(encoded, str) else f"{value:.6g}"
+
+
+def _mrkdwn(text: str, limit: int = 2000) -> str:
+    """Slack reads ``&``, ``<`` and ``>`` as markup; names come from users."""
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
+
+
+def slack_payload(notification: Notification) -> dict[str, Any]:
+    """A Slack incoming-webhook body: ``text`` for notifications, ``blocks`` for the message."""
+    n = notification
+    firing = n.state == "firing"
+    icon = ":red_circle:" if firing else ":large_green_circle:"
+    word = "Firing" if firing else "Resolved"
+    value, threshold = _shown(n.value), _shown(n.threshold)
+    run = f"{n.project}/{n.run_name}"
+    metric_code = _mrkdwn(n.metric).replace("`", "'")  # a backtick would end the code span
+    summary = (
+        f"{icon} {word}: {_mrkdwn(n.rule_name, 200)} — {_mrkdwn(n.metric, 200)} = {value} "
+        f"(threshold {threshold}) at step {n.step:,} on {_mrkdwn(run, 200)}"
+    )
+    title = f"{icon} {word}: {n.rule_name}"
+    blocks: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": title[:150], "emoji": True},
+        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(n.reason) or summary}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Run*\n{_mrkdwn(run)}"},
+                {"type": "mrkdwn", "text": f"*Metric*\n`{metric_code}`"},
+                {"type": "mrkdwn", "text": f"*Value*\n{value}"},
+                {"type": "mrkdwn", "text": f"*Threshold*\n{threshold}"},
+                {"type": "mrkdwn", "text": f"*Step*\n{n.step:,}"},
+                {"type": "mrkdwn", "text": f"*State*\n{icon} {word}"},
+            ],
+        },
+    ]
+    if n.url:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open in normwatch"},
+                        "url": n.url,
+                        "style": "danger" if firing else "primary",
+                    }
+                ],
+            }
+        )
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": f"{word} at {_iso(n.fired_at)} · {n.id}"}],
+        }
+    )
+    text = f"{summary}. <{n.url}|Open in normwatch>" if n.url else summary
+    return {"text": text, "blocks": blocks}
+
+
+def encode_body(payload: Mapping[str, Any]) -> bytes:
+    """The exact bytes sent and signed: compact UTF-8 JSON, never a bare NaN."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
