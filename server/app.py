@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from . import memory
-from .admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .alerts.delivery import Deliverer
 from .api import alerts, errors, events, health, metrics, prometheus, runs, tokens
+from .api.admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
 from .auth import TokenCache
 from .config import Settings

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..admission import is_batch
+from .admission import is_batch
 
 
 async def read_limited_body(request: Request, limit: int) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from normwatch.server.admission import Busy, Slots
+from normwatch.server.api.admission import Busy, Slots
 
 from tests.conftest import run_async
 

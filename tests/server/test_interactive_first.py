@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from normwatch.server.admission import InteractiveRequests, ReadsFirst, is_batch
+from normwatch.server.api.admission import InteractiveRequests, ReadsFirst, is_batch
 from starlette.types import Message, Receive, Scope, Send
 
 from normwatch.testing import running_server

@@ -43,7 +43,7 @@ from typing import Literal
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .telemetry import INGEST_ROUTE
+from ..telemetry import INGEST_ROUTE
 
 __all__ = ["Admission", "Busy", "InteractiveRequests", "ReadsFirst", "Slots", "is_batch"]
 
