@@ -16,8 +16,9 @@ from .api.admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
 from .auth import TokenCache
 from .config import Settings
-from .db import DatabaseProbe, engine_from_settings, session_factory, snapshot_factory
+from .db import engine_from_settings, session_factory, snapshot_factory
 from .storage.gauges import lag_samples
+from .storage.health import DatabaseProbe
 from .telemetry import Telemetry
 from .workers.compactor import Compactor
 from .workers.dispatcher import Dispatcher

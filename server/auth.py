@@ -19,18 +19,43 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
-from .models import ApiToken, InstanceSecret, Project, utcnow
+from .errors import Conflict
+from .models import ApiToken, Project, utcnow
+from .storage.tokens import (
+    active_token,
+    add_token,
+    instance_secret,
+    project_named,
+    token_row,
+    token_rows,
+    touch_token,
+)
 
 Scope = Literal["ingest", "read", "admin"]
 SCOPES: tuple[Scope, ...] = ("ingest", "read", "admin")
 TokenState = Literal["active", "expired", "revoked"]
 TOKEN_PREFIX = "nw_"
+
+__all__ = [
+    "SCOPES",
+    "Principal",
+    "Scope",
+    "TokenCache",
+    "TokenInfo",
+    "TokenRevoked",
+    "authenticate",
+    "create_token",
+    "get_or_create_project",
+    "get_token",
+    "hash_token",
+    "instance_secret",
+    "list_tokens",
+    "principal_for_token_id",
+    "revoke_token",
+    "rotate_token",
+]
 # last_used_at is written at most this often per token, to keep reads write-free.
 _TOUCH_EVERY = timedelta(minutes=1)
 
@@ -60,11 +85,8 @@ def hash_token(token: str) -> str:
 
 
 def get_or_create_project(session: Session, name: str) -> Project:
-    project = session.scalar(select(Project).where(Project.name == name))
-    if project is None:
-        project = Project(name=name)
-        session.add(project)
-        session.flush()
+    project = project_named(session, name, create=True)
+    assert project is not None
     return project
 
 
@@ -92,9 +114,7 @@ def create_token(
         prefix=secret[:10],
         expires_at=_as_utc(expires_at),
     )
-    session.add(row)
-    session.flush()
-    return secret, row
+    return secret, add_token(session, row)
 
 
 def _as_utc(moment: datetime | None) -> datetime | None:
@@ -104,22 +124,10 @@ def _as_utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _unexpired(now: datetime) -> ColumnElement[bool]:
-    return or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > now)
-
-
 def authenticate(session: Session, token: str, now: datetime | None = None) -> Principal | None:
     """The principal for a presented token, or None if unknown, revoked or expired."""
     now = now or utcnow()
-    row = session.execute(
-        select(ApiToken, Project.name)
-        .join(Project, Project.id == ApiToken.project_id)
-        .where(
-            ApiToken.token_hash == hash_token(token),
-            ApiToken.revoked_at.is_(None),
-            _unexpired(now),
-        )
-    ).first()
+    row = active_token(session, now, digest=hash_token(token))
     if row is None:
         return None
     tok, project_name = row
@@ -128,7 +136,7 @@ def authenticate(session: Session, token: str, now: datetime | None = None) -> P
         last is None
         or (now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo))) > _TOUCH_EVERY
     ):
-        session.execute(update(ApiToken).where(ApiToken.id == tok.id).values(last_used_at=now))
+        touch_token(session, tok.id, now)
     return _principal(tok, project_name)
 
 
@@ -188,15 +196,7 @@ def principal_for_token_id(
 ) -> Principal | None:
     """Re-check a token named by a session cookie: revoking it, or its expiry, ends the
     session."""
-    row = session.execute(
-        select(ApiToken, Project.name)
-        .join(Project, Project.id == ApiToken.project_id)
-        .where(
-            ApiToken.id == token_id,
-            ApiToken.revoked_at.is_(None),
-            _unexpired(now or utcnow()),
-        )
-    ).first()
+    row = active_token(session, now or utcnow(), token_id=token_id)
     if row is None:
         return None
     tok, project_name = row
@@ -246,32 +246,18 @@ def list_tokens(
 ) -> list[TokenInfo]:
     """Tokens by project and id; ``project`` None lists every project's."""
     now = utcnow()
-    query = select(ApiToken, Project.name).join(Project, Project.id == ApiToken.project_id)
-    if project is not None:
-        query = query.where(Project.name == project)
-    if active_only:
-        query = query.where(ApiToken.revoked_at.is_(None), _unexpired(now))
-    rows = session.execute(query.order_by(Project.name, ApiToken.id)).all()
+    rows = token_rows(session, project, now, active_only=active_only)
     return [_info(tok, name, now) for tok, name in rows]
 
 
 def get_token(session: Session, token_id: int) -> TokenInfo | None:
-    found = _token_row(session, token_id)
+    found = token_row(session, token_id)
     return None if found is None else _info(*found, utcnow())
-
-
-def _token_row(session: Session, token_id: int) -> tuple[ApiToken, str] | None:
-    row = session.execute(
-        select(ApiToken, Project.name)
-        .join(Project, Project.id == ApiToken.project_id)
-        .where(ApiToken.id == token_id)
-    ).first()
-    return None if row is None else (row[0], row[1])
 
 
 def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
     """Revoke a token (None if there is none); a revoked token keeps its first revocation."""
-    found = _token_row(session, token_id)
+    found = token_row(session, token_id)
     if found is None:
         return None
     tok, project = found
@@ -282,7 +268,7 @@ def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
     return _info(tok, project, now)
 
 
-class TokenRevoked(ValueError):
+class TokenRevoked(Conflict):
     """A revoked token has no successor: create a new one instead."""
 
 
@@ -300,7 +286,7 @@ def rotate_token(
     once, or with a ``grace`` period expires then (sooner if it was due to). None if there
     is no such token; `TokenRevoked` if it is revoked.
     """
-    found = _token_row(session, token_id)
+    found = token_row(session, token_id)
     if found is None:
         return None
     old, project = found
@@ -319,20 +305,3 @@ def rotate_token(
         old.revoked_at = now
     session.flush()
     return secret, _info(new, project, now), _info(old, project, now)
-
-
-def instance_secret(session: Session, name: str) -> str:
-    """A random secret generated on first use and shared by every worker via the database.
-
-    Workers starting together may race to create it; the insert ignores a conflict and
-    everyone reads back the one row that won.
-    """
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    insert_stmt = insert(InstanceSecret)
-    session.execute(
-        insert_stmt.values(name=name, value=secrets.token_urlsafe(48)).on_conflict_do_nothing()
-    )
-    value = session.scalar(select(InstanceSecret.value).where(InstanceSecret.name == name))
-    assert value is not None
-    return value

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..db import DatabaseProbe
 from ..schemas import Health
+from ..storage.health import DatabaseProbe
 
 router = APIRouter(tags=["health"])
 

@@ -122,12 +122,9 @@ def rotate_token(
     with ``grace_s`` keeps working that long so trainers can be given the new one."""
     body = body or TokenRotate()
     _owned(session, who, token_id)
-    try:
-        rotated = auth.rotate_token(
-            session, token_id, expires_at=_expiry(body), grace=timedelta(seconds=body.grace_s)
-        )
-    except auth.TokenRevoked as exc:
-        raise HTTPException(409, str(exc)) from None
+    rotated = auth.rotate_token(  # a revoked token: TokenRevoked, a 409
+        session, token_id, expires_at=_expiry(body), grace=timedelta(seconds=body.grace_s)
+    )
     assert rotated is not None  # _owned found it in this transaction
     secret, new, old = rotated
     session.commit()

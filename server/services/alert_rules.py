@@ -6,8 +6,6 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .. import errors
@@ -16,7 +14,7 @@ from ..alerts.conditions import StaleCondition, parse_condition
 from ..alerts.evaluation import preview
 from ..alerts.selectors import metric_matches
 from ..auth import Principal
-from ..models import Alert, AlertRule, Metric, Notification, Project, Run, utcnow
+from ..models import AlertRule, utcnow
 from ..schemas import (
     AlertOut,
     AlertRuleCreate,
@@ -29,7 +27,18 @@ from ..schemas import (
     TestDelivery,
 )
 from ..storage import pyramid
-from ..storage.runs import lineage_of, segments_of
+from ..storage.alerts import (
+    alert_history,
+    forget_states,
+    metrics_of_run,
+    rule_by_id,
+    rule_count,
+    rule_named,
+    rules_of_project,
+    save_rule,
+)
+from ..storage.alerts import delete_rule as remove_rule
+from ..storage.runs import lineage_of, run_by_id, run_owner, segments_of
 from .query import encode_value
 from .runs import Forbidden
 
@@ -79,10 +88,8 @@ def create_rule(
     project = body.project or who.project
     if project != who.project:
         raise Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
-    have = session.scalar(
-        select(func.count()).select_from(AlertRule).where(AlertRule.project_id == who.project_id)
-    )
-    if (have or 0) >= MAX_PROJECT_RULES:
+    have = rule_count(session, who.project_id)
+    if have >= MAX_PROJECT_RULES:
         raise Conflict(f"project {project!r} has {have} rules, the most it may have")
     rule = AlertRule(
         project_id=who.project_id,
@@ -94,24 +101,18 @@ def create_rule(
         run_tags=sorted(set(body.runs.tags)),
         enabled=body.enabled,
     )
-    try:
-        with session.begin_nested():
-            session.add(rule)
-            session.flush()
-    except IntegrityError:
-        raise Conflict(f"project {project!r} already has a rule named {body.name!r}") from None
+    if not save_rule(session, rule):
+        raise Conflict(f"project {project!r} already has a rule named {body.name!r}")
     return to_out(rule, project)
 
 
 def list_rules(session: Session, who: Principal) -> list[AlertRuleOut]:
-    rules = session.scalars(
-        select(AlertRule).where(AlertRule.project_id == who.project_id).order_by(AlertRule.id)
-    )
+    rules = rules_of_project(session, who.project_id)
     return [to_out(r, who.project, admin=who.can("admin")) for r in rules]
 
 
 def get_rule(session: Session, who: Principal, rule_id: int) -> AlertRule:
-    rule = session.get(AlertRule, rule_id)
+    rule = rule_by_id(session, rule_id)
     if rule is None:
         raise NotFound(f"no alert rule with id {rule_id}")
     if rule.project_id != who.project_id:
@@ -127,25 +128,18 @@ def update_rule(
     allow: Collection[str],
 ) -> AlertRuleOut:
     """Apply the given fields; a changed condition, metric or run selector starts afresh."""
-    from .alerting import forget_rule_state
-
     rule = get_rule(session, who, rule_id)
     name = body.name if body.name is not None else rule.name
-    if name != rule.name and session.scalar(
-        select(AlertRule.id).where(AlertRule.project_id == who.project_id, AlertRule.name == name)
-    ):
+    if name != rule.name and rule_named(session, who.project_id, name) is not None:
         raise Conflict(f"project {who.project!r} already has a rule named {name!r}")
     # Nothing may flush the edit before the savepoint below: a name taken meanwhile by a
     # concurrent edit must fail there, where it can be answered 409.
     with session.no_autoflush:
         restart = _apply(rule, body, allow)
-    try:
-        with session.begin_nested():
-            session.flush()
-    except IntegrityError:
-        raise Conflict(f"project {who.project!r} already has a rule named {name!r}") from None
+    if not save_rule(session, rule):
+        raise Conflict(f"project {who.project!r} already has a rule named {name!r}")
     if restart:
-        forget_rule_state(session, rule.id)
+        forget_states(session, rule.id)
     return to_out(rule, who.project)
 
 
@@ -172,25 +166,24 @@ def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bo
 
 
 def delete_rule(session: Session, who: Principal, rule_id: int) -> None:
-    session.delete(get_rule(session, who, rule_id))
+    remove_rule(session, get_rule(session, who, rule_id))
 
 
 def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) -> RulePreview:
     """Where the rule would have fired on a stored run (latest lineage), from scratch."""
     rule = get_rule(session, who, rule_id)
-    run = session.scalar(select(Run).where(Run.id == run_id))
-    if run is None:
+    found = run_by_id(session, run_id)
+    if found is None:
         raise NotFound(f"no run with id {run_id!r}")
+    run = found[0]
     if run.project_id != who.project_id:
         raise Forbidden("this run belongs to another project")
     condition = parse_condition(rule.condition)
     if isinstance(condition, StaleCondition):
         raise errors.Invalid("a stale rule depends on arrival times, which cannot be replayed")
-    metrics = [
-        m
-        for m in session.scalars(select(Metric).where(Metric.run_key == run.key))
-        if metric_matches(rule.metric, m.name)
-    ][:PREVIEW_MAX_METRICS]
+    metrics = [m for m in metrics_of_run(session, run.key) if metric_matches(rule.metric, m.name)][
+        :PREVIEW_MAX_METRICS
+    ]
     lineage = lineage_of(segments_of(session, run.key))
     transitions: list[PreviewTransition] = []
     replayed = 0
@@ -275,34 +268,15 @@ def list_alerts(
     answer or a redirect's target. Others see its kind (``HTTP 500``, ``timed out``).
     """
     admin = who.can("admin")
-    query = (
-        select(Alert, AlertRule, Run)
-        .join(AlertRule, AlertRule.id == Alert.rule_id)
-        .join(Run, Run.key == Alert.run_key)
-        .join(Project, Project.id == Run.project_id)
-        .where(Run.project_id == who.project_id)
-        .order_by(Alert.id.desc())
-        .limit(limit)
-    )
     if run_id is not None:
-        owner = session.scalar(select(Run.project_id).where(Run.id == run_id))
+        owner = run_owner(session, run_id)
         if owner is None:
             raise NotFound(f"no run with id {run_id!r}")
         if owner != who.project_id:
             raise Forbidden("this run belongs to another project")
-        query = query.where(Run.id == run_id)
-    if state is not None:
-        query = query.where(Alert.state == state)
-    rows = session.execute(query).all()
-    ids = [alert.id for alert, _, _ in rows]
-    by_alert: dict[int, list[Notification]] = {}
-    if ids:
-        for n in session.scalars(
-            select(Notification).where(Notification.alert_id.in_(ids)).order_by(Notification.id)
-        ):
-            by_alert.setdefault(n.alert_id, []).append(n)
+    rows = alert_history(session, who.project_id, run_id=run_id, state=state, limit=limit)
     out = []
-    for alert, rule, run in rows:
+    for alert, rule, run, notifications in rows:
         channels = rule.channels or []
         out.append(
             AlertOut(
@@ -327,7 +301,7 @@ def list_alerts(
                         delivered_at=n.delivered_at,
                         last_error=n.last_error if admin else delivery.error_summary(n.last_error),
                     )
-                    for n in by_alert.get(alert.id, [])
+                    for n in notifications
                 ],
             )
         )

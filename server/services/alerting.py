@@ -7,7 +7,6 @@ notifications are owed, or neither happened. The dispatcher delivers the outbox.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import and_, delete, select
 from sqlalchemy.orm import Session
 
 from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
@@ -24,8 +22,14 @@ from ..alerts.evaluation import RuleState, Transition, check_stale, evaluate
 from ..alerts.selectors import metric_matches, run_matches
 from ..batch import MetricBatch
 from ..db import PerEngine
-from ..models import Alert, AlertRule, AlertState, Notification, Run
-from ..storage.runs import LockedRun
+from ..models import AlertState
+from ..storage.alerts import (
+    enabled_rules,
+    record_alerts,
+    save_state,
+    states_for_update,
+)
+from ..storage.runs import LockedRun, running_runs
 
 RUN_METRIC_ID = 0
 """``alert_states.metric_id`` of rules about the run as a whole (``stale``)."""
@@ -74,11 +78,7 @@ class RuleCache:
                 len(rule.channels or ()),
                 condition,
             )
-            for rule in session.scalars(
-                select(AlertRule)
-                .where(AlertRule.project_id == project_id, AlertRule.enabled)
-                .order_by(AlertRule.id)
-            )
+            for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
         )
         with self._lock:
@@ -131,15 +131,17 @@ def evaluate_batch(
             work.append((rule, column.name, steps, values))
     if not work:
         return 0
-    states = _load_states(session, run.key, {(r.id, metric_ids[name]) for r, name, _, _ in work})
+    states = states_for_update(
+        session, run.key, {(r.id, metric_ids[name]) for r, name, _, _ in work}
+    )
     owed = 0
     for rule, name, steps, values in work:
         key = (rule.id, metric_ids[name])
         row = states.get(key)
         state = _state_of(row, segment)
         new_state, transitions = evaluate(rule.condition, state, steps, values, now_unix=now_unix)
-        _save_state(session, row, run.key, key, segment, new_state)
-        owed += _record(session, run.key, segment, rule.id, rule.channels, name, transitions)
+        save_state(session, row, run.key, key, segment, new_state)
+        owed += record_alerts(session, run.key, segment, rule.id, rule.channels, name, transitions)
     return owed
 
 
@@ -147,22 +149,18 @@ def check_stale_runs(session: Session, now_unix: float | None = None) -> int:
     """The clock tick: fire ``stale`` rules for running runs that went quiet, resolve those
     that spoke again. Returns how many notifications are owed."""
     now_unix = time.time() if now_unix is None else now_unix
-    stale_rules = session.scalars(select(AlertRule).where(AlertRule.enabled)).all()
-    stale_rules = [r for r in stale_rules if r.condition.get("kind") == "stale"]
+    stale_rules = [r for r in enabled_rules(session) if r.condition.get("kind") == "stale"]
     owed = 0
     for rule in stale_rules:
         condition = parse_condition(rule.condition)
         assert isinstance(condition, StaleCondition)
-        runs = session.scalars(
-            select(Run).where(Run.project_id == rule.project_id, Run.status == "running")
-        )
-        for run in runs:
+        for run in running_runs(session, rule.project_id):
             if run.last_step is None or not run_matches(
                 rule.run_name, rule.run_tags or [], run.name, run.tags or []
             ):
                 continue
             key = (rule.id, RUN_METRIC_ID)
-            row = _load_states(session, run.key, {key}).get(key)
+            row = states_for_update(session, run.key, {key}).get(key)
             state = _state_of(row, run.segment)
             transitions: list[Transition] = []
             if state.last_step is None or run.last_step > state.last_step:
@@ -173,8 +171,8 @@ def check_stale_runs(session: Session, now_unix: float | None = None) -> int:
             state, fired = check_stale(condition, state, now_unix)
             transitions += fired
             if row is None or transitions or state.to_dict() != row.data:
-                _save_state(session, row, run.key, key, run.segment, state)
-            owed += _record(
+                save_state(session, row, run.key, key, run.segment, state)
+            owed += record_alerts(
                 session,
                 run.key,
                 run.segment,
@@ -186,26 +184,8 @@ def check_stale_runs(session: Session, now_unix: float | None = None) -> int:
     return owed
 
 
-def forget_rule_state(session: Session, rule_id: int) -> None:
-    """An edited rule starts afresh on every run."""
-    session.execute(delete(AlertState).where(AlertState.rule_id == rule_id))
-
-
 def _unix(when: datetime) -> float:
     return when.timestamp()
-
-
-def _load_states(
-    session: Session, run_key: int, keys: set[tuple[int, int]]
-) -> dict[tuple[int, int], AlertState]:
-    """States for (rule, metric) pairs of a run, locked for this transaction on Postgres."""
-    rule_ids = {rule_id for rule_id, _ in keys}
-    rows = session.scalars(
-        select(AlertState)
-        .where(and_(AlertState.run_key == run_key, AlertState.rule_id.in_(rule_ids)))
-        .with_for_update()
-    )
-    return {(r.rule_id, r.metric_id): r for r in rows if (r.rule_id, r.metric_id) in keys}
 
 
 def _state_of(row: AlertState | None, segment: int) -> RuleState:
@@ -213,59 +193,3 @@ def _state_of(row: AlertState | None, segment: int) -> RuleState:
     if row is None or row.segment != segment:
         return RuleState()
     return RuleState.from_dict(row.data)
-
-
-def _save_state(
-    session: Session,
-    row: AlertState | None,
-    run_key: int,
-    key: tuple[int, int],
-    segment: int,
-    state: RuleState,
-) -> None:
-    if row is None:
-        session.add(
-            AlertState(
-                run_key=run_key,
-                rule_id=key[0],
-                metric_id=key[1],
-                segment=segment,
-                state=state.status,
-                data=state.to_dict(),
-            )
-        )
-        return
-    row.segment = segment
-    row.state = state.status
-    row.data = state.to_dict()
-
-
-def _record(
-    session: Session,
-    run_key: int,
-    segment: int,
-    rule_id: int,
-    channels: int,
-    metric: str,
-    transitions: list[Transition],
-) -> int:
-    """History rows and their outbox rows (one a channel) for each transition."""
-    owed = 0
-    for transition in transitions:
-        alert = Alert(
-            run_key=run_key,
-            rule_id=rule_id,
-            metric=metric,
-            state=transition.state,
-            segment=segment,
-            step=transition.step,
-            value=None if math.isnan(transition.value) else transition.value,
-            threshold=transition.threshold,
-            reason=transition.reason,
-        )
-        session.add(alert)
-        session.flush()
-        for index in range(channels):
-            session.add(Notification(alert_id=alert.id, channel_index=index))
-            owed += 1
-    return owed

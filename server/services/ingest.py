@@ -12,6 +12,7 @@ from ..models import Event, Run, utcnow
 from ..schemas import EventCreate, EventOut
 from ..storage.metric_ids import MetricIdCache, resolve_metric_ids
 from ..storage.points import write_points
+from ..storage.runs import add_event as store_event
 from ..storage.runs import event_count, lock_run, run_exists
 from . import alerting
 
@@ -95,6 +96,4 @@ def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:
     if event_count(session, run.key) >= MAX_RUN_EVENTS:
         raise errors.Conflict(f"the run has {MAX_RUN_EVENTS} events already, the most it may hold")
     event = Event(run_key=run.key, segment=segment, step=body.step, kind=body.kind, text=body.text)
-    session.add(event)
-    session.flush()
-    return EventOut.model_validate(event)
+    return EventOut.model_validate(store_event(session, event))

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .. import errors
 from ..auth import Principal, get_or_create_project
-from ..models import Project, Run, Segment, utcnow
+from ..models import Run, Segment, utcnow
 from ..schemas import (
     MAX_TAGS,
     SEGMENT_MAX,
@@ -20,7 +16,16 @@ from ..schemas import (
     SegmentOut,
     json_document,
 )
-from ..storage.runs import forget_latest
+from ..storage.runs import (
+    insert_run,
+    open_segment,
+    run_by_id,
+    run_for_update,
+    runs_of_project,
+    segment_start,
+    segments,
+)
+from ..storage.runs import update_run as update_stored_run
 
 
 class Forbidden(errors.Forbidden):
@@ -58,35 +63,25 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
     if project_name != who.project:
         raise Forbidden(f"this token belongs to project {who.project!r}, not {project_name!r}")
     project = get_or_create_project(session, project_name)
-    run = session.scalar(
-        select(Run)
-        .where(Run.project_id == project.id, Run.name == body.name)
-        .with_for_update()
-        .execution_options(populate_existing=True)  # as locked, not as this session last saw
-    )
+    run = run_for_update(session, project.id, body.name)
     if run is None:
-        run = _insert_run(session, project, body)
+        run = insert_run(
+            session, project.id, body.name, body.config, sorted(set(body.tags)), body.start_step
+        )
         if run is None:  # lost a race with a concurrent create of the same name
             return create_or_resume(session, who, body)
-        return to_out(run, project.name, _segments(session, run))
+        return to_out(run, project.name, segments(session, run.key))
 
     reference = run.last_step
     if reference is None:
-        reference = session.scalar(
-            select(Segment.start_step).where(
-                Segment.run_key == run.key, Segment.segment == run.segment
-            )
-        )
+        reference = segment_start(session, run.key, run.segment)
     if body.start_step is not None and reference is not None and body.start_step <= reference:
         if run.segment >= SEGMENT_MAX:
             raise errors.Conflict(
                 f"run {run.name!r} has restarted {SEGMENT_MAX - 1} times, the most it may; "
                 "start a run of another name"
             )
-        run.segment += 1
-        session.add(Segment(run_key=run.key, segment=run.segment, start_step=body.start_step))
-        run.last_step = None
-        forget_latest(session, run.key)
+        open_segment(session, run, body.start_step)
     if body.config:
         config = {**(run.config or {}), **body.config}
         try:
@@ -104,60 +99,21 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
     run.status = "running"
     run.last_seen = utcnow()
     session.flush()
-    return to_out(run, project.name, _segments(session, run))
-
-
-def _insert_run(session: Session, project: Project, body: RunCreate) -> Run | None:
-    run = Run(
-        id=uuid.uuid4().hex,
-        project_id=project.id,
-        name=body.name,
-        config=body.config,
-        tags=sorted(set(body.tags)),
-        status="running",
-        segment=1,
-    )
-    try:
-        with session.begin_nested():
-            session.add(run)
-            session.flush()
-            session.add(Segment(run_key=run.key, segment=1, start_step=body.start_step))
-            session.flush()
-    except IntegrityError:
-        return None
-    return run
-
-
-def _segments(session: Session, run: Run) -> list[Segment]:
-    return list(
-        session.scalars(select(Segment).where(Segment.run_key == run.key).order_by(Segment.segment))
-    )
+    return to_out(run, project.name, segments(session, run.key))
 
 
 def get_run(session: Session, run_id: str) -> tuple[Run, str] | None:
     """The run and its project's name, or None."""
-    row = session.execute(
-        select(Run, Project.name)
-        .join(Project, Project.id == Run.project_id)
-        .where(Run.id == run_id)
-    ).first()
-    return None if row is None else (row[0], row[1])
+    return run_by_id(session, run_id)
 
 
 def describe(session: Session, run: Run, project: str) -> RunOut:
-    return to_out(run, project, _segments(session, run))
+    return to_out(run, project, segments(session, run.key))
 
 
 def list_runs(session: Session, project: str, *, limit: int = 1000) -> list[RunOut]:
     """The project's runs, most recently active first, at most ``limit`` of them."""
-    rows = session.execute(
-        select(Run, Project.name)
-        .join(Project, Project.id == Run.project_id)
-        .where(Project.name == project)
-        .order_by(Run.last_seen.desc(), Run.key.desc())
-        .limit(limit)
-    )
-    return [to_out(run, name) for run, name in rows]
+    return [to_out(run, name) for run, name in runs_of_project(session, project, limit)]
 
 
 def update_run(session: Session, run: Run, project: str, body: RunUpdate) -> RunOut:
@@ -167,6 +123,5 @@ def update_run(session: Session, run: Run, project: str, body: RunUpdate) -> Run
     if body.tags is not None:
         values["tags"] = sorted(set(body.tags))
     if values:
-        session.execute(update(Run).where(Run.key == run.key).values(**values))
-        session.refresh(run)
+        update_stored_run(session, run, values)
     return describe(session, run, project)

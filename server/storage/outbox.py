@@ -1,11 +1,14 @@
-"""The alert notifications outbox: leasing due notifications to a dispatcher."""
+"""The alert notifications outbox: leasing due notifications to a dispatcher, what it needs
+to send one, and the record of each attempt."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
+
+from ..models import Alert, AlertRule, DeliveryAttempt, Notification, Project, Run
 
 
 def claim_notifications(
@@ -28,3 +31,41 @@ def claim_notifications(
         {"lease": lease_until, "now": now, "limit": limit},
     )
     return sorted(int(r[0]) for r in rows)
+
+
+def notification_context(
+    session: Session, notification_id: int
+) -> tuple[Notification, Alert, AlertRule, Run, str] | None:
+    """A notification with its alert, rule, run and project name (None: gone)."""
+    row = session.execute(
+        select(Notification, Alert, AlertRule, Run, Project.name)
+        .join(Alert, Alert.id == Notification.alert_id)
+        .join(AlertRule, AlertRule.id == Alert.rule_id)
+        .join(Run, Run.key == Alert.run_key)
+        .join(Project, Project.id == Run.project_id)
+        .where(Notification.id == notification_id)
+    ).first()
+    return None if row is None else (row[0], row[1], row[2], row[3], row[4])
+
+
+def record_attempt(
+    session: Session,
+    notification_id: int,
+    status_code: int | None,
+    error: str | None,
+    duration_ms: float,
+) -> Notification | None:
+    """Log one delivery attempt; the notification, for the caller to update (None: gone)."""
+    row = session.get(Notification, notification_id)
+    if row is None:
+        return None
+    session.add(
+        DeliveryAttempt(
+            notification_id=notification_id,
+            status_code=status_code,
+            error=error,
+            duration_ms=duration_ms,
+        )
+    )
+    row.attempts += 1
+    return row

@@ -1,16 +1,19 @@
-"""Runs as storage sees them: a run's row lock for a batch, its segments and latest lineage,
-its events."""
+"""Runs as storage sees them: creating, finding and locking them, their segments and latest
+lineage, their events."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, select, text, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..models import Event, JsonDoc, Metric, Segment, UtcDateTime
+from ..models import Event, JsonDoc, Metric, Project, Run, Segment, UtcDateTime
 
 
 @dataclass(frozen=True)
@@ -178,3 +181,113 @@ def run_exists(session: Session, run_id: str) -> bool:
         .first()
         is not None
     )
+
+
+def run_for_update(session: Session, project_id: int, name: str) -> Run | None:
+    """The project's run of that name, its row locked for the transaction (as locked, not
+    as this session last saw it)."""
+    return session.scalar(
+        select(Run)
+        .where(Run.project_id == project_id, Run.name == name)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+
+
+def insert_run(
+    session: Session,
+    project_id: int,
+    name: str,
+    config: dict[str, Any],
+    tags: list[str],
+    start_step: int | None,
+) -> Run | None:
+    """A new run with its first segment; None when a concurrent create of the same name
+    won (its savepoint is rolled back, the transaction goes on)."""
+    run = Run(
+        id=uuid.uuid4().hex,
+        project_id=project_id,
+        name=name,
+        config=config,
+        tags=tags,
+        status="running",
+        segment=1,
+    )
+    try:
+        with session.begin_nested():
+            session.add(run)
+            session.flush()
+            session.add(Segment(run_key=run.key, segment=1, start_step=start_step))
+            session.flush()
+    except IntegrityError:
+        return None
+    return run
+
+
+def segment_start(session: Session, run_key: int, segment: int) -> int | None:
+    """The step a segment started at (None: not given)."""
+    return session.scalar(
+        select(Segment.start_step).where(Segment.run_key == run_key, Segment.segment == segment)
+    )
+
+
+def open_segment(session: Session, run: Run, start_step: int | None) -> None:
+    """The run's next segment, starting at ``start_step``; its latest values start afresh."""
+    run.segment += 1
+    session.add(Segment(run_key=run.key, segment=run.segment, start_step=start_step))
+    run.last_step = None
+    forget_latest(session, run.key)
+
+
+def segments(session: Session, run_key: int) -> list[Segment]:
+    """The run's segments, first to last."""
+    return list(
+        session.scalars(select(Segment).where(Segment.run_key == run_key).order_by(Segment.segment))
+    )
+
+
+def run_by_id(session: Session, run_id: str) -> tuple[Run, str] | None:
+    """The run and its project's name, or None."""
+    row = session.execute(
+        select(Run, Project.name)
+        .join(Project, Project.id == Run.project_id)
+        .where(Run.id == run_id)
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def run_owner(session: Session, run_id: str) -> int | None:
+    """The id of the project a run belongs to (None: no such run)."""
+    return session.scalar(select(Run.project_id).where(Run.id == run_id))
+
+
+def runs_of_project(session: Session, project: str, limit: int) -> list[tuple[Run, str]]:
+    """The project's runs with its name, most recently active first."""
+    rows = session.execute(
+        select(Run, Project.name)
+        .join(Project, Project.id == Run.project_id)
+        .where(Project.name == project)
+        .order_by(Run.last_seen.desc(), Run.key.desc())
+        .limit(limit)
+    )
+    return [(run, name) for run, name in rows]
+
+
+def running_runs(session: Session, project_id: int) -> list[Run]:
+    """The project's runs whose status is running."""
+    return list(
+        session.scalars(select(Run).where(Run.project_id == project_id, Run.status == "running"))
+    )
+
+
+def update_run(session: Session, run: Run, values: dict[str, object]) -> None:
+    """Set columns of the run and read it back."""
+    session.execute(update(Run).where(Run.key == run.key).values(**values))
+    session.refresh(run)
+
+
+def add_event(session: Session, event: Event) -> Event:
+    """Store an event and give it its id."""
+    session.add(event)
+    session.flush()
+    return event

@@ -16,23 +16,16 @@ import random
 import threading
 from datetime import timedelta
 
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..alerts import delivery, payloads
 from ..db import is_unavailable
 from ..models import (
-    Alert,
-    AlertRule,
-    DeliveryAttempt,
-    Notification,
-    Project,
-    Run,
     utcnow,
 )
 from ..services import alerting
-from ..storage.outbox import claim_notifications
+from ..storage.outbox import claim_notifications, notification_context, record_attempt
 
 log = logging.getLogger("normwatch.alerts")
 
@@ -126,18 +119,15 @@ class Dispatcher:
         channel, message = found
         attempt = self._deliverer.deliver(channel, message)
         with self._sessions() as session, session.begin():
-            row = session.get(Notification, notification_id)
+            row = record_attempt(
+                session,
+                notification_id,
+                attempt.status_code,
+                attempt.error,
+                attempt.duration_s * 1000.0,
+            )
             if row is None:
                 return
-            session.add(
-                DeliveryAttempt(
-                    notification_id=notification_id,
-                    status_code=attempt.status_code,
-                    error=attempt.error,
-                    duration_ms=attempt.duration_s * 1000.0,
-                )
-            )
-            row.attempts += 1
             if attempt.ok:
                 row.status = "delivered"
                 row.delivered_at = utcnow()
@@ -156,14 +146,7 @@ class Dispatcher:
     def _context(
         self, session: Session, notification_id: int
     ) -> tuple[dict[str, object], payloads.Notification] | None:
-        row = session.execute(
-            select(Notification, Alert, AlertRule, Run, Project.name)
-            .join(Alert, Alert.id == Notification.alert_id)
-            .join(AlertRule, AlertRule.id == Alert.rule_id)
-            .join(Run, Run.key == Alert.run_key)
-            .join(Project, Project.id == Run.project_id)
-            .where(Notification.id == notification_id)
-        ).first()
+        row = notification_context(session, notification_id)
         if row is None:
             return None
         notification, alert, rule, run, project = row

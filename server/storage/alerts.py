@@ -1,0 +1,186 @@
+"""Alert rules, their evaluation state per run and metric, and the alert history with its
+outbox rows (one notification a channel)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from sqlalchemy import and_, delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ..alerts.evaluation import RuleState, Transition
+from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run
+
+# --- rules --------------------------------------------------------------------------------
+
+
+def enabled_rules(session: Session, project_id: int | None = None) -> list[AlertRule]:
+    """Enabled rules, by id: one project's, or every project's."""
+    query = select(AlertRule).where(AlertRule.enabled).order_by(AlertRule.id)
+    if project_id is not None:
+        query = query.where(AlertRule.project_id == project_id)
+    return list(session.scalars(query))
+
+
+def rules_of_project(session: Session, project_id: int) -> list[AlertRule]:
+    return list(
+        session.scalars(
+            select(AlertRule).where(AlertRule.project_id == project_id).order_by(AlertRule.id)
+        )
+    )
+
+
+def rule_count(session: Session, project_id: int) -> int:
+    return int(
+        session.scalar(
+            select(func.count()).select_from(AlertRule).where(AlertRule.project_id == project_id)
+        )
+        or 0
+    )
+
+
+def rule_by_id(session: Session, rule_id: int) -> AlertRule | None:
+    return session.get(AlertRule, rule_id)
+
+
+def rule_named(session: Session, project_id: int, name: str) -> int | None:
+    """The id of the project's rule of that name."""
+    return session.scalar(
+        select(AlertRule.id).where(AlertRule.project_id == project_id, AlertRule.name == name)
+    )
+
+
+def save_rule(session: Session, rule: AlertRule) -> bool:
+    """Write a new or edited rule in a savepoint; False when its name is taken (a concurrent
+    create or rename won), the transaction going on without it."""
+    try:
+        with session.begin_nested():
+            session.add(rule)
+            session.flush()
+    except IntegrityError:
+        return False
+    return True
+
+
+def delete_rule(session: Session, rule: AlertRule) -> None:
+    session.delete(rule)
+
+
+def metrics_of_run(session: Session, run_key: int) -> list[Metric]:
+    return list(session.scalars(select(Metric).where(Metric.run_key == run_key)))
+
+
+# --- evaluation state -----------------------------------------------------------------------
+
+
+def states_for_update(
+    session: Session, run_key: int, keys: set[tuple[int, int]]
+) -> dict[tuple[int, int], AlertState]:
+    """States for (rule, metric) pairs of a run, locked for this transaction on Postgres."""
+    rule_ids = {rule_id for rule_id, _ in keys}
+    rows = session.scalars(
+        select(AlertState)
+        .where(and_(AlertState.run_key == run_key, AlertState.rule_id.in_(rule_ids)))
+        .with_for_update()
+    )
+    return {(r.rule_id, r.metric_id): r for r in rows if (r.rule_id, r.metric_id) in keys}
+
+
+def save_state(
+    session: Session,
+    row: AlertState | None,
+    run_key: int,
+    key: tuple[int, int],
+    segment: int,
+    state: RuleState,
+) -> None:
+    """Store a (rule, metric) state of a run: into its row, or a new one."""
+    if row is None:
+        session.add(
+            AlertState(
+                run_key=run_key,
+                rule_id=key[0],
+                metric_id=key[1],
+                segment=segment,
+                state=state.status,
+                data=state.to_dict(),
+            )
+        )
+        return
+    row.segment = segment
+    row.state = state.status
+    row.data = state.to_dict()
+
+
+def forget_states(session: Session, rule_id: int) -> None:
+    """Every run's state of the rule: an edited rule starts afresh."""
+    session.execute(delete(AlertState).where(AlertState.rule_id == rule_id))
+
+
+# --- history and outbox ---------------------------------------------------------------------
+
+
+def record_alerts(
+    session: Session,
+    run_key: int,
+    segment: int,
+    rule_id: int,
+    channels: int,
+    metric: str,
+    transitions: Sequence[Transition],
+) -> int:
+    """History rows and their outbox rows (one a channel) for each transition; returns how
+    many notifications are owed."""
+    owed = 0
+    for transition in transitions:
+        alert = Alert(
+            run_key=run_key,
+            rule_id=rule_id,
+            metric=metric,
+            state=transition.state,
+            segment=segment,
+            step=transition.step,
+            value=None if math.isnan(transition.value) else transition.value,
+            threshold=transition.threshold,
+            reason=transition.reason,
+        )
+        session.add(alert)
+        session.flush()
+        for index in range(channels):
+            session.add(Notification(alert_id=alert.id, channel_index=index))
+            owed += 1
+    return owed
+
+
+def alert_history(
+    session: Session,
+    project_id: int,
+    *,
+    run_id: str | None = None,
+    state: str | None = None,
+    limit: int = 200,
+) -> list[tuple[Alert, AlertRule, Run, list[Notification]]]:
+    """The project's alerts, newest first, each with its rule, run and notifications."""
+    query = (
+        select(Alert, AlertRule, Run)
+        .join(AlertRule, AlertRule.id == Alert.rule_id)
+        .join(Run, Run.key == Alert.run_key)
+        .where(Run.project_id == project_id)
+        .order_by(Alert.id.desc())
+        .limit(limit)
+    )
+    if run_id is not None:
+        query = query.where(Run.id == run_id)
+    if state is not None:
+        query = query.where(Alert.state == state)
+    rows = session.execute(query).all()
+    ids = [alert.id for alert, _, _ in rows]
+    by_alert: dict[int, list[Notification]] = {}
+    if ids:
+        for n in session.scalars(
+            select(Notification).where(Notification.alert_id.in_(ids)).order_by(Notification.id)
+        ):
+            by_alert.setdefault(n.alert_id, []).append(n)
+    return [(alert, rule, run, by_alert.get(alert.id, [])) for alert, rule, run in rows]
