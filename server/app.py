@@ -11,9 +11,11 @@ from fastapi import FastAPI
 
 from . import memory
 from .alerts.delivery import Deliverer
+from .alerts.targets import parse_allow
 from .api import alerts, errors, events, health, metrics, prometheus, runs, tokens
 from .api.admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
+from .api.context import ServiceContext, install_context
 from .auth import TokenCache
 from .config import Settings
 from .db import engine_from_settings, session_factory, snapshot_factory
@@ -66,10 +68,11 @@ def create_app(
     engine = engine_from_settings(settings)
 
     sessions = session_factory(engine)
+    webhook_allow = parse_allow(settings.webhook_allow)
     health_probe = DatabaseProbe(settings.database_url)
     dispatcher = Dispatcher(
         sessions,
-        Deliverer.from_settings(settings),
+        Deliverer(allow=webhook_allow),
         base_url=settings.base_url,
         tick_s=settings.dispatch_tick_s,
         max_retry_delay_s=settings.retry_max_delay_s,
@@ -100,22 +103,24 @@ def create_app(
         summary="Live instability monitoring for large-model training runs.",
         lifespan=lifespan,
     )
-    app.state.settings = settings
-    app.state.engine = engine
-    app.state.sessions = sessions
-    app.state.snapshot_sessions = snapshot_factory(engine)
-    app.state.health_probe = health_probe
-    app.state.token_cache = TokenCache(settings.token_cache_s)
-    app.state.dispatcher = dispatcher
-    app.state.compactor = compactor
-    app.state.ingest_slots = Slots(
-        settings.ingest_concurrency, settings.ingest_wait_s, settings.admission_queue
+    context = ServiceContext(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        snapshot_sessions=snapshot_factory(engine),
+        token_cache=TokenCache(settings.token_cache_s),
+        dispatcher=dispatcher,
+        compactor=compactor,
+        telemetry=telemetry,
+        health_probe=health_probe,
+        ingest_slots=Slots(
+            settings.ingest_concurrency, settings.ingest_wait_s, settings.admission_queue
+        ),
+        read_slots=Slots(settings.read_concurrency, settings.read_wait_s, settings.admission_queue),
+        reads_first=ReadsFirst(settings.interactive_first_s),
+        webhook_allow=webhook_allow,
     )
-    app.state.read_slots = Slots(
-        settings.read_concurrency, settings.read_wait_s, settings.admission_queue
-    )
-    app.state.telemetry = telemetry
-    app.state.reads_first = ReadsFirst(settings.interactive_first_s)
+    install_context(app, context)
 
     errors.install(app)
 
@@ -130,12 +135,12 @@ def create_app(
         else:
             attach_dashboard(app, settings)
     if settings.interactive_first_s > 0:
-        app.add_middleware(InteractiveRequests, reads_first=app.state.reads_first)
+        app.add_middleware(InteractiveRequests, reads_first=context.reads_first)
     # Outside the dashboard's session check, which reads the database: it is admitted too.
     app.add_middleware(
         Admission,
-        ingest=app.state.ingest_slots,
-        reads=app.state.read_slots,
+        ingest=context.ingest_slots,
+        reads=context.read_slots,
         refused=telemetry.count_refused,
     )
     app.add_middleware(

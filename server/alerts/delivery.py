@@ -33,7 +33,6 @@ from typing import Any
 
 import httpx
 
-from ..config import Settings
 from .channels import CHANNEL_TYPES
 from .payloads import Notification, encode_body, slack_payload, webhook_payload
 from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
@@ -43,7 +42,6 @@ from .targets import (
     TargetRefused,
     TargetUnresolved,
     as_allow_list,
-    parse_allow,
     resolve_target,
 )
 
@@ -189,13 +187,6 @@ class Deliverer:
         self._timeout = timeout
         self._resolve = resolve
         self._clock = clock
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, *, transport: httpx.BaseTransport | None = None
-    ) -> Deliverer:
-        """A deliverer honouring ``NORMWATCH_WEBHOOK_ALLOW``."""
-        return cls(transport=transport, allow=parse_allow(settings.webhook_allow))
 
     def close(self) -> None:
         """Close the client if it was built here."""

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
-from ..alerts.targets import parse_allow
 from ..schemas import (
     INT32_MAX,
     AlertOut,
@@ -17,7 +16,8 @@ from ..schemas import (
     TestDelivery,
 )
 from ..services import alert_rules as rules
-from .deps import Admin, Reader, SessionDep, SettingsDep, SnapshotDep
+from .context import ContextDep
+from .deps import Admin, Reader, SessionDep, SnapshotDep
 from .errors import API, documented
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"], responses=documented(*API))
@@ -29,11 +29,11 @@ RuleIdPath = Annotated[int, Path(ge=1, le=INT32_MAX, description="The rule's id.
     "/alert-rules", status_code=201, response_model=AlertRuleOut, responses=documented(409)
 )
 def create_rule(
-    body: AlertRuleCreate, session: SessionDep, who: Admin, settings: SettingsDep
+    body: AlertRuleCreate, session: SessionDep, who: Admin, context: ContextDep
 ) -> AlertRuleOut:
     """Create a rule. Channel URLs that resolve to private or loopback addresses are refused
     unless ``NORMWATCH_WEBHOOK_ALLOW`` lists them; secrets are masked in every response."""
-    out = rules.create_rule(session, who, body, parse_allow(settings.webhook_allow))
+    out = rules.create_rule(session, who, body, context.webhook_allow)
     session.commit()
     return out
 
@@ -55,10 +55,10 @@ def update_rule(
     body: AlertRuleUpdate,
     session: SessionDep,
     who: Admin,
-    settings: SettingsDep,
+    context: ContextDep,
 ) -> AlertRuleOut:
     """Change fields; a new condition, metric or run selector restarts its evaluation."""
-    out = rules.update_rule(session, who, rule_id, body, parse_allow(settings.webhook_allow))
+    out = rules.update_rule(session, who, rule_id, body, context.webhook_allow)
     session.commit()
     return out
 
@@ -82,15 +82,12 @@ def preview_rule(
     "/alert-rules/{rule_id}/test", response_model=list[TestDelivery], responses=documented(404)
 )
 def test_rule(
-    rule_id: RuleIdPath, request: Request, session: SessionDep, who: Admin
+    rule_id: RuleIdPath, session: SessionDep, who: Admin, context: ContextDep
 ) -> list[TestDelivery]:
     """Send a sample firing notification to each channel now, and report what happened."""
     rule = rules.get_rule(session, who, rule_id)
     return rules.send_test(
-        rule,
-        who.project,
-        request.app.state.settings.base_url,
-        request.app.state.dispatcher.deliverer,
+        rule, who.project, context.settings.base_url, context.dispatcher.deliverer
     )
 
 

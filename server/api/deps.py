@@ -5,37 +5,35 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from ..auth import Principal, Scope, TokenCache
+from ..auth import Principal, Scope
 from ..config import Settings
 from ..models import Run
 from ..services import runs as run_service
+from .context import ContextDep
 
 MAX_RUN_ID = 64
 """Run ids are 32 hex digits; longer ones name no run."""
 
 
-def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+def get_settings(context: ContextDep) -> Settings:
+    return context.settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
+def get_session(context: ContextDep) -> Iterator[Session]:
     """A session for one request; routes that write commit before they answer."""
-    factory: sessionmaker[Session] = request.app.state.sessions
-    with factory() as session:
+    with context.sessions() as session:
         yield session
 
 
-def get_snapshot_session(request: Request) -> Iterator[Session]:
+def get_snapshot_session(context: ContextDep) -> Iterator[Session]:
     """A session reading one snapshot of the database (see `db.snapshot_factory`); like
     every request session, it takes its connection at its first statement, after the
     caller is authenticated."""
-    factory: sessionmaker[Session] = request.app.state.snapshot_sessions
-    with factory() as session:
+    with context.snapshot_sessions() as session:
         yield session
 
 
@@ -66,9 +64,8 @@ def bearer_token(
     return credentials.credentials.strip()
 
 
-def get_principal(request: Request, token: Annotated[str, Depends(bearer_token)]) -> Principal:
-    cache: TokenCache = request.app.state.token_cache
-    who = cache.lookup(request.app.state.sessions, token)
+def get_principal(context: ContextDep, token: Annotated[str, Depends(bearer_token)]) -> Principal:
+    who = context.token_cache.lookup(context.sessions, token)
     if who is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return who

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ..schemas import Health
-from ..storage.health import DatabaseProbe
+from .context import ContextDep
 
 router = APIRouter(tags=["health"])
 
@@ -16,13 +16,13 @@ router = APIRouter(tags=["health"])
     response_model=Health,
     responses={503: {"model": Health, "description": "The database did not answer."}},
 )
-async def healthz(request: Request) -> JSONResponse:
+async def healthz(context: ContextDep) -> JSONResponse:
     """200 ``{"status": "ok"}`` when the database answers, else 503 with ``Retry-After``.
 
     Not subject to admission: it answers within about two seconds whatever else the worker
     is doing.
     """
-    probe: DatabaseProbe = request.app.state.health_probe
+    probe = context.health_probe
     failure = await probe.answer()
     if failure is not None:
         return JSONResponse(

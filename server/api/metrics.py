@@ -8,7 +8,6 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import State
 
 from ..auth import Principal
 from ..batch import loads, parse_batch
@@ -20,9 +19,9 @@ from ..schemas import (
     MetricOut,
     SeriesResponse,
 )
-from ..services import alerting, ingest, query
-from ..storage.metric_ids import metric_id_cache
+from ..services import ingest, query
 from .body import read_limited_body
+from .context import ContextDep, ServiceContext
 from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
 from .errors import API, documented
 
@@ -43,17 +42,16 @@ router = APIRouter(
         }
     },
 )
-async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
+async def post_metrics(run_id: str, request: Request, who: Writer, context: ContextDep) -> Response:
     """Store a columnar batch: ``{"steps": [...], "metrics": {name: [values...]}}``.
 
     Values are numbers, ``null`` (not logged at that step) or ``"NaN"``, ``"Infinity"``,
     ``"-Infinity"``. The batch is stored whole or rejected whole; re-sending it stores
     nothing twice. ``Content-Encoding: gzip`` is accepted.
     """
-    state = request.app.state
     # Admitted already: a slot of this worker's ingest slots is held (see admission.py).
-    body = await read_limited_body(request, state.settings.max_body_bytes)
-    accepted, segment = await run_in_threadpool(_store, request, who, run_id, body)
+    body = await read_limited_body(request, context.settings.max_body_bytes)
+    accepted, segment = await run_in_threadpool(_store, context, who, run_id, body)
     return Response(
         orjson.dumps({"accepted": accepted, "segment": segment}),
         status_code=202,
@@ -61,40 +59,33 @@ async def post_metrics(run_id: str, request: Request, who: Writer) -> Response:
     )
 
 
-def _store(request: Request, who: Principal, run_id: str, body: bytes) -> tuple[int, int]:
+def _store(context: ServiceContext, who: Principal, run_id: str, body: bytes) -> tuple[int, int]:
     """Validate, store and evaluate alerts; wake the dispatcher when notifications are owed."""
-    state = request.app.state
-    settings = state.settings
+    settings = context.settings
     # A chart or page being served in this worker goes first (see admission.py).
-    _stand_aside(state)
+    _stand_aside(context)
     # A bad batch raises a `BatchError`, answered with its status (see api/errors.py).
     batch = parse_batch(
         loads(body), max_points=settings.max_batch_points, max_metrics=settings.max_batch_metrics
     )
-    engine = state.engine
-    known = metric_id_cache(engine)
-    _stand_aside(state)
-    with state.sessions() as session:
-        result = ingest.ingest_batch(
-            session,
-            run_id,
-            batch,
-            project_id=who.project_id,
-            known=known,
-            rules=alerting.rule_cache(engine),
-            max_run_metrics=settings.max_run_metrics,
-        )
-        session.commit()
-    known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
+    _stand_aside(context)
+    result = ingest.store_batch(
+        context.sessions,
+        context.engine,
+        run_id,
+        batch,
+        project_id=who.project_id,
+        max_run_metrics=settings.max_run_metrics,
+    )
     if result.notifications:
-        state.dispatcher.wake()
+        context.dispatcher.wake()
     return result.points, result.segment
 
 
-def _stand_aside(state: State) -> None:
-    waited = state.reads_first.wait_turn()
+def _stand_aside(context: ServiceContext) -> None:
+    waited = context.reads_first.wait_turn()
     if waited:
-        state.telemetry.deferred.inc(waited)
+        context.telemetry.deferred.inc(waited)
 
 
 @router.get("/metrics", response_model=list[MetricOut])

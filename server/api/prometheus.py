@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..telemetry import INGEST_ROUTE, Telemetry
-from .deps import SettingsDep
+from .context import ContextDep
 
 log = logging.getLogger("normwatch.telemetry")
 
@@ -31,12 +31,13 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
 )
-def prometheus_metrics(request: Request, settings: SettingsDep) -> Response:
+def prometheus_metrics(request: Request, context: ContextDep) -> Response:
     """The service's own series in Prometheus (or OpenMetrics) text format.
 
     Ingest counts, request latency by route, database pool use and the alert delivery
     backlog, added up over every worker process. See docs/operations.md.
     """
+    settings = context.settings
     if settings.metrics_token is not None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         expected = settings.metrics_token.get_secret_value().encode()
@@ -46,8 +47,7 @@ def prometheus_metrics(request: Request, settings: SettingsDep) -> Response:
                 "send 'Authorization: Bearer <NORMWATCH_METRICS_TOKEN>' to read the metrics",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-    telemetry: Telemetry = request.app.state.telemetry
-    body, content_type = telemetry.render(request.headers.get("accept", ""))
+    body, content_type = context.telemetry.render(request.headers.get("accept", ""))
     return Response(body, media_type=content_type)
 
 

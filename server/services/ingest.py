@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from .. import errors
 from ..batch import BatchError, MetricBatch
 from ..models import Event, Run, utcnow
 from ..schemas import EventCreate, EventOut
-from ..storage.metric_ids import MetricIdCache, resolve_metric_ids
+from ..storage.metric_ids import MetricIdCache, metric_id_cache, resolve_metric_ids
 from ..storage.points import write_points
 from ..storage.runs import add_event as store_event
 from ..storage.runs import event_count, lock_run, run_exists
@@ -34,6 +35,33 @@ class Ingested:
     metric_ids: dict[str, int] = field(default_factory=dict, compare=False)
     """Ids of the batch's metrics, for the caller to `MetricIdCache.remember` once committed."""
     run_key: int = field(default=0, compare=False)
+
+
+def store_batch(
+    sessions: sessionmaker[Session],
+    engine: Engine,
+    run_id: str,
+    batch: MetricBatch,
+    *,
+    project_id: int,
+    max_run_metrics: int | None = None,
+) -> Ingested:
+    """`ingest_batch` in a transaction of its own, with this process's caches of metric ids
+    and rules; the ids it resolved enter the cache once committed."""
+    known = metric_id_cache(engine)
+    with sessions() as session:
+        result = ingest_batch(
+            session,
+            run_id,
+            batch,
+            project_id=project_id,
+            known=known,
+            rules=alerting.rule_cache(engine),
+            max_run_metrics=max_run_metrics,
+        )
+        session.commit()
+    known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
+    return result
 
 
 def ingest_batch(
