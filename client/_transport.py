@@ -14,15 +14,16 @@ server's ``Retry-After``.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 import httpx
+
+from .retry import full_jitter, parse_retry_after
 
 BASE_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
@@ -50,26 +51,14 @@ class Delivery:
 
 def backoff_delay(attempt: int, rng: random.Random) -> float:
     """Full-jitter exponential backoff: uniform in ``[0, min(cap, base * 2**attempt)]``."""
-    ceiling = min(MAX_BACKOFF, BASE_BACKOFF * 2.0 ** min(attempt, 16))
-    return rng.uniform(0.0, ceiling)
+    return full_jitter(attempt, rng, base=BASE_BACKOFF, cap=MAX_BACKOFF)
 
 
 def retry_after(response: httpx.Response) -> float | None:
     """Seconds asked for by a ``Retry-After`` header (delta-seconds or HTTP date), if any."""
-    header = response.headers.get("retry-after")
-    if header is None:
-        return None
-    try:
-        seconds = float(header)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(header)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return parse_retry_after(
+        response.headers.get("retry-after"), now=time.time(), cap=MAX_RETRY_AFTER
+    )
 
 
 def error_message(response: httpx.Response) -> str:

@@ -20,18 +20,16 @@ Channels are checked and masked by :mod:`.channels`.
 from __future__ import annotations
 
 import importlib.metadata
-import math
 import random
 import socket
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 
 import httpx
+from normwatch.client import retry
 
 from .channels import CHANNEL_TYPES
 from .payloads import Notification, encode_body, slack_payload, webhook_payload
@@ -113,22 +111,7 @@ class Attempt:
 
 def parse_retry_after(value: str | None, *, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), capped."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - now
-    if not math.isfinite(seconds):
-        return None
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+    return retry.parse_retry_after(value, now=now, cap=RETRY_AFTER_CAP_S)
 
 
 def next_attempt_delay(
@@ -146,8 +129,7 @@ def next_attempt_delay(
     """
     if attempt_number < 1:
         raise ValueError(f"attempt_number: counts failed attempts from 1, got {attempt_number}")
-    ceiling = min(max_delay, BACKOFF_BASE_S * 2.0 ** min(attempt_number - 1, 64))
-    delay = rng.uniform(0.0, ceiling)
+    delay = retry.full_jitter(attempt_number - 1, rng, base=BACKOFF_BASE_S, cap=max_delay)
     if retry_after is not None:
         delay = max(delay, min(retry_after, RETRY_AFTER_CAP_S))
     return delay
