@@ -126,7 +126,7 @@ def create_demo_rules(base: str, admin_token: str) -> None:
 def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> None:
     """Backfill the history fast, import the llm.c log, then stream steps in real time."""
     from normwatch.client import Run
-    from normwatch.client.llmc import import_llmc
+    from normwatch.client.importers.llmc import import_llmc
     from normwatch.simulate import SimulatedRun
 
     sim = SimulatedRun(seed=0)
