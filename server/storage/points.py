@@ -247,3 +247,47 @@ def series_keys(
 def point_count(session: Session, run_key: int) -> int:
     """How many of the run's points are hot (not compacted yet)."""
     return int(session.scalar(select(func.sum(Block.count)).where(Block.run_key == run_key)) or 0)
+
+
+EMPTY = Points(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+
+
+def concat_points(parts: list[Points]) -> Points:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return EMPTY
+    if len(parts) == 1:
+        return parts[0]
+    return Points(
+        np.concatenate([p.steps for p in parts]), np.concatenate([p.values for p in parts])
+    )
+
+
+Flags = bool | npt.NDArray[np.bool_]
+
+
+def ascending(
+    parts: list[Points], flags: Sequence[Flags] | None = None
+) -> tuple[Points, npt.NDArray[np.bool_] | None]:
+    """The union by step of ``parts``, ascending; where a step repeats, the earlier part wins.
+
+    ``flags`` mark points (a bool for a whole part, or one per point) and follow them; the
+    result's flags are None when none is set. Parts that are each ascending and do not
+    interleave (the pieces of a read) are only put in order and joined; anything else is
+    sorted.
+    """
+    marks = [
+        np.broadcast_to(np.asarray(f, np.bool_), len(p))
+        for p, f in zip(parts, flags or [False] * len(parts), strict=True)
+    ]
+    kept = [(p, m) for p, m in zip(parts, marks, strict=True) if len(p)]
+    flagged = any(m.any() for _, m in kept)
+    by_first = sorted(kept, key=lambda pm: int(pm[0].steps[0]))
+    merged = concat_points([p for p, _ in by_first])
+    steps = merged.steps
+    if len(steps) < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return merged, np.concatenate([m for _, m in by_first]) if flagged else None
+    merged = concat_points([p for p, _ in kept])
+    steps, first = np.unique(merged.steps, return_index=True)
+    mask = np.concatenate([m for _, m in kept])[first] if flagged else None
+    return Points(steps, merged.values[first]), mask
