@@ -6,18 +6,21 @@ page zoomed on the step where the state changed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
-import anyio
 import dash
 from dash import Input, Output, State, dcc, html
 from normwatch.server.alerts.payloads import dashboard_link
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AlertOut, DeliveryOut
 
-from ..data import DashboardData, RunNotFound
+from ..data import RunNotFound
 from ..session import viewer
+from ..wiring import in_thread
 from .runs import ago
 
 ROUTES = ("/alerts",)
@@ -35,35 +38,68 @@ COLUMNS = (
     "time",
     "delivery",
 )
+NOTHING_FIRING = "Nothing is firing."
+NO_ALERTS = "No alerts yet."
+
+
+class AlertsReader(Protocol):
+    """What the alerts page reads, for the viewer's project."""
+
+    def firing(self, who: Principal) -> list[AlertOut]: ...
+
+    def alerts(
+        self, who: Principal, run_id: str | None = None, limit: int = 100
+    ) -> list[AlertOut]: ...
+
+
+@dataclass(frozen=True)
+class AlertsFilter:
+    """Which alerts the page lists: one run's (``run``) or, with None, the project's."""
+
+    run: str | None = None
+
+    def to_store(self) -> dict[str, Any]:
+        return {"run": self.run}
+
+    @classmethod
+    def from_store(cls, data: object) -> AlertsFilter | None:
+        """The filter a store holds, or None for anything :meth:`to_store` cannot write."""
+        if not isinstance(data, dict):
+            return None
+        run = data.get("run")
+        return cls(run) if run is None or isinstance(run, str) else None
 
 
 def match(path: str) -> dict[str, str] | None:
     return {} if path.rstrip("/") == "/alerts" else None
 
 
-def layout(data: DashboardData, who: Principal, run: str | None = None, **_params: str) -> html.Div:
-    firing, recent = _read(data, who, run)
-    title = f"Alerts in {who.project}" + (f" for run {run}" if run else "")
+def layout(data: AlertsReader, who: Principal, query: Mapping[str, str]) -> html.Div:
+    """The project's alerts, or one run's with ``?run=`` (`RunNotFound` outside it)."""
+    shown = AlertsFilter(query.get("run"))
+    firing, recent = read(data, who, shown)
+    title = f"Alerts in {who.project}" + (f" for run {shown.run}" if shown.run else "")
     return html.Div(
         [
             html.H1(title),
-            dcc.Link("all alerts", href="/alerts", className="muted") if run else None,
+            dcc.Link("all alerts", href="/alerts", className="muted") if shown.run else None,
             html.H3("Firing now"),
-            html.Div(alerts_table(firing, empty="Nothing is firing."), id="alerts-firing"),
+            html.Div(alerts_table(firing, empty=NOTHING_FIRING), id="alerts-firing"),
             html.H3("Recent"),
-            html.Div(alerts_table(recent, empty="No alerts yet."), id="alerts-recent"),
-            dcc.Store(id="alerts-filter", data={"run": run}),
+            html.Div(alerts_table(recent, empty=NO_ALERTS), id="alerts-recent"),
+            dcc.Store(id="alerts-filter", data=shown.to_store()),
             dcc.Interval(id="alerts-refresh", interval=REFRESH_MS),
         ],
         className="card alerts-page",
     )
 
 
-def _read(
-    data: DashboardData, who: Principal, run: str | None
+def read(
+    data: AlertsReader, who: Principal, shown: AlertsFilter
 ) -> tuple[list[AlertOut], list[AlertOut]]:
-    firing = [a for a in data.firing(who) if run is None or a.run["id"] == run]
-    return firing, data.alerts(who, run, limit=RECENT)
+    """What is firing now and the `RECENT` latest alerts, both narrowed by ``shown``."""
+    firing = [a for a in data.firing(who) if shown.run is None or a.run["id"] == shown.run]
+    return firing, data.alerts(who, shown.run, limit=RECENT)
 
 
 def run_href(alert: AlertOut) -> str:
@@ -74,6 +110,8 @@ def run_href(alert: AlertOut) -> str:
 
 
 def number_text(value: float | str | None) -> str:
+    """A value as the tables show it: six significant digits, '—' for none, and the
+    service's spelling of a non-finite one ('NaN', 'Infinity')."""
     if value is None:
         return "—"
     return value if isinstance(value, str) else f"{value:.6g}"
@@ -90,7 +128,8 @@ def delivery_text(n: DeliveryOut) -> str:
     return f"{n.channel}: {n.status}{tries}{error}"
 
 
-def alerts_table(alerts: list[AlertOut], *, empty: str) -> Any:
+def alerts_table(alerts: list[AlertOut], *, empty: str, now: datetime | None = None) -> Any:
+    """One row an alert, linking to its run; ``empty`` said when there is none."""
     if not alerts:
         return html.P(empty, className="empty")
     header = html.Tr([html.Th(c) for c in COLUMNS])
@@ -105,7 +144,7 @@ def alerts_table(alerts: list[AlertOut], *, empty: str) -> Any:
                 html.Td(number_text(a.value)),
                 html.Td(number_text(a.threshold)),
                 html.Td(a.reason),
-                html.Td(ago(a.created_at), title=a.created_at.isoformat()),
+                html.Td(ago(a.created_at, now), title=a.created_at.isoformat()),
                 html.Td(
                     [
                         html.Div(delivery_text(n), className=f"delivery delivery-{n.status}")
@@ -121,7 +160,17 @@ def alerts_table(alerts: list[AlertOut], *, empty: str) -> Any:
     return html.Table([html.Thead(header), html.Tbody(rows)], className="runs alerts")
 
 
-def register(app: dash.Dash, data: DashboardData) -> None:
+def refresh(data: AlertsReader, who: Principal, shown: AlertsFilter | None) -> tuple[Any, Any]:
+    """Both tables as they stand now; empty ones for a filter naming no run of the
+    viewer's project (or a store that holds no filter)."""
+    try:
+        firing, recent = read(data, who, shown) if shown is not None else ([], [])
+    except RunNotFound:  # the filter names no run of the viewer's project
+        firing, recent = [], []
+    return alerts_table(firing, empty=NOTHING_FIRING), alerts_table(recent, empty=NO_ALERTS)
+
+
+def register(app: dash.Dash, data: AlertsReader) -> None:
     @app.callback(
         Output("alerts-firing", "children"),
         Output("alerts-recent", "children"),
@@ -129,15 +178,5 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         State("alerts-filter", "data"),
         prevent_initial_call=True,
     )
-    async def refresh(_n: int, view: dict[str, Any]) -> tuple[Any, Any]:
-        who = viewer()
-        try:
-            firing, recent = await anyio.to_thread.run_sync(
-                lambda: _read(data, who, view.get("run"))
-            )
-        except RunNotFound:  # the filter names no run of the viewer's project
-            firing, recent = [], []
-        return (
-            alerts_table(firing, empty="Nothing is firing."),
-            alerts_table(recent, empty="No alerts yet."),
-        )
+    async def on_refresh(_n: object, store: object) -> tuple[Any, Any]:
+        return await in_thread(refresh, data, viewer(), AlertsFilter.from_store(store))

@@ -8,6 +8,8 @@ blank URL keeps the rule's channels as they are.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dash
@@ -173,19 +175,28 @@ def form() -> html.Div:
     )
 
 
-def _condition(values: dict[str, Any]) -> dict[str, Any]:
+def _text(values: Mapping[str, Any], field: str) -> str:
+    """A text field's value, stripped; a browser sends strings, a crafted request anything
+    (which the service's validation then names)."""
+    value = values.get(field)
+    if value is None:
+        return ""
+    return value.strip() if isinstance(value, str) else str(value)
+
+
+def _condition(values: Mapping[str, Any]) -> dict[str, Any]:
     kind = values.get("rule-kind") or "threshold"
     condition: dict[str, Any] = {"kind": kind}
-    for name in KIND_FIELDS.get(kind, ()):
+    for name in KIND_FIELDS.get(kind, ()) if isinstance(kind, str) else ():
         value = values.get(field_id(name))
         if value is not None and value != "":
             condition[name] = value
     return condition
 
 
-def _channels(values: dict[str, Any]) -> list[dict[str, Any]]:
+def _channels(values: Mapping[str, Any]) -> list[dict[str, Any]]:
     channels = []
-    url = (values.get("rule-channel-url") or "").strip()
+    url = _text(values, "rule-channel-url")
     if url:
         channel = {"type": values.get("rule-channel-type") or "webhook", "url": url}
         secret = values.get("rule-channel-secret")
@@ -195,34 +206,34 @@ def _channels(values: dict[str, Any]) -> list[dict[str, Any]]:
     return channels
 
 
-def to_create(values: dict[str, Any]) -> AlertRuleCreate:
+def to_create(values: Mapping[str, Any]) -> AlertRuleCreate:
     """The request body for the form's values; raises ``ValidationError`` (a ``ValueError``)."""
     return AlertRuleCreate.model_validate(
         {
-            "name": (values.get("rule-name") or "").strip(),
-            "metric": (values.get("rule-metric") or "").strip(),
+            "name": _text(values, "rule-name"),
+            "metric": _text(values, "rule-metric"),
             "condition": _condition(values),
             "channels": _channels(values),
-            "runs": {"name": (values.get("rule-run-name") or "").strip() or "*"},
+            "runs": {"name": _text(values, "rule-run-name") or "*"},
         }
     )
 
 
-def to_update(values: dict[str, Any], current: AlertRuleOut) -> AlertRuleUpdate:
+def to_update(values: Mapping[str, Any], current: AlertRuleOut) -> AlertRuleUpdate:
     """The changes the form makes to ``current``; raises ``ValidationError``.
 
     A blank URL keeps the rule's channels; a new one replaces them. The run selector is sent
     only when its name glob changed, and keeps the rule's tags.
     """
     body: dict[str, Any] = {
-        "name": (values.get("rule-name") or "").strip(),
-        "metric": (values.get("rule-metric") or "").strip(),
+        "name": _text(values, "rule-name"),
+        "metric": _text(values, "rule-metric"),
         "condition": _condition(values),
     }
     channels = _channels(values)
     if channels:
         body["channels"] = channels
-    run_name = (values.get("rule-run-name") or "").strip() or "*"
+    run_name = _text(values, "rule-run-name") or "*"
     if run_name != current.runs.name:
         body["runs"] = {"name": run_name, "tags": list(current.runs.tags)}
     return AlertRuleUpdate.model_validate(body)
@@ -235,14 +246,48 @@ def explain(exc: ValueError) -> str:
     return str(exc)
 
 
+@dataclass(frozen=True)
+class Editing:
+    """The rule the form is editing (the ``rule-editing`` store); no store: a new rule."""
+
+    rule_id: int
+    name: str
+
+    def to_store(self) -> dict[str, Any]:
+        return {"id": self.rule_id, "name": self.name}
+
+    @classmethod
+    def from_store(cls, data: object) -> Editing | None:
+        """The rule a store names; None for no store, and for anything :meth:`to_store`
+        cannot have written (which edits nothing: the form then makes a new rule)."""
+        if not isinstance(data, dict):
+            return None
+        rule_id, name = data.get("id"), data.get("name")
+        if isinstance(rule_id, bool) or not isinstance(rule_id, int) or not isinstance(name, str):
+            return None
+        return cls(rule_id, name)
+
+
+def show_fields(kind: object) -> list[dict[str, str]]:
+    """Each condition field's style: shown for ``kind`` (a threshold's before one is picked),
+    else hidden; a kind the form does not know shows none."""
+    name = kind or "threshold"
+    shown = KIND_FIELDS.get(name, ()) if isinstance(name, str) else ()
+    return [{} if n in shown else {"display": "none"} for n in CONDITION_FIELDS]
+
+
+def show_mode(editing: Editing | None) -> tuple[str, dict[str, str], str, str]:
+    """The submit button's label, the Cancel button's style, the title and the URL hint."""
+    if editing is None:
+        return CREATE_LABEL, {"display": "none"}, NEW_TITLE, URL_HINT
+    return SAVE_LABEL, {}, f"Edit rule {editing.name}", KEEP_URL_HINT
+
+
 def register(app: dash.Dash) -> None:
-    @app.callback(
+    app.callback(
         [Output(f"{field_id(n)}-field", "style") for n in CONDITION_FIELDS],
         Input("rule-kind", "value"),
-    )
-    async def show_fields(kind: str | None) -> list[dict[str, str]]:
-        shown = KIND_FIELDS.get(kind or "threshold", ())
-        return [{} if n in shown else {"display": "none"} for n in CONDITION_FIELDS]
+    )(show_fields)
 
     @app.callback(
         Output("rule-create", "children"),
@@ -251,9 +296,5 @@ def register(app: dash.Dash) -> None:
         Output("rule-channel-url", "placeholder"),
         Input("rule-editing", "data"),
     )
-    async def show_mode(
-        editing: dict[str, Any] | None,
-    ) -> tuple[str, dict[str, str], str, str]:
-        if not editing:
-            return CREATE_LABEL, {"display": "none"}, NEW_TITLE, URL_HINT
-        return SAVE_LABEL, {}, f"Edit rule {editing['name']}", KEEP_URL_HINT
+    def on_editing(store: object) -> tuple[str, dict[str, str], str, str]:
+        return show_mode(Editing.from_store(store))

@@ -1,75 +1,105 @@
 """Alert rules: the project's rules; for admins, a form to add or edit one and buttons to
 enable, disable, delete and test-send; for everyone, a preview of where a rule would have fired.
 
-Channel URLs and secrets only ever appear masked, as the service returns them.
+Channel URLs and secrets only ever appear masked, as the service returns them. Every change
+goes through `DashboardData`, which refuses a viewer without an admin token.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-import anyio
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html
-from dash.exceptions import PreventUpdate
+from dash import ALL, Input, Output, State, dcc, html
 from normwatch.server.auth import Principal
-from normwatch.server.schemas import AlertRuleOut, RulePreview, TestDelivery
+from normwatch.server.schemas import (
+    AlertRuleCreate,
+    AlertRuleOut,
+    AlertRuleUpdate,
+    RulePreview,
+    RunOut,
+    TestDelivery,
+)
 
-from ..data import DashboardData, RuleRefused
-from ..figures import AlertMark, OverlayView, overlay_figure
+from ..data import RuleRefused
+from ..figures import Line
 from ..session import viewer
+from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from . import rule_form
-from .alerts import number_text
+from .rule_form import Editing
+from .rule_views import preview_result, rule_options, rules_table, send_test_text
 
 ROUTES = ("/rules",)
 PREVIEW_POINTS = 1000
+READ_ONLY = "Read-only: log in with an admin token to add or change rules."
+PICK_FIRST = "Pick a rule and a run first."
+
+Submitted = tuple[Any, ...]
+"""The message, the change counter, the edit state and the form's `rule_form.FIELDS`."""
+Edited = tuple[Any, ...]
+"""The message, the edit state and the form's `rule_form.FIELDS`."""
+
+
+class RuleAccess(Protocol):
+    """What the rules page reads and changes; changes refuse (`RuleRefused`) non-admins."""
+
+    def rules(self, who: Principal) -> list[AlertRuleOut]: ...
+
+    def runs(self, who: Principal) -> list[RunOut]: ...
+
+    def create_rule(self, who: Principal, body: AlertRuleCreate) -> AlertRuleOut: ...
+
+    def update_rule(self, who: Principal, rule_id: int, body: AlertRuleUpdate) -> AlertRuleOut: ...
+
+    def set_enabled(self, who: Principal, rule_id: int, enabled: bool) -> AlertRuleOut: ...
+
+    def delete_rule(self, who: Principal, rule_id: int) -> None: ...
+
+    def test_rule(self, who: Principal, rule_id: int) -> list[TestDelivery]: ...
+
+    def preview(self, who: Principal, rule_id: int, run_id: str) -> RulePreview: ...
+
+    def lines(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: list[str],
+        *,
+        start: int | None,
+        end: int | None,
+        points: int,
+    ) -> dict[str, Line]: ...
 
 
 def match(path: str) -> dict[str, str] | None:
     return {} if path.rstrip("/") == "/rules" else None
 
 
-def layout(data: DashboardData, who: Principal, **_params: str) -> html.Div:
+def layout(data: RuleAccess, who: Principal, query: Mapping[str, str]) -> html.Div:
     admin = who.can("admin")
     rules = data.rules(who)
     runs = data.runs(who)
+    preview_rule = dcc.Dropdown(
+        id="preview-rule", options=rule_options(rules), value=rules[0].id if rules else None
+    )
+    preview_run = dcc.Dropdown(
+        id="preview-run",
+        options=[{"label": r.name, "value": r.id} for r in runs],
+        value=runs[0].id if runs else None,
+    )
     return html.Div(
         [
             html.H1(f"Alert rules in {who.project}"),
-            html.P(
-                "Read-only: log in with an admin token to add or change rules.",
-                className="muted read-only",
-            )
-            if not admin
-            else None,
+            None if admin else html.P(READ_ONLY, className="muted read-only"),
             html.Div(id="rule-message", className="message"),
             html.Div(rules_table(rules, admin=admin), id="rules-table"),
             rule_form.form() if admin else None,
             html.H3("Preview on a stored run"),
             html.Div(
                 [
-                    html.Label(
-                        [
-                            "rule",
-                            dcc.Dropdown(
-                                id="preview-rule",
-                                options=rule_options(rules),
-                                value=rules[0].id if rules else None,
-                            ),
-                        ],
-                        className="picker",
-                    ),
-                    html.Label(
-                        [
-                            "run",
-                            dcc.Dropdown(
-                                id="preview-run",
-                                options=[{"label": r.name, "value": r.id} for r in runs],
-                                value=runs[0].id if runs else None,
-                            ),
-                        ],
-                        className="picker",
-                    ),
+                    html.Label(["rule", preview_rule], className="picker"),
+                    html.Label(["run", preview_run], className="picker"),
                     html.Button("Preview", id="preview-go", n_clicks=0),
                 ],
                 className="controls",
@@ -81,168 +111,15 @@ def layout(data: DashboardData, who: Principal, **_params: str) -> html.Div:
     )
 
 
-def rule_options(rules: list[AlertRuleOut]) -> list[dict[str, Any]]:
-    return [{"label": r.name, "value": r.id} for r in rules]
+def error(message: str) -> html.Span:
+    return html.Span(message, className="error")
 
 
-def condition_text(condition: dict[str, Any]) -> str:
-    """A rule's condition in one line: ``threshold > 5 for 3 steps, cooldown 100``."""
-    kind = condition.get("kind", "?")
-    if kind == "threshold":
-        text = f"value {condition['op']} {condition['value']:g}"
-    elif kind == "non_finite":
-        text = "value is NaN or ±Inf"
-    elif kind == "spike":
-        text = f"value > {condition['factor']:g} × median of last {condition['window']}"
-    elif kind == "slope":
-        text = (
-            f"slope per 1k steps {condition['op']} {condition['per_1k_steps']:g}"
-            f" over {condition['window']} points"
-        )
-    elif kind == "forecast":
-        text = (
-            f"trend reaches {condition['op']} {condition['value']:g}"
-            f" within {condition['within_steps']:,} steps"
-        )
-    elif kind == "stale":
-        return f"stale: no new step for {condition['seconds']:g} s"
-    else:
-        return str(kind)
-    extras = []
-    if condition.get("for_steps", 1) > 1:
-        extras.append(f"for {condition['for_steps']} steps")
-    if condition.get("cooldown_steps", 0):
-        extras.append(f"cooldown {condition['cooldown_steps']}")
-    return f"{kind}: {text}" + (f" ({', '.join(extras)})" if extras else "")
+def ok(message: str) -> html.Span:
+    return html.Span(message, className="ok")
 
 
-def channels_text(channels: list[dict[str, Any]]) -> str:
-    """Masked channels as the service returned them; never the stored URL or secret."""
-    if not channels:
-        return "—"
-    return "; ".join(
-        f"{c.get('type')}: {c.get('url')}" + (" (signed)" if c.get("secret") else "")
-        for c in channels
-    )
-
-
-def rules_table(rules: list[AlertRuleOut], *, admin: bool) -> Any:
-    if not rules:
-        return html.P("No alert rules yet.", className="empty")
-    columns = ["name", "metric", "condition", "runs", "channels", "enabled"]
-    header = html.Tr([html.Th(c) for c in columns + (["actions"] if admin else [])])
-    rows = []
-    for r in rules:
-        runs = r.runs.name + (f" tags {', '.join(r.runs.tags)}" if r.runs.tags else "")
-        cells = [
-            html.Td(r.name, className="rule-name"),
-            html.Td(r.metric, className="metric"),
-            html.Td(condition_text(r.condition)),
-            html.Td(runs),
-            html.Td(channels_text(r.channels), className="channels"),
-            html.Td(
-                html.Span(
-                    "enabled" if r.enabled else "disabled",
-                    className=f"badge badge-{'resolved' if r.enabled else 'off'}",
-                )
-            ),
-        ]
-        if admin:
-            cells.append(
-                html.Td(
-                    [
-                        html.Button(
-                            "Edit",
-                            id={"type": "rule-edit", "rule": r.id},
-                            n_clicks=0,
-                            className="small",
-                        ),
-                        html.Button(
-                            "Disable" if r.enabled else "Enable",
-                            id={"type": "rule-toggle", "rule": r.id},
-                            n_clicks=0,
-                            className="small",
-                        ),
-                        html.Button(
-                            "Send test",
-                            id={"type": "rule-test", "rule": r.id},
-                            n_clicks=0,
-                            className="small",
-                        ),
-                        html.Button(
-                            "Delete",
-                            id={"type": "rule-delete", "rule": r.id},
-                            n_clicks=0,
-                            className="small danger",
-                        ),
-                    ],
-                    className="actions",
-                )
-            )
-        rows.append(html.Tr(cells, className="rule-row"))
-    return html.Table([html.Thead(header), html.Tbody(rows)], className="runs rules")
-
-
-def test_text(results: list[TestDelivery]) -> str:
-    if not results:
-        return "This rule has no channels to test."
-    return "Test send: " + "; ".join(
-        f"{t.channel}: {'ok' if t.ok else 'failed'}"
-        + (f" (HTTP {t.status_code})" if t.status_code is not None else "")
-        + (f" — {t.error}" if t.error else "")
-        for t in results
-    )
-
-
-def preview_view(data: DashboardData, who: Principal, rule_id: int, run_id: str) -> Any:
-    """The transitions a rule would have made on a run, listed and marked on its metric."""
-    try:
-        result: RulePreview = data.preview(who, rule_id, run_id)
-    except RuleRefused as exc:
-        return html.P(str(exc), className="message error")
-    transitions = result.transitions
-    summary = html.P(
-        f"{len(transitions)} transition(s) over {result.metrics} matching metric(s).",
-        className="muted preview-summary",
-    )
-    if not transitions:
-        return summary
-    metric = transitions[0].metric
-    lines = data.lines(who, run_id, [metric], start=None, end=None, points=PREVIEW_POINTS)
-    marks = [
-        AlertMark(t.step, t.state, f"{t.metric} = {number_text(t.value)} · {t.reason}")
-        for t in transitions
-        if t.metric == metric
-    ]
-    figure = overlay_figure(
-        OverlayView(
-            left=lines.get(metric), right=None, alerts=marks, height=320, uirevision="preview"
-        )
-    )
-    items = [
-        html.Li(
-            [
-                html.Span(t.state, className=f"badge badge-{t.state}"),
-                f" step {t.step:,} · {t.metric} = {number_text(t.value)} · {t.reason}",
-            ]
-        )
-        for t in transitions
-    ]
-    return html.Div(
-        [
-            summary,
-            html.Ul(items, className="events preview-transitions"),
-            dcc.Graph(id="preview-chart", figure=figure, config={"displaylogo": False}),
-        ]
-    )
-
-
-def _clicked() -> bool:
-    """Whether a real click triggered the callback (not a button appearing with 0 clicks)."""
-    return any(t.get("value") for t in ctx.triggered)
-
-
-def _rule(data: DashboardData, who: Principal, rule_id: int) -> AlertRuleOut:
+def _rule(data: RuleAccess, who: Principal, rule_id: int) -> AlertRuleOut:
     """One of the project's rules, as the table shows it (channels masked)."""
     found = next((r for r in data.rules(who) if r.id == rule_id), None)
     if found is None:
@@ -250,9 +127,120 @@ def _rule(data: DashboardData, who: Principal, rule_id: int) -> AlertRuleOut:
     return found
 
 
-def register(app: dash.Dash, data: DashboardData) -> None:
-    rule_form.register(app)
+def _rule_id(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+
+def _next(changed: object) -> int:
+    """The change counter after one more change (the table refreshes on it)."""
+    return (changed if isinstance(changed, int) else 0) + 1
+
+
+def submit(
+    data: RuleAccess,
+    who: Principal,
+    n_clicks: object,
+    changed: object,
+    editing: Editing | None,
+    form: Mapping[str, Any],
+) -> Submitted | None:
+    """Create a rule from the form's values (``form`` by field id), or save the rule being
+    edited; None before any click.
+
+    Created: a message, the counter one up, the form kept. Saved: a message, the counter
+    one up, editing over and the form reset. Refused (by validation or the service, or for
+    a viewer without an admin token): the reason, nothing else changed.
+    """
+    if not n_clicks:
+        return None
+    unchanged = [dash.no_update] * len(rule_form.FIELDS)
+    try:
+        if editing is not None:
+            current = _rule(data, who, editing.rule_id)
+            rule = data.update_rule(who, editing.rule_id, rule_form.to_update(form, current))
+        else:
+            rule = data.create_rule(who, rule_form.to_create(form))
+    except (RuleRefused, ValueError) as exc:
+        message = str(exc) if isinstance(exc, RuleRefused) else rule_form.explain(exc)
+        return error(message), dash.no_update, dash.no_update, *unchanged
+    if editing is not None:
+        return ok(f"Saved rule {rule.name}."), _next(changed), None, *rule_form.defaults()
+    return ok(f"Created rule {rule.name}."), _next(changed), dash.no_update, *unchanged
+
+
+def edit(data: RuleAccess, who: Principal, trigger: TriggerId, click: bool) -> Edited | None:
+    """Load the clicked rule into the form (never its channels' URLs or secrets), or with
+    Cancel (``trigger == "rule-cancel"``) reset the form; None without a real ``click``."""
+    if trigger is None or not click:
+        return None
+    if trigger == "rule-cancel":
+        return None, None, *rule_form.defaults()
+    rule_id = _rule_id(trigger.get("rule")) if isinstance(trigger, Mapping) else None
+    if rule_id is None:
+        return None
+    try:
+        rule = _rule(data, who, rule_id)
+    except RuleRefused as exc:
+        return error(str(exc)), dash.no_update, *[dash.no_update] * len(rule_form.FIELDS)
+    return None, Editing(rule.id, rule.name).to_store(), *rule_form.values_of(rule)
+
+
+def act(
+    data: RuleAccess, who: Principal, trigger: TriggerId, click: bool, changed: object
+) -> tuple[Any, Any] | None:
+    """The clicked row button's action (``trigger``: ``{"type": "rule-toggle" | "rule-delete"
+    | "rule-test", "rule": id}``): a message, and the change counter one up when a rule
+    changed; None without a real ``click``."""
+    if not isinstance(trigger, Mapping) or not click:
+        return None
+    rule_id = _rule_id(trigger.get("rule"))
+    kind = trigger.get("type")
+    if rule_id is None or kind not in ("rule-toggle", "rule-delete", "rule-test"):
+        return None
+    try:
+        if kind == "rule-test":
+            results = data.test_rule(who, rule_id)
+            return html.Span(send_test_text(results), className="test-result"), dash.no_update
+        if kind == "rule-delete":
+            data.delete_rule(who, rule_id)
+            return ok("Rule deleted."), _next(changed)
+        current = _rule(data, who, rule_id)
+        out = data.set_enabled(who, rule_id, not current.enabled)
+    except RuleRefused as exc:
+        return error(str(exc)), dash.no_update
+    state = "enabled" if out.enabled else "disabled"
+    return ok(f"Rule {out.name} {state}."), _next(changed)
+
+
+def refresh(data: RuleAccess, who: Principal) -> tuple[Any, Any]:
+    """The rules table and the preview's rule options as they stand now."""
+    rules = data.rules(who)
+    return rules_table(rules, admin=who.can("admin")), rule_options(rules)
+
+
+def run_preview(
+    data: RuleAccess, who: Principal, n_clicks: object, rule_id: object, run_id: object
+) -> Any:
+    """The transitions the picked rule would have made on the picked run, listed and
+    charted; the service's refusal as a message; None before any click."""
+    if not n_clicks:
+        return None
+    rule, run = _rule_id(rule_id), run_id if isinstance(run_id, str) else None
+    if rule is None or run is None:
+        return html.P(PICK_FIRST, className="message error")
+    try:
+        result = data.preview(who, rule, run)
+    except RuleRefused as exc:
+        return html.P(str(exc), className="message error")
+    if not result.transitions:
+        return preview_result(result, None)
+    metric = result.transitions[0].metric
+    lines = data.lines(who, run, [metric], start=None, end=None, points=PREVIEW_POINTS)
+    return preview_result(result, lines.get(metric))
+
+
+def register(app: dash.Dash, data: RuleAccess) -> None:
+    rule_form.register(app)
     field_outputs = [Output(f, "value", allow_duplicate=True) for f in rule_form.FIELDS]
 
     @app.callback(
@@ -266,33 +254,10 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         *[State(field, "value") for field in rule_form.FIELDS],
         prevent_initial_call=True,
     )
-    async def submit(
-        n: int, changed: int, editing: dict[str, Any] | None, *values: Any
-    ) -> tuple[Any, ...]:
-        if not n:
-            raise PreventUpdate
-        who = viewer()
+    async def on_submit(n: object, changed: object, store: object, *values: Any) -> Submitted:
         form = dict(zip(rule_form.FIELDS, values, strict=True))
-        unchanged = [dash.no_update] * len(rule_form.FIELDS)
-        try:
-            if editing:
-                rule_id = int(editing["id"])
-                current = await anyio.to_thread.run_sync(lambda: _rule(data, who, rule_id))
-                update = rule_form.to_update(form, current)
-                rule = await anyio.to_thread.run_sync(
-                    lambda: data.update_rule(who, rule_id, update)
-                )
-            else:
-                body = rule_form.to_create(form)
-                rule = await anyio.to_thread.run_sync(lambda: data.create_rule(who, body))
-        except (RuleRefused, ValueError) as exc:
-            message = str(exc) if isinstance(exc, RuleRefused) else rule_form.explain(exc)
-            return html.Span(message, className="error"), dash.no_update, dash.no_update, *unchanged
-        if editing:
-            saved = html.Span(f"Saved rule {rule.name}.", className="ok")
-            return saved, changed + 1, None, *rule_form.defaults()
-        created = html.Span(f"Created rule {rule.name}.", className="ok")
-        return created, changed + 1, dash.no_update, *unchanged
+        editing = Editing.from_store(store)
+        return or_prevent(await in_thread(submit, data, viewer(), n, changed, editing, form))
 
     @app.callback(
         Output("rule-message", "children", allow_duplicate=True),
@@ -302,20 +267,8 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         Input("rule-cancel", "n_clicks"),
         prevent_initial_call=True,
     )
-    async def edit(_e: list[int], _c: int) -> tuple[Any, ...]:
-        trigger = ctx.triggered_id
-        if trigger is None or not _clicked():
-            raise PreventUpdate
-        if trigger == "rule-cancel":
-            return None, None, *rule_form.defaults()
-        who = viewer()
-        rule_id = int(trigger["rule"])
-        try:
-            rule = await anyio.to_thread.run_sync(lambda: _rule(data, who, rule_id))
-        except RuleRefused as exc:
-            unchanged = [dash.no_update] * len(rule_form.FIELDS)
-            return html.Span(str(exc), className="error"), dash.no_update, *unchanged
-        return None, {"id": rule.id, "name": rule.name}, *rule_form.values_of(rule)
+    async def on_edit(_edits: object, _cancel: object) -> Edited:
+        return or_prevent(await in_thread(edit, data, viewer(), triggered_id(), clicked()))
 
     @app.callback(
         Output("rule-message", "children", allow_duplicate=True),
@@ -326,27 +279,10 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         State("rules-changed", "data"),
         prevent_initial_call=True,
     )
-    async def act(_t: list[int], _d: list[int], _s: list[int], changed: int) -> tuple[Any, Any]:
-        trigger = ctx.triggered_id
-        if not isinstance(trigger, dict) or not _clicked():
-            raise PreventUpdate
-        who = viewer()
-        rule_id = int(trigger["rule"])
-        try:
-            if trigger["type"] == "rule-test":
-                results = await anyio.to_thread.run_sync(lambda: data.test_rule(who, rule_id))
-                return html.Span(test_text(results), className="test-result"), dash.no_update
-            if trigger["type"] == "rule-delete":
-                await anyio.to_thread.run_sync(lambda: data.delete_rule(who, rule_id))
-                return html.Span("Rule deleted.", className="ok"), changed + 1
-            current = await anyio.to_thread.run_sync(lambda: _rule(data, who, rule_id))
-            out = await anyio.to_thread.run_sync(
-                lambda: data.set_enabled(who, rule_id, not current.enabled)
-            )
-        except RuleRefused as exc:
-            return html.Span(str(exc), className="error"), dash.no_update
-        state = "enabled" if out.enabled else "disabled"
-        return html.Span(f"Rule {out.name} {state}.", className="ok"), changed + 1
+    async def on_act(*clicks_and_changed: object) -> tuple[Any, Any]:
+        changed = clicks_and_changed[-1]
+        found = await in_thread(act, data, viewer(), triggered_id(), clicked(), changed)
+        return or_prevent(found)
 
     @app.callback(
         Output("rules-table", "children"),
@@ -354,10 +290,8 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         Input("rules-changed", "data"),
         prevent_initial_call=True,
     )
-    async def refresh(_changed: int) -> tuple[Any, Any]:
-        who = viewer()
-        rules = await anyio.to_thread.run_sync(lambda: data.rules(who))
-        return rules_table(rules, admin=who.can("admin")), rule_options(rules)
+    async def on_change(_changed: object) -> tuple[Any, Any]:
+        return await in_thread(refresh, data, viewer())
 
     @app.callback(
         Output("preview-result", "children"),
@@ -366,12 +300,5 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         State("preview-run", "value"),
         prevent_initial_call=True,
     )
-    async def run_preview(n: int, rule_id: int | None, run_id: str | None) -> Any:
-        if not n:
-            raise PreventUpdate
-        if rule_id is None or run_id is None:
-            return html.P("Pick a rule and a run first.", className="message error")
-        who = viewer()
-        return await anyio.to_thread.run_sync(
-            lambda: preview_view(data, who, int(rule_id), str(run_id))
-        )
+    async def on_preview(n: object, rule_id: object, run_id: object) -> Any:
+        return or_prevent(await in_thread(run_preview, data, viewer(), n, rule_id, run_id))

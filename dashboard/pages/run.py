@@ -1,33 +1,71 @@
 """A run: the red/blue overlay of grad norm against a parameter norm, live.
 
-The view (metrics, step range, log scale) lives in a store and in the URL, so a deep
-link reproduces it. Zooming re-queries the series for the new range, so detail appears
-as you zoom; a 1 s tick patches only the data, so a zoom is never reset by a refresh.
+The view (:class:`~.run_view.RunView`: metrics, step range, log scale) lives in a store and
+in the URL, so a deep link reproduces it. Zooming re-queries the series for the new range,
+so detail appears as you zoom; a 1 s tick patches only the data, so a zoom is never reset
+by a refresh.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol
 
-import anyio
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html
-from dash.exceptions import PreventUpdate
+from dash import ALL, Input, Output, State, dcc, html
 from normwatch.server.auth import Principal
-from normwatch.server.schemas import MetricOut
+from normwatch.server.schemas import MetricOut, RunOut
 
-from ..data import DashboardData, RunNotFound
-from ..figures import AlertMark, Figure, Marker, OverlayView, empty_figure, overlay_figure
+from ..data import RunNotFound
+from ..figures import AlertMark, Line, Marker, empty_figure
 from ..session import viewer
+from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
 from . import run_layers
+from .run_overlay import (
+    POINTS,
+    chart_shape,
+    data_patch,
+    event_list,
+    overlay_for,
+    range_text,
+    view_figure,
+)
+from .run_view import URL_SYNC_JS, RunView, event_window, is_step, view_from_relayout
 
 ROUTES = ("/runs/{run_id}",)
 _PATH = re.compile(r"^/runs/([0-9A-Za-z_-]+)/?$")
 TICK_MS = 1000
-POINTS = 1000
-DEFAULT_LEFT = "grad/norm/total"
+RUN_NOT_FOUND = "No such run in your project"
+OPTIONS_EVERY = 5
+"""The metric pickers' options are read again every this many ticks."""
+
+Drawn = tuple[Any, Any, str, Any]
+"""The chart's figure (or a patch), its shape, the range text and the event list."""
+
+
+class RunReads(Protocol):
+    """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
+
+    def run(self, who: Principal, run_id: str) -> RunOut: ...
+
+    def metrics(self, who: Principal, run_id: str) -> list[MetricOut]: ...
+
+    def lines(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: list[str],
+        *,
+        start: int | None,
+        end: int | None,
+        points: int,
+    ) -> dict[str, Line]: ...
+
+    def markers(self, who: Principal, run_id: str) -> list[Marker]: ...
+
+    def alert_marks(self, who: Principal, run_id: str) -> list[AlertMark]: ...
 
 
 def match(path: str) -> dict[str, str] | None:
@@ -35,108 +73,55 @@ def match(path: str) -> dict[str, str] | None:
     return {"run_id": found.group(1)} if found else None
 
 
-def default_metrics(names: list[str]) -> tuple[str | None, str | None]:
-    """Total grad norm on the left; the final norm's gain (else any parameter norm) right."""
-    left = (
-        DEFAULT_LEFT
-        if DEFAULT_LEFT in names
-        else next((n for n in names if n.startswith("grad/norm")), names[0] if names else None)
-    )
-    params = [n for n in names if n.startswith("params/norm/")]
-    right = next((n for n in params if "final_norm" in n), params[0] if params else None)
-    return left, right
+def metric_options(names: list[str]) -> list[dict[str, str]]:
+    return [{"label": n, "value": n} for n in names]
 
 
-def _int_or_none(value: str | None) -> int | None:
-    if not value:
-        return None
-    try:
-        return int(float(value))
-    except ValueError:
-        return None
+def restarts_text(run: RunOut) -> str:
+    """'segment 3 · restarted at 1,200, 5,000' (the steps each later segment began at)."""
+    restarts = [s.start_step for s in run.segments or [] if s.segment > 1]
+    steps = ", ".join(f"{step:,}" for step in restarts if step is not None)
+    return f"segment {run.segment}" + (f" · restarted at {steps}" if restarts else "")
 
 
-def layout(
-    data: DashboardData,
-    who: Principal,
-    run_id: str,
-    left: str | None = None,
-    right: str | None = None,
-    start: str | None = None,
-    end: str | None = None,
-    log: str | None = None,
-    **_params: str,
-) -> html.Div:
+def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str) -> html.Div:
+    """The page of the viewer's run ``run_id``, in the view its URL's ``query`` names."""
     run = data.run(who, run_id)
     names = [m.name for m in data.metrics(who, run_id)]
-    default_left, default_right = default_metrics(names)
-    view = {
-        "run": run_id,
-        "left": left or default_left,
-        "right": right if right is not None else default_right,
-        "start": _int_or_none(start),
-        "end": _int_or_none(end),
-        "log": log in ("1", "true", "yes"),
-    }
-    options = [{"label": n, "value": n} for n in names]
-    segments = run.segments or []
-    restarts = [s for s in segments if s.segment > 1]
+    view = RunView.from_query(
+        run_id,
+        names,
+        left=query.get("left"),
+        right=query.get("right"),
+        start=query.get("start"),
+        end=query.get("end"),
+        log=query.get("log"),
+    )
+    options = metric_options(names)
+    title = [
+        html.H1(run.name),
+        html.Span(run.status, className=f"status status-{run.status}"),
+        html.Span(restarts_text(run), className="muted"),
+        html.Span(id="run-last-step", className="muted"),
+        dcc.Link("alerts for this run", href=f"/alerts?run={run_id}", id="run-alerts-link"),
+    ]
+    left = dcc.Dropdown(id="left-metric", options=options, value=view.left, clearable=False)
+    right = dcc.Dropdown(id="right-metric", options=options, value=view.right)
+    controls = [
+        html.Label(["left axis (red)", left], className="picker"),
+        html.Label(["right axis (blue)", right], className="picker"),
+        dcc.Checklist(
+            id="log-scale",
+            options=[{"label": " log scale", "value": "log"}],
+            value=["log"] if view.log else [],
+            className="toggle",
+        ),
+        html.Button("full range", id="reset-range", n_clicks=0),
+    ]
     return html.Div(
         [
-            html.Div(
-                [
-                    html.H1(run.name),
-                    html.Span(run.status, className=f"status status-{run.status}"),
-                    html.Span(
-                        f"segment {run.segment}"
-                        + (
-                            " · restarted at "
-                            + ", ".join(
-                                f"{s.start_step:,}" for s in restarts if s.start_step is not None
-                            )
-                            if restarts
-                            else ""
-                        ),
-                        className="muted",
-                    ),
-                    html.Span(id="run-last-step", className="muted"),
-                    dcc.Link(
-                        "alerts for this run", href=f"/alerts?run={run_id}", id="run-alerts-link"
-                    ),
-                ],
-                className="run-title",
-            ),
-            html.Div(
-                [
-                    html.Label(
-                        [
-                            "left axis (red)",
-                            dcc.Dropdown(
-                                id="left-metric",
-                                options=options,
-                                value=view["left"],
-                                clearable=False,
-                            ),
-                        ],
-                        className="picker",
-                    ),
-                    html.Label(
-                        [
-                            "right axis (blue)",
-                            dcc.Dropdown(id="right-metric", options=options, value=view["right"]),
-                        ],
-                        className="picker",
-                    ),
-                    dcc.Checklist(
-                        id="log-scale",
-                        options=[{"label": " log scale", "value": "log"}],
-                        value=["log"] if view["log"] else [],
-                        className="toggle",
-                    ),
-                    html.Button("full range", id="reset-range", n_clicks=0),
-                ],
-                className="controls",
-            ),
+            html.Div(title, className="run-title"),
+            html.Div(controls, className="controls"),
             dcc.Graph(
                 id="overlay",
                 config={"displaylogo": False, "scrollZoom": True},
@@ -146,7 +131,7 @@ def layout(
             run_layers.section(names),
             html.H3("Events"),
             html.Div(id="event-list"),
-            dcc.Store(id="view", data=view),
+            dcc.Store(id="view", data=view.to_store()),
             dcc.Store(id="overlay-shape", data=None),
             dcc.Interval(id="tick", interval=TICK_MS),
             html.Div(id="url-sync", hidden=True),
@@ -155,109 +140,106 @@ def layout(
     )
 
 
-def view_from_relayout(view: dict[str, Any], relayout: dict[str, Any] | None) -> dict[str, Any]:
-    """The new view after a zoom, pan or autoscale on the chart; unchanged otherwise."""
-    if not relayout:
-        return view
-    if relayout.get("xaxis.autorange"):
-        return {**view, "start": None, "end": None}
-    lo = relayout.get("xaxis.range[0]")
-    hi = relayout.get("xaxis.range[1]")
-    if lo is None and isinstance(relayout.get("xaxis.range"), list):
-        lo, hi = relayout["xaxis.range"]
-    if lo is None or hi is None:
-        return view
-    start, end = math.floor(float(lo)), math.ceil(float(hi))
-    return {**view, "start": max(0, start), "end": max(0, end)}
-
-
-def event_window(step: int, last_step: int | None) -> tuple[int, int]:
-    """A zoom around an event: wide enough to see the slope before and after."""
-    half = max(200, (last_step or step) // 40)
-    return max(0, step - half), step + half
-
-
-def build_view(
-    data: DashboardData,
+def update_view(
+    data: RunReads,
     who: Principal,
-    view: dict[str, Any],
-    alerts: list[AlertMark] | None = None,
-    markers: list[Marker] | None = None,
-) -> OverlayView | None:
-    """What the overlay chart draws for ``view``; None when the run has no metrics yet."""
-    metrics = [m for m in (view.get("left"), view.get("right")) if m]
-    if not metrics:
-        return None
-    lines = data.lines(
-        who, view["run"], metrics, start=view.get("start"), end=view.get("end"), points=POINTS
-    )
-    x_range = None
-    if view.get("start") is not None and view.get("end") is not None:
-        x_range = (view["start"], view["end"])
-    return OverlayView(
-        left=lines.get(view["left"]) if view.get("left") else None,
-        right=lines.get(view["right"]) if view.get("right") else None,
-        events=data.markers(who, view["run"]) if markers is None else markers,
-        log_y=bool(view.get("log")),
-        x_range=x_range,
-        uirevision=f"{view['run']}|{view.get('left')}|{view.get('right')}|{view.get('log')}",
-        alerts=alerts or (),
-    )
+    view: RunView | None,
+    *,
+    left: object,
+    right: object,
+    log: object,
+    relayout: object,
+    zooms: object,
+    trigger: TriggerId,
+) -> RunView | None:
+    """The view after a change of the page's controls; None when it stays as it is.
 
-
-def view_figure(overlay: OverlayView | None) -> Figure:
-    if overlay is None:
-        return empty_figure("This run has no metrics yet.")
-    return overlay_figure(overlay)
-
-
-def figure_shape(fig: Figure) -> list[str]:
-    return [f"{t.get('name')}|{t.get('yaxis')}" for t in fig["data"]]
-
-
-def range_text(overlay: OverlayView | None) -> str:
-    """'grad/norm/total (M4): 4,000 points, steps 0–99,999 · ...', from the lines drawn.
-
-    Read from the lines, not the figure, whose names are escaped for Plotly.
+    The pickers and the log toggle always count. Then ``trigger`` says what else moved: the
+    chart (``relayout``, a zoom or pan), the "full range" button, or an event's zoom button
+    (``{"type": "event-zoom", "step": s}``, which counts only once one was clicked: a list
+    of events redrawn fires it too). ``view`` None (a store that holds no view) changes
+    nothing, nor does an event of a run outside the viewer's project.
     """
-    if overlay is None:
-        return ""
-    parts = []
-    for line in (overlay.left, overlay.right):
-        if line is not None and len(line.steps):
-            name = line.metric + (" (M4)" if line.downsampled else "")
-            parts.append(
-                f"{name}: {len(line.steps):,} points, steps {line.steps[0]:,}–{line.steps[-1]:,}"
-            )
-    return " · ".join(parts)
+    if view is None:
+        return None
+    new = replace(view, left=_name(left), right=_name(right), log=bool(log))
+    if trigger == "overlay":
+        new = view_from_relayout(new, relayout)
+    elif trigger == "reset-range":
+        new = replace(new, start=None, end=None)
+    elif isinstance(trigger, Mapping) and trigger.get("type") == "event-zoom":
+        step = trigger.get("step")
+        if not (isinstance(zooms, list) and any(zooms)) or not is_step(step):
+            return None
+        try:
+            run = data.run(who, view.run)
+        except RunNotFound:
+            return None
+        start, end = event_window(step, run.last_step)
+        new = replace(new, start=start, end=end)
+    return None if new == view else new
 
 
-def event_list(markers: list[Any]) -> Any:
-    if not markers:
-        return html.P("No events. Trainers post them with run.event(...).", className="muted")
-    return html.Ul(
-        [
-            html.Li(
-                [
-                    html.Button(
-                        "zoom",
-                        id={"type": "event-zoom", "step": m.step},
-                        n_clicks=0,
-                        className="small",
-                    ),
-                    html.Span(f" step {m.step:,} · {m.kind} · {m.label}"),
-                ]
-            )
-            for m in markers
-        ],
-        className="events",
-    )
+def draw(
+    data: RunReads, who: Principal, view: RunView | None, shape: object, *, trigger: TriggerId
+) -> Drawn:
+    """The chart, its shape, the range text and the events for ``view``.
+
+    On a tick (``trigger == "tick"``) with the chart's ``shape`` unchanged, the figure is a
+    patch of its data and the shape and event list are left as they are (``no_update``);
+    anything else draws the whole figure. A view of no run of the viewer's project (or
+    None) draws the not-found chart.
+    """
+    if view is None:
+        return not_found_drawn()
+    try:
+        alerts = data.alert_marks(who, view.run)
+        markers = data.markers(who, view.run)
+        lines = (
+            data.lines(who, view.run, view.metrics, start=view.start, end=view.end, points=POINTS)
+            if view.metrics
+            else {}
+        )
+    except RunNotFound:
+        return not_found_drawn()
+    overlay = overlay_for(view, lines, markers, alerts)
+    fig = view_figure(overlay)
+    new_shape = chart_shape(fig, markers, alerts)
+    info = range_text(overlay)
+    if trigger != "tick" or shape != new_shape:
+        return fig, new_shape, info, event_list(markers)
+    return data_patch(fig), dash.no_update, info, dash.no_update
 
 
-RUN_NOT_FOUND = "No such run in your project"
+def refresh_options(
+    data: RunReads, who: Principal, view: RunView | None, n_intervals: object
+) -> tuple[Any, Any, str]:
+    """The pickers' options (every `OPTIONS_EVERY` ticks, else ``no_update``) and the
+    run's last step; empty for a view of no run of the viewer's project."""
+    if view is None:
+        return [], [], ""
+    try:
+        metrics = data.metrics(who, view.run)
+    except RunNotFound:
+        return [], [], ""
+    last = max((m.last_step for m in metrics if m.last_step is not None), default=None)
+    label = "" if last is None else f"last step {last:,}"
+    if isinstance(n_intervals, int) and n_intervals % OPTIONS_EVERY:
+        return dash.no_update, dash.no_update, label
+    options = metric_options([m.name for m in metrics])
+    return options, options, label
 
 
-def register(app: dash.Dash, data: DashboardData) -> None:
+def not_found_drawn() -> Drawn:
+    """What :func:`draw` shows for a view of no run of the viewer's project."""
+    return empty_figure(RUN_NOT_FOUND), [], "", []
+
+
+def _name(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def register(app: dash.Dash, data: RunReads) -> None:
     run_layers.register(app, data)
 
     @app.callback(
@@ -271,34 +253,28 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         State("view", "data"),
         prevent_initial_call=True,
     )
-    async def update_view(
-        left: str | None,
-        right: str | None,
-        log: list[str] | None,
-        relayout: dict[str, Any] | None,
-        _reset: int,
-        _zooms: list[int],
-        view: dict[str, Any],
+    async def on_controls(
+        left: object,
+        right: object,
+        log: object,
+        relayout: object,
+        _reset: object,
+        zooms: object,
+        store: object,
     ) -> dict[str, Any]:
-        trigger = ctx.triggered_id
-        new = {**view, "left": left, "right": right, "log": bool(log)}
-        if trigger == "overlay":
-            new = view_from_relayout(new, relayout)
-        elif trigger == "reset-range":
-            new = {**new, "start": None, "end": None}
-        elif isinstance(trigger, dict) and trigger.get("type") == "event-zoom":
-            if not any(_zooms):
-                raise PreventUpdate
-            who = viewer()
-            try:
-                run = await anyio.to_thread.run_sync(lambda: data.run(who, view["run"]))
-            except RunNotFound:  # the view names no run of the viewer's project
-                raise PreventUpdate from None
-            start, end = event_window(int(trigger["step"]), run.last_step)
-            new = {**new, "start": start, "end": end}
-        if new == view:
-            raise PreventUpdate
-        return new
+        new = await in_thread(
+            update_view,
+            data,
+            viewer(),
+            RunView.from_store(store),
+            left=left,
+            right=right,
+            log=log,
+            relayout=relayout,
+            zooms=zooms,
+            trigger=triggered_id(),
+        )
+        return or_prevent(new).to_store()
 
     @app.callback(
         Output("overlay", "figure"),
@@ -309,35 +285,9 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         Input("tick", "n_intervals"),
         State("overlay-shape", "data"),
     )
-    async def draw(view: dict[str, Any], _tick: int | None, shape: list[str] | None) -> Any:
-        who = viewer()
-
-        def read_and_build() -> tuple[list[AlertMark], list[Marker], OverlayView | None, Figure]:
-            alerts = data.alert_marks(who, view["run"])
-            markers = data.markers(who, view["run"])
-            overlay = build_view(data, who, view, alerts, markers)
-            return alerts, markers, overlay, view_figure(overlay)
-
-        try:
-            alerts, markers, overlay, fig = await anyio.to_thread.run_sync(read_and_build)
-        except RunNotFound:  # the view names no run of the viewer's project
-            return empty_figure(RUN_NOT_FOUND), [], "", []
-        # Traces, events and alerts make the shape; a change of any redraws, not patches.
-        new_shape = (
-            figure_shape(fig)
-            + [f"event@{m.step}" for m in markers]
-            + [f"alert:{a.state}@{a.step}" for a in alerts]
-        )
-        info = range_text(overlay)
-        if ctx.triggered_id != "tick" or shape != new_shape:
-            return fig, new_shape, info, event_list(markers)
-        patch = dash.Patch()
-        for i, trace in enumerate(fig["data"]):
-            patch["data"][i]["x"] = trace.get("x") or []
-            patch["data"][i]["y"] = trace.get("y") or []
-        patch["layout"]["shapes"] = fig["layout"].get("shapes", [])
-        patch["layout"]["annotations"] = fig["layout"].get("annotations", [])
-        return patch, dash.no_update, info, dash.no_update
+    async def on_draw(store: object, _tick: object, shape: object) -> Drawn:
+        view = RunView.from_store(store)
+        return await in_thread(draw, data, viewer(), view, shape, trigger=triggered_id())
 
     @app.callback(
         Output("left-metric", "options"),
@@ -347,40 +297,7 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         State("view", "data"),
         prevent_initial_call=True,
     )
-    async def refresh_options(n: int, view: dict[str, Any]) -> Any:
-        who = viewer()
-        try:
-            metrics: list[MetricOut] = await anyio.to_thread.run_sync(
-                lambda: data.metrics(who, view["run"])
-            )
-        except RunNotFound:  # the view names no run of the viewer's project
-            return [], [], ""
-        last = max((m.last_step for m in metrics if m.last_step is not None), default=None)
-        label = "" if last is None else f"last step {last:,}"
-        if n % 5:
-            return dash.no_update, dash.no_update, label
-        options = [{"label": m.name, "value": m.name} for m in metrics]
-        return options, options, label
+    async def on_tick(n: object, store: object) -> tuple[Any, Any, str]:
+        return await in_thread(refresh_options, data, viewer(), RunView.from_store(store), n)
 
-    app.clientside_callback(
-        """
-        function(view) {
-            if (!view) { return window.dash_clientside.no_update; }
-            const params = new URLSearchParams(window.location.search);
-            for (const key of ["left", "right", "start", "end"]) {
-                const v = view[key];
-                if (v === null || v === undefined || v === "") { params.delete(key); }
-                else { params.set(key, String(v)); }
-            }
-            if (view.log) { params.set("log", "1"); } else { params.delete("log"); }
-            const query = params.toString();
-            const target = window.location.pathname + (query ? "?" + query : "");
-            if (target !== window.location.pathname + window.location.search) {
-                window.history.replaceState(window.history.state, "", target);
-            }
-            return window.dash_clientside.no_update;
-        }
-        """,
-        Output("url-sync", "children"),
-        Input("view", "data"),
-    )
+    app.clientside_callback(URL_SYNC_JS, Output("url-sync", "children"), Input("view", "data"))

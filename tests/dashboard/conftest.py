@@ -1,4 +1,5 @@
-"""Browser fixtures: system Chromium driven by Playwright, against a real server."""
+"""Browser fixtures: system Chromium driven by Playwright, against a real server; and the
+dashboard's data on that server's database, for page callbacks called directly."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from normwatch.dashboard.data import DashboardData
+from normwatch.server.db import build_engine, session_factory
 from playwright.sync_api import Browser, Page, sync_playwright
+from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.testing import ServerProcess, start_server
 
@@ -53,3 +57,17 @@ def pg_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     proc = start_server(pg_url, tmp_path_factory.mktemp("browser-server"))
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def dashboard_sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the database of `pg_server`, for the dashboard's reads in this process."""
+    engine = build_engine(pg_url, pool_size=2)
+    yield session_factory(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def dashboard_data(dashboard_sessions: sessionmaker[Session]) -> DashboardData:
+    """What the pages read, as `attach_dashboard` builds it (no deliverer, no allowed hosts)."""
+    return DashboardData(dashboard_sessions)

@@ -1,4 +1,5 @@
-"""Figure builders: trainer-chosen text reaches Plotly escaped, templates stay constant."""
+"""Figure builders: traces, axes, markers and empty cases; trainer-chosen text reaches Plotly
+escaped, templates stay constant."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import math
 
 import pytest
 from normwatch.dashboard.figures import (
+    EVENT_GREY,
+    FIRING_RED,
+    GRAD_RED,
+    PARAM_BLUE,
+    RESOLVED_GREEN,
+    WHITE_TEMPLATE,
     AlertMark,
     Line,
     Marker,
@@ -16,7 +23,6 @@ from normwatch.dashboard.figures import (
     overlay_figure,
     plot_text,
 )
-from normwatch.dashboard.pages.run import range_text, view_figure
 
 LINK = '<a href="javascript:alert(1)">x</a>'
 STYLED = '<span style="font-size:80px">big</span>'
@@ -111,10 +117,227 @@ def test_empty_figure_escapes_its_message() -> None:
     assert fig["layout"]["annotations"][0]["text"] == f"nothing for {plot_text(LINK)}"
 
 
-def test_run_page_range_text_names_metrics_as_written() -> None:
-    view = payload_view()
-    assert range_text(view) == (
-        f"{LINK}: 3 points, steps 0–2 · {STYLED} {TEMPLATE} (M4): 3 points, steps 0–2"
+# --- structure: traces, axes, markers -----------------------------------------------------
+
+
+def test_overlay_figure_draws_left_red_and_right_blue_on_twin_axes() -> None:
+    view = OverlayView(
+        left=Line("grad/norm/total", [0, 1, 2], [0.5, 0.6, 0.7]),
+        right=Line("params/norm/final_norm.weight", [0, 2], [78.0, 79.0], downsampled=True),
     )
-    assert range_text(None) == ""
-    assert view_figure(None)["layout"]["annotations"][0]["text"] == "This run has no metrics yet."
+    fig = overlay_figure(view)
+    assert fig["data"] == [
+        {
+            "type": "scatter",
+            "x": [0, 1, 2],
+            "y": [0.5, 0.6, 0.7],
+            "name": "grad/norm/total",
+            "meta": "grad/norm/total",
+            "mode": "lines",
+            "line": {"color": GRAD_RED, "width": 1.5},
+            "yaxis": "y",
+            "connectgaps": False,
+            "hovertemplate": LINE_TEMPLATE,
+        },
+        {
+            "type": "scatter",
+            "x": [0, 2],
+            "y": [78.0, 79.0],
+            "name": "params/norm/final_norm.weight (M4)",
+            "meta": "params/norm/final_norm.weight",
+            "mode": "lines",
+            "line": {"color": PARAM_BLUE, "width": 1.5},
+            "yaxis": "y2",
+            "connectgaps": False,
+            "hovertemplate": LINE_TEMPLATE,
+        },
+    ]
+    layout = fig["layout"]
+    assert layout["template"] is WHITE_TEMPLATE
+    assert (layout["uirevision"], layout["height"], layout["hovermode"]) == (
+        "overlay",
+        480,
+        "x unified",
+    )
+    assert layout["xaxis"] == {"title": {"text": "step"}, "showgrid": True}
+    assert layout["yaxis"] == {
+        "title": {"text": "grad/norm/total", "font": {"color": GRAD_RED}},
+        "tickfont": {"color": GRAD_RED},
+        "type": "linear",
+    }
+    assert layout["yaxis2"] == {
+        "title": {"text": "params/norm/final_norm.weight", "font": {"color": PARAM_BLUE}},
+        "tickfont": {"color": PARAM_BLUE},
+        "overlaying": "y",
+        "side": "right",
+        "type": "linear",
+        "showgrid": False,
+    }
+    assert layout["yaxis3"] == {
+        "overlaying": "y",
+        "range": [0, 1.05],
+        "visible": False,
+        "fixedrange": True,
+    }
+    assert (layout["shapes"], layout["annotations"]) == ([], [])
+
+
+def test_overlay_figure_log_scale_range_height_and_revision() -> None:
+    view = OverlayView(
+        left=None,
+        right=Line("params/norm/a", [5], [2.0]),
+        log_y=True,
+        x_range=(100, 300),
+        uirevision="r|a",
+        height=320,
+    )
+    fig = overlay_figure(view)
+    assert [(t["name"], t["yaxis"], t["line"]["color"]) for t in fig["data"]] == [
+        ("params/norm/a", "y2", PARAM_BLUE)
+    ]
+    layout = fig["layout"]
+    assert (layout["yaxis"]["type"], layout["yaxis2"]["type"]) == ("log", "log")
+    assert layout["yaxis"]["title"]["text"] == ""
+    assert layout["xaxis"]["range"] == [100, 300]
+    assert (layout["uirevision"], layout["height"]) == ("r|a", 320)
+
+
+def test_overlay_figure_without_lines_has_no_traces() -> None:
+    fig = overlay_figure(OverlayView(left=None, right=None))
+    assert fig["data"] == []
+    assert fig["layout"]["yaxis"]["title"]["text"] == fig["layout"]["yaxis2"]["title"]["text"] == ""
+
+
+def test_overlay_figure_breaks_lines_at_non_finite_values_and_flags_them() -> None:
+    view = OverlayView(
+        left=Line("grad/norm/total", [0, 1, 2, 3], [1.0, math.nan, math.inf, 2.0]),
+        right=Line("params/norm/a", [0, 3], [-math.inf, 4.0]),
+    )
+    left, right, flagged = overlay_figure(view)["data"]
+    assert (left["y"], right["y"]) == ([1.0, None, None, 2.0], [None, 4.0])
+    assert flagged == {
+        "type": "scatter",
+        "x": [1, 2, 0],
+        "y": [1.0, 1.0, 1.0],
+        "yaxis": "y3",
+        "mode": "markers",
+        "marker": {"symbol": "x", "color": "black", "size": 9},
+        "name": "non-finite",
+        "text": ["grad/norm/total: NaN", "grad/norm/total: +Inf", "params/norm/a: -Inf"],
+        "hovertemplate": "step %{x}<br>%{text}<extra></extra>",
+    }
+
+
+def test_overlay_figure_marks_firing_and_resolved_alerts_on_the_top_edge() -> None:
+    alerts = [
+        AlertMark(10, "firing", "a"),
+        AlertMark(20, "resolved", "b"),
+        AlertMark(30, "firing", "c"),
+        AlertMark(40, "pending", "not drawn"),
+    ]
+    fig = overlay_figure(OverlayView(left=None, right=None, alerts=alerts))
+    firing, resolved = fig["data"]
+    assert firing == {
+        "type": "scatter",
+        "x": [10, 30],
+        "y": [1.0, 1.0],
+        "yaxis": "y3",
+        "mode": "markers",
+        "marker": {"symbol": "triangle-down", "color": FIRING_RED, "size": 12},
+        "name": "alert firing",
+        "text": ["a", "c"],
+        "hovertemplate": "step %{x}<br>%{text}<extra>firing</extra>",
+    }
+    assert (resolved["x"], resolved["y"], resolved["text"]) == ([20], [0.97], ["b"])
+    assert resolved["marker"]["color"] == RESOLVED_GREEN
+    assert resolved["name"] == "alert resolved"
+
+
+def test_overlay_figure_draws_events_as_dashed_lines_with_labels() -> None:
+    events = [Marker(1000, "near-dropless EP routing", "config"), Marker(25_000, "resumed")]
+    layout = overlay_figure(OverlayView(left=None, right=None, events=events))["layout"]
+    assert layout["shapes"] == [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": step,
+            "x1": step,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": EVENT_GREY, "width": 1.2, "dash": "dash"},
+            "name": f"event:{kind}",
+        }
+        for step, kind in ((1000, "config"), (25_000, "note"))
+    ]
+    assert layout["annotations"] == [
+        {
+            "x": step,
+            "y": 1.0,
+            "xref": "x",
+            "yref": "paper",
+            "yanchor": "bottom",
+            "text": label,
+            "showarrow": False,
+            "font": {"size": 11, "color": EVENT_GREY},
+        }
+        for step, label in (
+            (1000, "near-dropless EP routing (1,000)"),
+            (25_000, "resumed (25,000)"),
+        )
+    ]
+
+
+def test_empty_figure_is_a_centred_message_without_axes() -> None:
+    fig = empty_figure("No such run in your project")
+    assert fig == {
+        "data": [],
+        "layout": {
+            "template": WHITE_TEMPLATE,
+            "height": 480,
+            "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+            "annotations": [
+                {
+                    "text": "No such run in your project",
+                    "showarrow": False,
+                    "font": {"size": 16},
+                    "x": 0.5,
+                    "y": 0.5,
+                    "xref": "paper",
+                    "yref": "paper",
+                }
+            ],
+        },
+    }
+
+
+def test_depth_figure_bars_by_depth() -> None:
+    fig = depth_figure(
+        ["embed", "layers.0", "layers.1", "lm_head"],
+        [6.0, math.nan, 1.5, math.inf],
+        family="grad/norm",
+        step=12_000,
+    )
+    (bar,) = fig.data
+    assert bar.type == "bar"
+    assert list(bar.x) == ["embed", "layers.0", "layers.1", "lm_head"]
+    assert list(bar.y) == [6.0, None, 1.5, None]
+    assert (bar.marker.color, bar.name) == (GRAD_RED, "grad/norm")
+    layout = fig.layout
+    assert layout.title.text == "grad/norm by depth at step 12,000"
+    assert layout.xaxis.title.text == "depth (embedding → lm_head)"
+    assert (layout.xaxis.tickangle, layout.yaxis.type) == (-45, "linear")
+    assert (layout.height, layout.uirevision) == (320, "grad/norm")
+
+
+def test_depth_figure_of_parameter_norms_on_a_log_axis_without_a_step() -> None:
+    fig = depth_figure(["layers.0"], [2.0], family="params/norm", step=None, log_y=True)
+    assert fig.data[0].marker.color == PARAM_BLUE
+    assert fig.layout.title.text == "params/norm by depth"
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_depth_figure_without_layers_has_one_empty_bar_trace() -> None:
+    fig = depth_figure([], [], family="updates/norm", step=None)
+    assert [(list(t.x), list(t.y)) for t in fig.data] == [([], [])]

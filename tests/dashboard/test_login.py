@@ -1,4 +1,5 @@
-"""Dashboard login: fragment links, no secret in logs, and no login from another site.
+"""Dashboard login: the pages and their escaping, the redirect after logging in, fragment
+links, no secret in logs, and no login from another site.
 
 Browser tests drive real headless Chromium, whose ``Sec-Fetch-Site`` and ``Origin``
 headers are what the server decides on; "another site" is a second local HTTP server,
@@ -19,8 +20,18 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from normwatch.dashboard.session import COOKIE, LOGIN_SCRIPT
+from normwatch.dashboard.login import (
+    LOGIN_SCRIPT,
+    _safe_next,
+    foreign_origin,
+    is_direct,
+    login_page,
+    refusal_page,
+)
+from normwatch.dashboard.session import COOKIE
+from normwatch.server.config import Settings
 from playwright.sync_api import BrowserContext, Page
+from starlette.requests import Request
 
 from normwatch.cli import RedactTokenQuery
 from normwatch.testing import ServerProcess, running_server
@@ -31,6 +42,128 @@ CONFIRM = "Log in with the token from this link?"
 
 def session_cookies(context: BrowserContext) -> list[str]:
     return [c["value"] for c in context.cookies() if c["name"] == COOKIE]
+
+
+# The pure parts.
+
+MARKUP = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
+ESCAPED = "&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;"
+
+
+@pytest.mark.parametrize(
+    ("target", "safe"),
+    [
+        ("/runs/r1?left=grad%2Fnorm%2Ftotal&start=5", "/runs/r1?left=grad%2Fnorm%2Ftotal&start=5"),
+        ("/alerts", "/alerts"),
+        ("/", "/"),
+        ("/%2F%2Fevil.example", "/%2F%2Fevil.example"),  # a path of this site
+        (None, "/"),
+        ("", "/"),
+        ("//evil.example/x", "/"),
+        ("///evil.example", "/"),
+        ("https://evil.example/", "/"),
+        ("javascript:alert(1)", "/"),
+        ("evil.example", "/"),
+        ("runs/r1", "/"),
+        ("/\\evil.example", "/"),
+        ("\\\\evil.example", "/"),
+        ("/\t/evil.example", "/"),
+        ("/\n/evil.example", "/"),
+        ("/runs\x7f", "/"),
+        ("//[", "/"),
+    ],
+)
+def test_safe_next_keeps_paths_of_this_site_only(target: str | None, safe: str) -> None:
+    assert _safe_next(target) == safe
+
+
+def test_login_page_escapes_what_it_shows() -> None:
+    page = login_page(MARKUP, MARKUP, token=MARKUP, autosubmit=True)
+    body = bytes(page.body).decode()
+    assert page.status_code == 401  # with an error
+    assert f'<p class="error">{ESCAPED}</p>' in body
+    assert f'name="next" value="{ESCAPED}"' in body
+    assert f'autofocus required value="{ESCAPED}"' in body
+    assert "<script>alert" not in body and "<img" not in body
+    assert 'data-autosubmit="1"' in body
+    assert '<p id="confirm" class="confirm">' in body  # a token to confirm: shown
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["cache-control"] == "no-store"
+    assert page.headers["referrer-policy"] == "same-origin"
+
+
+def test_login_page_without_an_error_or_a_token() -> None:
+    page = login_page(next_url="/alerts")
+    body = bytes(page.body).decode()
+    assert page.status_code == 200
+    assert '<p class="error">' not in body
+    assert '<p id="confirm" class="confirm" hidden>' in body
+    assert 'data-autosubmit="0"' in body
+    assert 'name="next" value="/alerts"' in body
+    assert 'autofocus required value=""' in body
+
+
+def test_refusal_page_escapes_its_reason() -> None:
+    page = refusal_page(403, f"This login form was sent from another site ({MARKUP}).")
+    body = bytes(page.body).decode()
+    assert page.status_code == 403
+    assert f"sent from another site ({ESCAPED}).</p>" in body
+    assert "<script>alert" not in body
+
+
+def request_with(url: str = "http://127.0.0.1:8000/login", **headers: str) -> Request:
+    scheme, rest = url.split("://")
+    host, _, path = rest.partition("/")
+    raw = [(b"host", host.encode())]
+    raw += [(k.replace("_", "-").lower().encode(), v.encode()) for k, v in headers.items()]
+    return Request(
+        {
+            "type": "http",
+            "method": "POST",
+            "scheme": scheme,
+            "path": "/" + path,
+            "query_string": b"",
+            "headers": raw,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("site", "direct"),
+    [
+        (None, True),
+        ("none", True),
+        ("same-origin", True),
+        (" Same-Origin ", True),
+        ("same-site", False),
+        ("cross-site", False),
+    ],
+)
+def test_is_direct(site: str | None, direct: bool) -> None:
+    request = request_with() if site is None else request_with(sec_fetch_site=site)
+    assert is_direct(request) is direct
+
+
+def test_foreign_origin() -> None:
+    settings = Settings(public_url="https://normwatch.example.org/base")
+    own = "http://127.0.0.1:8000"
+    assert foreign_origin(request_with(), None) is None
+    assert foreign_origin(request_with(origin=own), None) is None
+    assert foreign_origin(request_with(origin=own.upper()), None) is None
+    assert foreign_origin(request_with(origin="https://normwatch.example.org"), settings) is None
+    assert foreign_origin(request_with(origin="https://normwatch.example.org"), None) == (
+        "This login form was sent from another site (https://normwatch.example.org)."
+    )
+    assert foreign_origin(request_with(origin="null"), settings) == (
+        "This login form was sent from another site (null)."
+    )
+    assert foreign_origin(request_with(sec_fetch_site="cross-site", origin=own), None) == (
+        "This login form was sent from another site."
+    )
+    long_origin = "http://" + "e" * 300
+    assert foreign_origin(request_with(origin=long_origin), None) == (
+        f"This login form was sent from another site ({long_origin[:200]})."
+    )
 
 
 # Over plain HTTP: what the server answers to each kind of request.

@@ -1,0 +1,126 @@
+"""The run page's overlay chart: what it draws for a view, and the texts beside it. Pure.
+
+A redraw every second sends either the whole figure or, when nothing but the data
+changed, a patch of the traces' points, so that the browser keeps the user's zoom and
+hover (see :func:`chart_shape`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dash
+from dash import html
+
+from ..figures import AlertMark, Figure, Line, Marker, OverlayView, empty_figure, overlay_figure
+from .run_view import RunView
+
+__all__ = [
+    "NO_EVENTS",
+    "NO_METRICS",
+    "POINTS",
+    "chart_shape",
+    "data_patch",
+    "event_list",
+    "overlay_for",
+    "range_text",
+    "view_figure",
+]
+
+POINTS = 1000
+"""Points a metric the chart asks for: about its width in pixels."""
+NO_METRICS = "This run has no metrics yet."
+NO_EVENTS = "No events. Trainers post them with run.event(...)."
+
+
+def overlay_for(
+    view: RunView,
+    lines: Mapping[str, Line],
+    markers: Sequence[Marker],
+    alerts: Sequence[AlertMark],
+) -> OverlayView | None:
+    """What the overlay chart draws for ``view`` from the lines read for its metrics;
+    None when the view names no metric (the run has none yet)."""
+    if not view.metrics:
+        return None
+    return OverlayView(
+        left=lines.get(view.left) if view.left else None,
+        right=lines.get(view.right) if view.right else None,
+        events=markers,
+        log_y=view.log,
+        x_range=view.x_range,
+        # Plotly keeps the user's zoom until this changes: a new run, metric or scale.
+        uirevision=f"{view.run}|{view.left}|{view.right}|{view.log}",
+        alerts=alerts,
+    )
+
+
+def view_figure(overlay: OverlayView | None) -> Figure:
+    if overlay is None:
+        return empty_figure(NO_METRICS)
+    return overlay_figure(overlay)
+
+
+def chart_shape(fig: Figure, markers: Sequence[Marker], alerts: Sequence[AlertMark]) -> list[str]:
+    """What a data patch cannot change: the traces (name and axis), events and alerts.
+
+    >>> chart_shape({"data": [{"name": "a", "yaxis": "y"}]}, [Marker(5, "x")], [])
+    ['a|y', 'event@5']
+    """
+    return (
+        [f"{t.get('name')}|{t.get('yaxis')}" for t in fig["data"]]
+        + [f"event@{m.step}" for m in markers]
+        + [f"alert:{a.state}@{a.step}" for a in alerts]
+    )
+
+
+def data_patch(fig: Figure) -> dash.Patch:
+    """A patch that gives the drawn figure ``fig``'s points, event lines and labels."""
+    patch = dash.Patch()
+    for i, trace in enumerate(fig["data"]):
+        patch["data"][i]["x"] = trace.get("x") or []
+        patch["data"][i]["y"] = trace.get("y") or []
+    patch["layout"]["shapes"] = fig["layout"].get("shapes", [])
+    patch["layout"]["annotations"] = fig["layout"].get("annotations", [])
+    return patch
+
+
+def range_text(overlay: OverlayView | None) -> str:
+    """'grad/norm/total (M4): 4,000 points, steps 0–99,999 · ...', from the lines drawn.
+
+    Read from the lines, not the figure, whose names are escaped for Plotly.
+    """
+    if overlay is None:
+        return ""
+    parts = []
+    for line in (overlay.left, overlay.right):
+        if line is not None and len(line.steps):
+            name = line.metric + (" (M4)" if line.downsampled else "")
+            parts.append(
+                f"{name}: {len(line.steps):,} points, steps {line.steps[0]:,}–{line.steps[-1]:,}"
+            )
+    return " · ".join(parts)
+
+
+def event_list(markers: Sequence[Marker]) -> Any:
+    """The run's events, each with a button that zooms the chart on it."""
+    if not markers:
+        return html.P(NO_EVENTS, className="muted")
+    return html.Ul(
+        [
+            html.Li(
+                [
+                    html.Button(
+                        "zoom",
+                        id={"type": "event-zoom", "step": m.step},
+                        n_clicks=0,
+                        className="small",
+                    ),
+                    html.Span(f" step {m.step:,} · {m.kind} · {m.label}"),
+                ]
+            )
+            for m in markers
+        ],
+        className="events",
+    )

@@ -1,0 +1,241 @@
+"""What the run page shows: :class:`RunView` and how zooms and clicks change it. Pure.
+
+The view lives in the page's ``dcc.Store`` (id ``view``) as JSON, and in the URL as
+``?left=&right=&start=&end=&log=1``, so that a link reproduces it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import Any, TypeGuard
+
+__all__ = [
+    "DEFAULT_LEFT",
+    "MAX_STEP",
+    "URL_SYNC_JS",
+    "RunView",
+    "default_metrics",
+    "event_window",
+    "is_step",
+    "view_from_relayout",
+]
+
+DEFAULT_LEFT = "grad/norm/total"
+MAX_STEP = 2**63 - 1
+"""Steps are stored as 64-bit integers: a range past this could not be read."""
+URL_SYNC_JS = """
+function(view) {
+    if (!view) { return window.dash_clientside.no_update; }
+    const params = new URLSearchParams(window.location.search);
+    for (const key of ["left", "right", "start", "end"]) {
+        const v = view[key];
+        if (v === null || v === undefined || v === "") { params.delete(key); }
+        else { params.set(key, String(v)); }
+    }
+    if (view.log) { params.set("log", "1"); } else { params.delete("log"); }
+    const query = params.toString();
+    const target = window.location.pathname + (query ? "?" + query : "");
+    if (target !== window.location.pathname + window.location.search) {
+        window.history.replaceState(window.history.state, "", target);
+    }
+    return window.dash_clientside.no_update;
+}
+"""
+"""The browser side of :meth:`RunView.from_query`: the page's address follows the view
+(without a reload), so that it is always a deep link to what is shown."""
+RUN_ID = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
+_TRUE = ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run's overlay chart: which metrics on which axis, which steps, which scale.
+
+    ``left`` and ``right`` name metrics (None or ``""``: nothing on that axis); ``start``
+    and ``end`` bound the steps shown (None: from the first, to the last).
+    """
+
+    run: str
+    left: str | None = None
+    right: str | None = None
+    start: int | None = None
+    end: int | None = None
+    log: bool = False
+
+    @property
+    def metrics(self) -> list[str]:
+        """The metrics drawn, left axis first."""
+        return [m for m in (self.left, self.right) if m]
+
+    @property
+    def x_range(self) -> tuple[int, int] | None:
+        """The steps shown when both ends are set."""
+        if self.start is None or self.end is None:
+            return None
+        return self.start, self.end
+
+    def to_store(self) -> dict[str, Any]:
+        """The view as the page's store holds it (JSON), in a fixed key order.
+
+        >>> RunView("r1", "grad/norm/total", None, 0, 10).to_store()
+        {'run': 'r1', 'left': 'grad/norm/total', 'right': None, 'start': 0, 'end': 10, 'log': False}
+        """
+        return {
+            "run": self.run,
+            "left": self.left,
+            "right": self.right,
+            "start": self.start,
+            "end": self.end,
+            "log": self.log,
+        }
+
+    @classmethod
+    def from_store(cls, data: object) -> RunView | None:
+        """The view a store holds, or None for anything :meth:`to_store` cannot have written.
+
+        The store comes back from the browser with each callback, so a crafted request can
+        put anything in it: a run id that is no id, a step that is no step, a range that
+        ends before it starts. Missing keys take their defaults.
+
+        >>> RunView.from_store({"run": "r1", "start": 5, "end": 9})
+        RunView(run='r1', left=None, right=None, start=5, end=9, log=False)
+        >>> RunView.from_store({"run": "r1", "start": 9, "end": 5}) is None
+        True
+        """
+        if not isinstance(data, dict):
+            return None
+        run = data.get("run")
+        left, right = data.get("left"), data.get("right")
+        start, end = data.get("start"), data.get("end")
+        log = data.get("log", False)
+        if not (isinstance(run, str) and RUN_ID.match(run)):
+            return None
+        if not all(m is None or isinstance(m, str) for m in (left, right)):
+            return None
+        if not all(s is None or is_step(s) for s in (start, end)) or not isinstance(log, bool):
+            return None
+        if isinstance(start, int) and isinstance(end, int) and end < start:
+            return None
+        return cls(run, left, right, start, end, log)
+
+    @classmethod
+    def from_query(
+        cls,
+        run_id: str,
+        names: list[str],
+        *,
+        left: str | None = None,
+        right: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        log: str | None = None,
+    ) -> RunView:
+        """The view of a page URL's query parameters; ``names`` are the run's metrics, for
+        the defaults of :func:`default_metrics`.
+
+        ``start`` and ``end`` are steps (``1e3`` reads as 1000); one that is no step is left
+        out, and a range that ends before it starts is dropped whole. ``right=`` (empty)
+        keeps the right axis empty; ``log`` is on for ``1``, ``true`` or ``yes``.
+        """
+        default_left, default_right = default_metrics(names)
+        first, last = _step_or_none(start), _step_or_none(end)
+        if first is not None and last is not None and last < first:
+            first = last = None
+        return cls(
+            run=run_id,
+            left=left or default_left,
+            right=right if right is not None else default_right,
+            start=first,
+            end=last,
+            log=log in _TRUE,
+        )
+
+
+def is_step(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a step: an integer (not a bool) from 0 to `MAX_STEP`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
+
+
+def _step_or_none(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return None
+    step = int(number)
+    return step if 0 <= step <= MAX_STEP else None
+
+
+def default_metrics(names: list[str]) -> tuple[str | None, str | None]:
+    """Total grad norm on the left; the final norm's gain (else any parameter norm) right.
+
+    Without ``grad/norm/total`` the left axis takes the first ``grad/norm…`` metric, else
+    the first metric of all.
+
+    >>> default_metrics(["train/loss", "params/norm/a", "params/norm/final_norm.scale"])
+    ('train/loss', 'params/norm/final_norm.scale')
+    """
+    left = (
+        DEFAULT_LEFT
+        if DEFAULT_LEFT in names
+        else next((n for n in names if n.startswith("grad/norm")), names[0] if names else None)
+    )
+    params = [n for n in names if n.startswith("params/norm/")]
+    right = next((n for n in params if "final_norm" in n), params[0] if params else None)
+    return left, right
+
+
+def view_from_relayout(view: RunView, relayout: object) -> RunView:
+    """The view after a zoom, pan or autoscale on the chart (Plotly's ``relayoutData``).
+
+    ``xaxis.autorange`` shows every step; ``xaxis.range[0]``/``[1]`` (or ``xaxis.range``)
+    set the steps to the whole steps around the range, none below 0. Anything else (a
+    change of the y axes, a value that is no number) leaves the view as it was.
+
+    >>> view_from_relayout(RunView("r"), {"xaxis.range[0]": 9.5, "xaxis.range[1]": 20.2})
+    RunView(run='r', left=None, right=None, start=9, end=21, log=False)
+    """
+    if not isinstance(relayout, dict) or not relayout:
+        return view
+    if relayout.get("xaxis.autorange"):
+        return replace(view, start=None, end=None)
+    lo, hi = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
+    whole = relayout.get("xaxis.range")
+    if lo is None and isinstance(whole, list) and len(whole) == 2:
+        lo, hi = whole
+    first, second = _float(lo), _float(hi)
+    if first is None or second is None:
+        return view
+    # A reversed axis (or a crafted request) sends the ends in reverse order.
+    low, high = min(first, second), max(first, second)
+    start = min(MAX_STEP, max(0, math.floor(low)))
+    end = min(MAX_STEP, max(0, math.ceil(high)))
+    return replace(view, start=start, end=end)
+
+
+def _float(value: object) -> float | None:
+    """A finite number from a relayout value (plotly.js sends numbers, or dates as text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def event_window(step: int, last_step: int | None) -> tuple[int, int]:
+    """A zoom around an event: wide enough to see the slope before and after.
+
+    Half a window is a 40th of the run (its last step, else the event's), at least 200.
+
+    >>> event_window(1000, 2000), event_window(100_000, 400_000)
+    ((800, 1200), (90000, 110000))
+    """
+    half = max(200, (last_step or step) // 40)
+    return max(0, step - half), min(MAX_STEP, step + half)

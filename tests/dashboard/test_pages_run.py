@@ -1,0 +1,365 @@
+"""The run page's layout and callbacks, called directly with the dashboard's real data on
+Postgres: the viewer's own run is drawn, another project's run looks like no run at all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import dash
+import pytest
+from normwatch.dashboard.data import DashboardData, RunNotFound
+from normwatch.dashboard.figures import empty_figure
+from normwatch.dashboard.pages.run import (
+    RUN_NOT_FOUND,
+    draw,
+    layout,
+    not_found_drawn,
+    refresh_options,
+    restarts_text,
+    update_view,
+)
+from normwatch.dashboard.pages.run_layers import NO_LAYERS, draw_depth
+from normwatch.dashboard.pages.run_overlay import NO_METRICS
+from normwatch.dashboard.pages.run_view import RunView
+from normwatch.server.schemas import RunOut, SegmentOut
+from sqlalchemy.orm import Session, sessionmaker
+
+from tests.conftest import ServerProcess, make_tenant
+
+from .components import find, text
+from .seed import (
+    Viewers,
+    create_rule,
+    create_run,
+    post_event,
+    post_points,
+    threshold_rule,
+    viewers,
+)
+
+STEPS = range(2000)
+METRICS: dict[str, list[float]] = {
+    "grad/norm/total": [6.0 if s == 1500 else 1.0 for s in STEPS],
+    "params/norm/final_norm.weight": [78.0 + 0.5 * s for s in STEPS],
+    "train/loss": [10.0 - 0.001 * s for s in STEPS],
+    "grad/norm/embed": [6.0] * len(STEPS),
+    **{f"grad/norm/layers.{i}": [1.0 + 0.5 * i] * len(STEPS) for i in range(4)},
+    "grad/norm/lm_head": [9.0] * len(STEPS),
+}
+NAMES = sorted(METRICS)
+LEFT, RIGHT = "grad/norm/total", "params/norm/final_norm.weight"
+ZOOM = {"type": "event-zoom", "step": 1000}
+
+
+@dataclass(frozen=True)
+class World:
+    mine: Viewers
+    theirs: Viewers
+    run: str
+    empty_run: str
+    their_run: str
+
+
+@pytest.fixture(scope="module")
+def world(pg_server: ServerProcess, dashboard_sessions: sessionmaker[Session]) -> World:
+    mine, theirs = make_tenant(pg_server.database_url), make_tenant(pg_server.database_url)
+    create_rule(pg_server, mine, threshold_rule("grad-high", 5.0))
+    run = create_run(pg_server, mine, "overlay-run")
+    post_points(pg_server, mine, run, STEPS, METRICS)
+    post_event(pg_server, mine, run, 1000, "lr warmup ends", "config")
+    empty_run = create_run(pg_server, mine, "empty-run")
+    their_run = create_run(pg_server, theirs, "their-run")
+    post_points(pg_server, theirs, their_run, STEPS, METRICS)
+    post_event(pg_server, theirs, their_run, 1000, "their event", "config")
+    return World(
+        viewers(dashboard_sessions, mine),
+        viewers(dashboard_sessions, theirs),
+        run,
+        empty_run,
+        their_run,
+    )
+
+
+def full_view(world: World, **changes: Any) -> RunView:
+    return replace(RunView(world.run, LEFT, RIGHT), **changes)
+
+
+def store_of(page: Any) -> Any:
+    (store,) = find(page, "Store", id="view")
+    return store["data"]
+
+
+# --- layout -------------------------------------------------------------------------------
+
+
+def test_layout_shows_the_run_in_its_default_view(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    page = layout(dashboard_data, world.mine.read, {}, world.run)
+    assert store_of(page) == RunView(world.run, LEFT, RIGHT).to_store()
+    assert [h["children"] for h in find(page, "H1")] == ["overlay-run"]
+    assert find(page, "Span", className="muted")[0]["children"] == "segment 1"
+    (link,) = find(page, "Link", id="run-alerts-link")
+    assert link["href"] == f"/alerts?run={world.run}"
+    left, right, family = find(page, "Dropdown")
+    options = [{"label": n, "value": n} for n in NAMES]
+    assert (left["id"], left["value"], left["options"]) == ("left-metric", LEFT, options)
+    assert (right["id"], right["value"], right["options"]) == ("right-metric", RIGHT, options)
+    assert (family["id"], family["value"]) == ("depth-family", "grad/norm")
+    assert find(page, "Checklist", id="log-scale")[0]["value"] == []
+    assert find(page, "Interval", id="tick")[0]["interval"] == 1000
+
+
+def test_layout_takes_the_view_from_the_url(world: World, dashboard_data: DashboardData) -> None:
+    query = {"left": "train/loss", "right": "", "start": "100", "end": "300", "log": "1"}
+    page = layout(dashboard_data, world.mine.read, query, world.run)
+    assert store_of(page) == RunView(world.run, "train/loss", "", 100, 300, True).to_store()
+    assert find(page, "Checklist", id="log-scale")[0]["value"] == ["log"]
+
+
+def test_layout_of_a_run_without_metrics(world: World, dashboard_data: DashboardData) -> None:
+    page = layout(dashboard_data, world.mine.admin, {}, world.empty_run)
+    assert store_of(page) == RunView(world.empty_run).to_store()
+    assert find(page, "Dropdown", id="depth-family")[0]["options"] == []
+
+
+def test_layout_of_another_projects_run_is_not_found(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    with pytest.raises(RunNotFound):
+        layout(dashboard_data, world.mine.read, {}, world.their_run)
+    with pytest.raises(RunNotFound):
+        layout(dashboard_data, world.mine.admin, {}, "f" * 32)
+
+
+def test_restarts_text() -> None:
+    def run_with(*starts: int | None) -> RunOut:
+        now = "2025-01-01T00:00:00Z"
+        segments = [
+            SegmentOut(segment=i + 1, start_step=s, created_at=now) for i, s in enumerate(starts)
+        ]
+        return RunOut.model_validate(
+            {
+                "id": "r",
+                "project": "p",
+                "name": "n",
+                "status": "running",
+                "segment": len(starts),
+                "config": {},
+                "tags": [],
+                "last_step": None,
+                "last_seen": now,
+                "created_at": now,
+                "segments": segments,
+            }
+        )
+
+    assert restarts_text(run_with(0)) == "segment 1"
+    assert restarts_text(run_with(0, 1200, 77_096)) == "segment 3 · restarted at 1,200, 77,096"
+
+
+# --- update_view --------------------------------------------------------------------------
+
+
+def changed(
+    world: World, dashboard_data: DashboardData, view: RunView | None, **inputs: Any
+) -> Any:
+    values: dict[str, Any] = {
+        "left": LEFT,
+        "right": RIGHT,
+        "log": [],
+        "relayout": None,
+        "zooms": [0],
+        "trigger": None,
+    }
+    return update_view(dashboard_data, world.mine.read, view, **{**values, **inputs})
+
+
+def test_update_view_zooms_on_an_event_of_the_viewers_run(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    new = changed(world, dashboard_data, full_view(world), zooms=[1], trigger=ZOOM)
+    assert new == full_view(world, start=800, end=1200)
+    assert new.to_store() == {
+        "run": world.run,
+        "left": LEFT,
+        "right": RIGHT,
+        "start": 800,
+        "end": 1200,
+        "log": False,
+    }
+
+
+def test_update_view_ignores_an_event_of_another_projects_run(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    theirs = RunView(world.their_run, LEFT, RIGHT)
+    assert changed(world, dashboard_data, theirs, zooms=[1], trigger=ZOOM) is None
+    unknown = RunView("f" * 32, LEFT, RIGHT)
+    assert changed(world, dashboard_data, unknown, zooms=[1], trigger=ZOOM) is None
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {"zooms": [0], "trigger": ZOOM},  # the list redrawn, nothing clicked
+        {"zooms": [1], "trigger": {"type": "event-zoom", "step": "1000"}},
+        {"zooms": [1], "trigger": {"type": "event-zoom", "step": -1}},
+        {"zooms": "1", "trigger": ZOOM},
+        {"trigger": "left-metric"},  # nothing changed
+        {"trigger": "overlay", "relayout": {"yaxis.range[0]": 0, "yaxis.range[1]": 2}},
+    ],
+)
+def test_update_view_changes_nothing(
+    world: World, dashboard_data: DashboardData, inputs: dict[str, Any]
+) -> None:
+    assert changed(world, dashboard_data, full_view(world), **inputs) is None
+
+
+def test_update_view_of_a_store_without_a_view_changes_nothing(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    assert changed(world, dashboard_data, None, zooms=[1], trigger=ZOOM) is None
+
+
+def test_update_view_follows_pickers_chart_and_full_range_button(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    view = full_view(world, start=10, end=20)
+    picked = changed(world, dashboard_data, view, left="train/loss", right=None, log=["log"])
+    assert picked == replace(view, left="train/loss", right=None, log=True)
+    relayout = {"xaxis.range[0]": 900.2, "xaxis.range[1]": 1099.5}
+    zoomed = changed(world, dashboard_data, view, trigger="overlay", relayout=relayout)
+    assert zoomed == replace(view, start=900, end=1100)
+    reset = changed(world, dashboard_data, view, trigger="reset-range")
+    assert reset == replace(view, start=None, end=None)
+    crafted = changed(world, dashboard_data, view, left={"x": 1}, right=5)
+    assert crafted == replace(view, left=None, right=None)
+
+
+# --- draw ---------------------------------------------------------------------------------
+
+SHAPE = [
+    f"{LEFT}|y",
+    f"{RIGHT}|y2",
+    "alert firing|y3",
+    "alert resolved|y3",
+    "event@1000",
+    "alert:firing@1500",
+    "alert:resolved@1501",
+]
+
+
+def test_draw_reads_the_viewers_run(world: World, dashboard_data: DashboardData) -> None:
+    fig, shape, info, events = draw(
+        dashboard_data, world.mine.read, full_view(world), None, trigger=None
+    )
+    left, right, firing, resolved = fig["data"]
+    assert (left["name"], left["x"][:2], left["y"][1499:1502]) == (LEFT, [0, 1], [1.0, 6.0, 1.0])
+    assert (right["name"], right["y"][-1]) == (RIGHT, 78.0 + 0.5 * 1999)
+    assert (firing["x"], resolved["x"]) == ([1500], [1501])
+    assert firing["text"] == ["grad-high · grad/norm/total = 6 · 6 &gt; 5 for 1 step"]
+    assert resolved["text"] == ["grad-high · grad/norm/total = 1 · 1 no longer &gt; 5"]
+    assert [s["x0"] for s in fig["layout"]["shapes"]] == [1000]
+    assert fig["layout"]["annotations"][0]["text"] == "lr warmup ends (1,000)"
+    assert shape == SHAPE
+    assert info == f"{LEFT}: 2,000 points, steps 0–1,999 · {RIGHT}: 2,000 points, steps 0–1,999"
+    assert text(events) == "zoom step 1,000 · config · lr warmup ends"
+
+
+def test_draw_reads_the_views_range(world: World, dashboard_data: DashboardData) -> None:
+    view = full_view(world, right=None, start=900, end=1100, log=True)
+    fig, _, info, _ = draw(dashboard_data, world.mine.read, view, None, trigger="view")
+    assert fig["data"][0]["x"] == list(range(900, 1101))
+    assert fig["layout"]["xaxis"]["range"] == [900, 1100]
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    assert info == f"{LEFT}: 201 points, steps 900–1,100"
+
+
+def test_draw_on_a_tick_patches_the_data_of_an_unchanged_chart(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    view = full_view(world)
+    patch, shape, info, events = draw(dashboard_data, world.mine.read, view, SHAPE, trigger="tick")
+    assert isinstance(patch, dash.Patch)
+    operations = patch.to_plotly_json()["operations"]
+    assert [op["location"] for op in operations] == [
+        *(["data", i, axis] for i in range(4) for axis in ("x", "y")),
+        ["layout", "shapes"],
+        ["layout", "annotations"],
+    ]
+    assert operations[2]["params"]["value"] == list(range(2000))  # the right line's steps
+    assert (shape, events) == (dash.no_update, dash.no_update)
+    assert info.startswith(f"{LEFT}: 2,000 points")
+    # A tick after the shape changed (here: a chart drawn before the alert) redraws it all.
+    fig, new_shape, _, _ = draw(dashboard_data, world.mine.read, view, SHAPE[:2], trigger="tick")
+    assert isinstance(fig, dict) and new_shape == SHAPE
+
+
+def test_draw_of_a_run_without_metrics(world: World, dashboard_data: DashboardData) -> None:
+    fig, shape, info, _ = draw(
+        dashboard_data, world.mine.read, RunView(world.empty_run), None, trigger=None
+    )
+    assert fig == empty_figure(NO_METRICS)
+    assert (shape, info) == ([], "")
+
+
+def test_draw_of_another_projects_run_is_the_not_found_chart(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    expected = (empty_figure(RUN_NOT_FOUND), [], "", [])
+    assert not_found_drawn() == expected
+    for view in (RunView(world.their_run, LEFT, RIGHT), RunView("f" * 32, LEFT), None):
+        assert draw(dashboard_data, world.mine.admin, view, None, trigger=None) == expected
+
+
+# --- refresh_options ----------------------------------------------------------------------
+
+
+def test_refresh_options_every_fifth_tick(world: World, dashboard_data: DashboardData) -> None:
+    options = [{"label": n, "value": n} for n in NAMES]
+    view = full_view(world)
+    fifth = refresh_options(dashboard_data, world.mine.read, view, 5)
+    assert fifth == (options, options, "last step 1,999")
+    other = refresh_options(dashboard_data, world.mine.read, view, 7)
+    assert other == (dash.no_update, dash.no_update, "last step 1,999")
+    empty = refresh_options(dashboard_data, world.mine.read, RunView(world.empty_run), 10)
+    assert empty == ([], [], "")
+
+
+def test_refresh_options_of_another_projects_run_is_empty(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    for view in (RunView(world.their_run), None):
+        assert refresh_options(dashboard_data, world.mine.read, view, 5) == ([], [], "")
+
+
+# --- draw_depth ---------------------------------------------------------------------------
+
+
+def test_draw_depth_orders_the_layers(world: World, dashboard_data: DashboardData) -> None:
+    for family in ("grad/norm", "params/norm", None):  # no such family: the first one
+        fig, info, options, value = draw_depth(
+            dashboard_data, world.mine.read, full_view(world), family, []
+        )
+        (bar,) = fig.data
+        assert list(bar.x) == ["embed", "layers.0", "layers.1", "layers.2", "layers.3", "lm_head"]
+        assert list(bar.y) == [6.0, 1.0, 1.5, 2.0, 2.5, 9.0]
+        assert fig.layout.title.text == "grad/norm by depth at step 1,999"
+        assert fig.layout.yaxis.type == "linear"
+        # (6 + 9) / 2 over the median of the middle layers (1.5, 2.0, 2.5, 1.0 → 1.75).
+        assert info == "ends / middle: 4.3×"
+        assert (options, value) == ([{"label": "grad/norm", "value": "grad/norm"}], "grad/norm")
+    log_fig, *_ = draw_depth(
+        dashboard_data, world.mine.read, full_view(world), "grad/norm", ["log"]
+    )
+    assert log_fig.layout.yaxis.type == "log"
+
+
+def test_draw_depth_without_layers(world: World, dashboard_data: DashboardData) -> None:
+    no_layers = (empty_figure(NO_LAYERS), "", [], None)
+    empty = RunView(world.empty_run)
+    assert draw_depth(dashboard_data, world.mine.read, empty, "grad/norm", []) == no_layers
+    for view in (RunView(world.their_run), None):
+        assert draw_depth(dashboard_data, world.mine.read, view, "grad/norm", []) == no_layers
