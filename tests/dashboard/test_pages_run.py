@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import dash
+import httpx
 import pytest
 from normwatch.dashboard.data import DashboardData, RunNotFound
 from normwatch.dashboard.figures import empty_figure
@@ -50,6 +51,7 @@ METRICS: dict[str, list[float]] = {
 NAMES = sorted(METRICS)
 LEFT, RIGHT = "grad/norm/total", "params/norm/final_norm.weight"
 ZOOM = {"type": "event-zoom", "step": 1000}
+CALLBACK = "/_dash-update-component"
 
 
 @dataclass(frozen=True)
@@ -363,3 +365,88 @@ def test_draw_depth_without_layers(world: World, dashboard_data: DashboardData) 
     assert draw_depth(dashboard_data, world.mine.read, empty, "grad/norm", []) == no_layers
     for view in (RunView(world.their_run), None):
         assert draw_depth(dashboard_data, world.mine.read, view, "grad/norm", []) == no_layers
+
+
+# --- crafted stores, through the real server ------------------------------------------------
+
+DRAW_OUTPUTS = [
+    "overlay.figure",
+    "overlay-shape.data",
+    "range-info.children",
+    "event-list.children",
+]
+CRAFTED = [
+    ["not", "a", "view"],
+    {"run": "../alerts"},
+    {"run": "0" * 32, "start": 5, "end": 1},
+    {"run": "0" * 32, "start": 2**70},
+    {"run": "0" * 32, "left": {"$ne": 1}},
+    {"left": "grad/norm/total"},
+]
+
+
+def callback_request(
+    outputs: list[str], inputs: dict[str, Any], state: dict[str, Any], changed: list[str]
+) -> dict[str, Any]:
+    """The JSON a browser posts to run the callback of ``outputs`` (``id.property`` each)."""
+
+    def spec(key: str, value: Any = None, with_value: bool = False) -> dict[str, Any]:
+        component, _, prop = key.rpartition(".")
+        return {"id": component, "property": prop, **({"value": value} if with_value else {})}
+
+    return {
+        "output": (".." + "...".join(outputs) + "..") if len(outputs) > 1 else outputs[0],
+        "outputs": [spec(o) for o in outputs] if len(outputs) > 1 else spec(outputs[0]),
+        "inputs": [spec(k, v, True) for k, v in inputs.items()],
+        "state": [spec(k, v, True) for k, v in state.items()],
+        "changedPropIds": changed,
+    }
+
+
+@pytest.mark.parametrize("store", CRAFTED)
+def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, store: Any) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+        drawn = browser.post(
+            CALLBACK,
+            json=callback_request(
+                DRAW_OUTPUTS,
+                {"view.data": store, "tick.n_intervals": 3},
+                {"overlay-shape.data": None},
+                ["view.data"],
+            ),
+        )
+        assert drawn.status_code == 200, drawn.text
+        answer = drawn.json()["response"]
+        annotations = answer["overlay"]["figure"]["layout"]["annotations"]
+        assert [a["text"] for a in annotations] == [RUN_NOT_FOUND]
+        assert (answer["range-info"]["children"], answer["event-list"]["children"]) == ("", [])
+
+        controls = {
+            "left-metric.value": LEFT,
+            "right-metric.value": RIGHT,
+            "log-scale.value": ["log"],
+            "overlay.relayoutData": None,
+            "reset-range.n_clicks": 1,
+        }
+        request = callback_request(["view.data"], controls, {"view.data": store}, [])
+        request["inputs"].append([])  # no event-zoom buttons
+        request["changedPropIds"] = ["reset-range.n_clicks"]
+        assert browser.post(CALLBACK, json=request).status_code == 204
+
+        options = browser.post(
+            CALLBACK,
+            json=callback_request(
+                ["left-metric.options", "right-metric.options", "run-last-step.children"],
+                {"tick.n_intervals": 5},
+                {"view.data": store},
+                ["tick.n_intervals"],
+            ),
+        )
+        assert options.status_code == 200, options.text
+        assert options.json()["response"] == {
+            "left-metric": {"options": []},
+            "right-metric": {"options": []},
+            "run-last-step": {"children": ""},
+        }
