@@ -126,6 +126,8 @@ class SessionMiddleware:
         wall = utcnow()
         with self.sessions() as session:
             who = principal_for_token_id(session, token_id, wall)
+        if who is not None and not who.can("read"):
+            who = None  # only read and admin tokens open the dashboard, whatever signed it
         if len(self._recent) > 10_000:
             self._recent.clear()
         trusted = RECHECK_S if who is None else who.trusted_for(RECHECK_S, wall)
