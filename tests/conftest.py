@@ -4,36 +4,56 @@ Each test session gets its own Postgres database (created from the one named by
 ``NORMWATCH_TEST_DATABASE_URL`` and dropped afterwards), migrated with Alembic. Tests
 that touch the database through a session run inside a transaction that is rolled back;
 tests that talk HTTP to a real server create their own project, so no two share rows.
+
+Functions tests call (scratch databases, tenants, receivers...) live in `tests.helpers`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 import uuid
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import httpx
 import psycopg
 import pytest
 from hypothesis import settings
-from normwatch.server.auth import create_token
-from normwatch.server.db import build_engine, session_factory
+from normwatch.server.db import build_engine
 from normwatch.server.migrate import upgrade
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, start_server
+from tests.helpers.coroutines import run_async
+from tests.helpers.databases import (
+    admin_dsn,
+    base_url,
+    create_scratch_pg,
+    drop_scratch_pg,
+    migrated_sqlite,
+)
+from tests.helpers.receivers import WebhookReceiver
+from tests.helpers.servers import ALERTING, server_of_its_own
+from tests.helpers.tenants import Tenant, make_tenant
+
+# tests/dashboard/ imports these from here.
+__all__ = [
+    "ServerProcess",
+    "Tenant",
+    "create_scratch_pg",
+    "drop_scratch_pg",
+    "make_tenant",
+    "run_async",
+]
 
 # Property tests draw the same examples on every run, so that the suite passes or fails the
 # same way everywhere; NORMWATCH_HYPOTHESIS=explore draws new ones (to hunt for more).
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("NORMWATCH_HYPOTHESIS", "repeatable"))
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,21 +69,13 @@ def spool_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["NORMWATCH_SPOOL_DIR"] = previous
 
 
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-
-
-def _admin_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A freshly created and migrated Postgres database for this test session."""
-    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
+    base = base_url()
     name = f"normwatch_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
-        admin = psycopg.connect(_admin_dsn(base), autocommit=True, connect_timeout=5)
+        admin = psycopg.connect(admin_dsn(base), autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         pytest.fail(f"Postgres at {base} does not answer ({exc}); run ./scripts/ensure-postgres")
     with admin:
@@ -73,29 +85,7 @@ def pg_url() -> Iterator[str]:
     upgrade(engine)
     engine.dispose()
     yield url
-    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def create_scratch_pg(purpose: str) -> str:
-    """Create and migrate a Postgres database of its own; returns its URL."""
-    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
-    name = f"normwatch_{purpose}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(base).set(database=name).render_as_string(hide_password=False)
-    engine = build_engine(url, pool_size=1)
-    upgrade(engine)
-    engine.dispose()
-    return url
-
-
-def drop_scratch_pg(url: str) -> None:
-    name = make_url(url).database
-    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
-    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
-        # A test may have closed it to simulate an outage.
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    with psycopg.connect(admin_dsn(base), autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -112,12 +102,7 @@ def fresh_pg_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("sqlite") / "normwatch.db"
-    url = f"sqlite:///{path}"
-    engine = build_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    return url
+    return migrated_sqlite(tmp_path_factory.mktemp("sqlite") / "normwatch.db")
 
 
 @pytest.fixture(scope="session", params=["postgresql", "sqlite"])
@@ -158,35 +143,44 @@ def db_session(db_engine: Engine) -> Iterator[Session]:
 
 
 @pytest.fixture(scope="session")
-def server(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A real server on each backend in turn."""
-    proc = start_server(db_url, tmp_path_factory.mktemp("server"))
+def pg_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real server on the session's Postgres database."""
+    proc = start_server(pg_url, tmp_path_factory.mktemp("server"))
     yield proc
     proc.stop()
 
 
-@dataclass(frozen=True)
-class Tenant:
-    """A project of its own with a token of each scope."""
-
-    project: str
-    ingest: str
-    read: str
-    admin: str
-
-    def headers(self, scope: str = "admin") -> dict[str, str]:
-        return {"Authorization": f"Bearer {getattr(self, scope)}"}
+@pytest.fixture(scope="session")
+def sqlite_server(
+    sqlite_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A real server on the session's SQLite file."""
+    proc = start_server(sqlite_url, tmp_path_factory.mktemp("server"))
+    yield proc
+    proc.stop()
 
 
-def make_tenant(database_url: str) -> Tenant:
-    engine = build_engine(database_url, pool_size=1)
-    project = f"proj-{uuid.uuid4().hex[:10]}"
-    try:
-        with session_factory(engine)() as session, session.begin():
-            tokens = {s: create_token(session, project, s)[0] for s in ("ingest", "read", "admin")}
-    finally:
-        engine.dispose()
-    return Tenant(project, tokens["ingest"], tokens["read"], tokens["admin"])
+@pytest.fixture(scope="session")
+def server(db_url: str, request: pytest.FixtureRequest) -> ServerProcess:
+    """A real server on each backend in turn."""
+    fixture = "pg_server" if db_url.startswith("postgresql") else "sqlite_server"
+    proc: ServerProcess = request.getfixturevalue(fixture)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def alerting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server that may post alerts to 127.0.0.1, the only server on its database: no
+    other process's dispatcher shares its outbox."""
+    with server_of_its_own("alerts", tmp_path_factory.mktemp("alerts"), **ALERTING) as proc:
+        yield proc
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """A webhook receiver on 127.0.0.1 that answers every POST 200."""
+    with WebhookReceiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture
@@ -204,31 +198,3 @@ def api(server: ServerProcess) -> Iterator[httpx.Client]:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
-
-
-T = TypeVar("T")
-
-
-def run_async(coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-    """``asyncio.run(coroutine)`` in a thread of its own: what it returned, or re-raising
-    what it raised.
-
-    A browser test earlier in the process may have left this thread's event loop running
-    (Playwright's sync API), and ``asyncio.run`` needs a thread without one.
-    """
-    failures: list[BaseException] = []
-    results: list[T] = []
-
-    def run() -> None:
-        try:
-            results.append(asyncio.run(coroutine))
-        except BaseException as exc:  # re-raised in the test's own thread below
-            failures.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), "the coroutine did not finish in time"
-    if failures:
-        raise failures[0]
-    return results[0]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,8 +30,8 @@ from normwatch.client.jax import (
     stability_metrics,
 )
 
-from normwatch.testing import start_server
-from tests.conftest import make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import make_tenant
 
 ROOT = Path(__file__).resolve().parents[2]
 RTOL = 1e-6
@@ -591,23 +591,16 @@ def test_log_takes_device_scalars_without_reading_them_on_the_training_thread(
 # --- the example, end to end -------------------------------------------------------------------
 
 
-@pytest.fixture
-def example_server(sqlite_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = start_server(sqlite_url, tmp_path_factory.mktemp("server"))
-    yield server.url
-    server.stop()
-
-
 def test_example_streams_per_layer_metrics_to_a_real_server(
-    example_server: str, sqlite_url: str, tmp_path: Path
+    sqlite_server: ServerProcess, tmp_path: Path
 ) -> None:
-    tenant = make_tenant(sqlite_url)
+    tenant = make_tenant(sqlite_server.database_url)
     command = [
         sys.executable,
         "-W",
         "error",
         str(ROOT / "examples" / "train_lm.py"),
-        *("--url", example_server, "--token", tenant.ingest, "--project", tenant.project),
+        *("--url", sqlite_server.url, "--token", tenant.ingest, "--project", tenant.project),
         *("--name", "char-lm", "--steps", "30", "--layers", "2", "--every", "5"),
     ]
     environment = {**os.environ, "JAX_PLATFORMS": "cpu", "NORMWATCH_SPOOL_DIR": str(tmp_path)}
@@ -617,7 +610,9 @@ def test_example_streams_per_layer_metrics_to_a_real_server(
     assert result.returncode == 0, result.stdout + result.stderr
     assert "sent " in result.stdout
 
-    with httpx.Client(base_url=example_server, headers=tenant.headers("read"), timeout=30) as api:
+    with httpx.Client(
+        base_url=sqlite_server.url, headers=tenant.headers("read"), timeout=30
+    ) as api:
         (run,) = api.get("/api/v1/runs", params={"project": tenant.project}).json()
         assert (run["name"], run["status"], run["last_step"]) == ("char-lm", "finished", 29)
         names = {metric["name"] for metric in api.get(f"/api/v1/runs/{run['id']}/metrics").json()}

@@ -11,7 +11,7 @@ import pytest
 from normwatch.client import CompositeTracker, MemoryTracker, NoopTracker, Run, Tracker
 
 from normwatch.testing import ServerProcess
-from tests.conftest import make_tenant
+from tests.helpers.tenants import make_tenant
 
 
 class Exploding:

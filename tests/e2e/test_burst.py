@@ -21,8 +21,11 @@ import psycopg
 import pytest
 from normwatch.server.storage import blocks
 
-from normwatch.testing import ServerProcess, running_server
-from tests.conftest import Tenant, _admin_dsn, make_tenant, run_async
+from normwatch.testing import ServerProcess
+from tests.helpers.coroutines import run_async
+from tests.helpers.databases import admin_dsn
+from tests.helpers.servers import server_of_its_own
+from tests.helpers.tenants import Tenant, make_tenant
 
 SEED_STEPS = 20_000
 BATCH_STEPS = 10
@@ -33,30 +36,22 @@ BATCH_METRICS = 50
 def burst_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[ServerProcess, Tenant, str]]:
-    from tests.conftest import create_scratch_pg, drop_scratch_pg
-
-    url = create_scratch_pg("burst")
-    try:
-        # Without the compactor: what the test reads back stays in the hot table.
-        with running_server(
-            url, tmp_path_factory.mktemp("burst"), NORMWATCH_COMPACTION="false"
-        ) as server:
-            tenant = make_tenant(url)
-            with httpx.Client(base_url=server.url, timeout=60) as api:
-                run = api.post("/api/v1/runs", json={"name": "seeded"}, headers=tenant.headers())
-                run_id = run.json()["id"]
-                steps = list(range(SEED_STEPS))
-                body = {
-                    "steps": steps,
-                    "metrics": {f"grad/norm/layers.{i}": [1.0 + i] * SEED_STEPS for i in range(5)},
-                }
-                seeded = api.post(
-                    f"/api/v1/runs/{run_id}/metrics", json=body, headers=tenant.headers()
-                )
-                assert seeded.status_code == 202, seeded.text
-            yield server, tenant, run_id
-    finally:
-        drop_scratch_pg(url)
+    # Without the compactor: what the test reads back stays in the hot table.
+    with server_of_its_own(
+        "burst", tmp_path_factory.mktemp("burst"), NORMWATCH_COMPACTION="false"
+    ) as server:
+        tenant = make_tenant(server.database_url)
+        with httpx.Client(base_url=server.url, timeout=60) as api:
+            run = api.post("/api/v1/runs", json={"name": "seeded"}, headers=tenant.headers())
+            run_id = run.json()["id"]
+            steps = list(range(SEED_STEPS))
+            body = {
+                "steps": steps,
+                "metrics": {f"grad/norm/layers.{i}": [1.0 + i] * SEED_STEPS for i in range(5)},
+            }
+            seeded = api.post(f"/api/v1/runs/{run_id}/metrics", json=body, headers=tenant.headers())
+            assert seeded.status_code == 202, seeded.text
+        yield server, tenant, run_id
 
 
 @dataclass
@@ -142,7 +137,7 @@ async def burst(
 def stored_batches(database_url: str, run_id: str) -> dict[str, dict[int, float]]:
     """Every hot point of the burst's metrics, by metric and step (the server compacts
     nothing)."""
-    with psycopg.connect(_admin_dsn(database_url)) as conn:
+    with psycopg.connect(admin_dsn(database_url)) as conn:
         rows = conn.execute(
             "SELECT m.name, b.first_step, b.last_step, b.count, b.steps, b.data FROM blocks b "
             "JOIN metrics m ON m.id = b.metric_id JOIN runs r ON r.key = b.run_key "

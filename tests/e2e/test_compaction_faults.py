@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
-from normwatch.server.migrate import upgrade
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, runs
 from normwatch.server.storage import compaction, pyramid
@@ -21,7 +21,7 @@ from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
 from sqlalchemy import text
 
-from tests.conftest import create_scratch_pg, drop_scratch_pg
+from tests.helpers.databases import migrated_sqlite, scratch_pg
 
 METRICS = 24
 STEPS = 6000
@@ -58,17 +58,12 @@ print("done", flush=True)
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> object:
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "postgresql":
-        pg = create_scratch_pg("kill")
-        yield pg
-        drop_scratch_pg(pg)
+        with scratch_pg("kill") as pg:
+            yield pg
     else:
-        lite = f"sqlite:///{tmp_path / 'kill.db'}"
-        engine = build_engine(lite)
-        upgrade(engine)
-        engine.dispose()
-        yield lite
+        yield migrated_sqlite(tmp_path / "kill.db")
 
 
 def load(url: str) -> tuple[int, dict[str, np.ndarray], np.ndarray]:

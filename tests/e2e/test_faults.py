@@ -12,7 +12,6 @@ point at least once. Together: exactly once.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -25,39 +24,20 @@ import httpx
 import psycopg
 import pytest
 from normwatch.client import Run
-from normwatch.server.storage import blocks
 from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server
-from tests.conftest import DEFAULT_PG, Tenant, create_scratch_pg, drop_scratch_pg, make_tenant
-
-METRICS = 8
-
-
-def value(step: int, index: int) -> float:
-    """What the trainers log for metric ``m/<index>`` at ``step``; the same in every process."""
-    return step * 0.001 + index
-
-
-def expected(steps: range) -> dict[tuple[str, int], float]:
-    return {(f"m/{i}", step): value(step, i) for step in steps for i in range(METRICS)}
-
-
-def admin_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def base_url() -> str:
-    """The database the test suite is pointed at; scratch databases are made beside it."""
-    return os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
+from tests.helpers.databases import admin_dsn, base_url, scratch_pg
+from tests.helpers.points import stored_once
+from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
+from tests.helpers.tenants import Tenant, make_tenant
 
 
 @pytest.fixture(scope="module")
 def fault_db() -> Iterator[str]:
     """A migrated database for this module alone: its outages harm no other test."""
-    url = create_scratch_pg("faults")
-    yield url
-    drop_scratch_pg(url)
+    with scratch_pg("faults") as url:
+        yield url
 
 
 @pytest.fixture
@@ -69,26 +49,6 @@ def servers(tmp_path: Path) -> Iterator[list[ServerProcess]]:
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait(10)
-
-
-def stored(database_url: str, project: str, name: str) -> dict[tuple[str, int], float]:
-    """Every stored point of the run, asserting each is in segment 1."""
-    with psycopg.connect(admin_dsn(database_url)) as conn:
-        stored_blocks = conn.execute(
-            "SELECT m.name, b.segment, b.first_step, b.last_step, b.count, b.steps, b.data "
-            "FROM blocks b JOIN metrics m ON m.id = b.metric_id JOIN runs r ON r.key = b.run_key "
-            "JOIN projects j ON j.id = r.project_id WHERE j.name = %s AND r.name = %s",
-            (project, name),
-        ).fetchall()
-    rows = []
-    for metric, segment, first, last, count, steps, data in stored_blocks:
-        pts = blocks.decode(first, last, count, steps, data)
-        for step, value in zip(pts.steps.tolist(), pts.values.tolist(), strict=True):
-            rows.append((metric, step, None if value != value else value, segment))
-    assert {row[3] for row in rows} <= {1}, "a replay opened a segment of its own"
-    points = {(metric, step): stored_value for metric, step, stored_value, _ in rows}
-    assert len(points) == len(rows)
-    return points
 
 
 def run_row(database_url: str, project: str, name: str) -> tuple[str, int, int]:
@@ -107,7 +67,7 @@ def run_row(database_url: str, project: str, name: str) -> tuple[str, int, int]:
 def log_steps(run: Run, steps: range, *, per_second: float) -> None:
     started = time.monotonic()
     for n, step in enumerate(steps):
-        run.log({f"m/{i}": value(step, i) for i in range(METRICS)}, step=step)
+        run.log({f"m/{i}": trainer_value(step, i) for i in range(TRAINER_METRICS)}, step=step)
         delay = started + (n + 1) / per_second - time.monotonic()
         if delay > 0:
             time.sleep(delay)
@@ -145,7 +105,7 @@ TRAINER = textwrap.dedent(
         step += 1
         time.sleep(0.002)
     """
-).replace("{metrics}", str(METRICS))
+).replace("{metrics}", str(TRAINER_METRICS))
 
 
 def start_trainer(
@@ -198,8 +158,8 @@ def test_server_killed_and_restarted_mid_run(
     run.finish(timeout=60)
 
     assert (run.pending_points, run.dropped_points) == (0, 0)
-    assert run.sent_points == 1800 * METRICS
-    assert stored(fault_db, tenant.project, "server-killed") == expected(range(1800))
+    assert run.sent_points == 1800 * TRAINER_METRICS
+    assert stored_once(fault_db, tenant.project, "server-killed") == trainer_points(range(1800))
     assert run_row(fault_db, tenant.project, "server-killed")[:2] == ("finished", 1)
     assert list((tmp_path / "spool").iterdir()) == [], "all delivered: nothing left in the spool"
 
@@ -248,7 +208,7 @@ def test_database_outage_answers_503_and_loses_nothing(
     run.finish(timeout=60)
 
     assert (run.pending_points, run.dropped_points) == (0, 0)
-    assert stored(fault_db, tenant.project, "database-outage") == expected(range(1800))
+    assert stored_once(fault_db, tenant.project, "database-outage") == trainer_points(range(1800))
     assert "database unavailable" in server.log()
 
 
@@ -262,7 +222,7 @@ def test_server_down_for_the_whole_run_then_sync(
     trainer = start_trainer(tmp_path, url, tenant, "server-down", 1500, "finish")
     out, err = trainer.communicate(timeout=60)
     assert trainer.returncode == 0, err
-    assert out.splitlines() == ["logged 1500", f"finished {1500 * METRICS}"]
+    assert out.splitlines() == ["logged 1500", f"finished {1500 * TRAINER_METRICS}"]
     chunks = {path: path.read_bytes() for path in spool.rglob("*") if path.is_file()}
     assert any(path.suffix == ".nws" for path in chunks)
 
@@ -274,9 +234,9 @@ def test_server_down_for_the_whole_run_then_sync(
     servers.append(start_server(fault_db, tmp_path, port=port))
     synced = sync(spool, tenant)
     assert synced.returncode == 0, synced.stderr
-    assert f"{1500 * METRICS} points replayed; 0 dead-lettered" in synced.stdout
+    assert f"{1500 * TRAINER_METRICS} points replayed; 0 dead-lettered" in synced.stdout
 
-    assert stored(fault_db, tenant.project, "server-down") == expected(range(1500))
+    assert stored_once(fault_db, tenant.project, "server-down") == trainer_points(range(1500))
     assert run_row(fault_db, tenant.project, "server-down") == ("finished", 1, 1)
     assert list(spool.iterdir()) == []
 
@@ -314,10 +274,10 @@ def test_trainer_killed_mid_run_then_sync(
     synced = sync(tmp_path / "spool", tenant)
     assert synced.returncode == 0, synced.stderr
 
-    points = stored(fault_db, tenant.project, name)
+    points = stored_once(fault_db, tenant.project, name)
     steps = sorted({step for _, step in points})
     assert steps == list(range(len(steps))), "what arrived is a prefix of what was logged"
     assert 1000 <= len(steps) <= logged_up_to + 1
-    assert points == expected(range(len(steps)))
+    assert points == trainer_points(range(len(steps)))
     status, segment, events = run_row(fault_db, tenant.project, name)
     assert (status, segment, events) == ("running", 1, 1), "a killed trainer marks nothing"

@@ -10,64 +10,25 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from normwatch.server.auth import Principal, create_token
-from normwatch.server.db import build_engine, session_factory, snapshot_factory
-from normwatch.server.errors import Conflict, Invalid
-from normwatch.server.models import AlertRule, Event, Project, Run, Segment
-from normwatch.server.schemas import SEGMENT_MAX, AlertRuleCreate, EventCreate, RunCreate
-from normwatch.server.services.alert_rules import MAX_PROJECT_RULES, create_rule
-from normwatch.server.services.ingest import MAX_RUN_EVENTS, add_event
-from normwatch.server.services.runs import create_or_resume
+from normwatch.server.db import build_engine, session_factory
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.schedule import compact_everything
-from sqlalchemy import insert, select, text, update
-from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, running_server
-from tests.conftest import Tenant, make_tenant
+from tests.helpers.api import create_run, post_batch
+from tests.helpers.receivers import Reply, WebhookReceiver
+from tests.helpers.servers import ALERTING
+from tests.helpers.tenants import Tenant, make_tenant
 
-
-def create_run(api: httpx.Client, tenant: Tenant, name: str = "exp", **extra: object) -> str:
-    r = api.post("/api/v1/runs", json={"name": name, **extra}, headers=tenant.headers("ingest"))
-    assert r.status_code == 200, r.text
-    return str(r.json()["id"])
-
-
-def post_batch(api: httpx.Client, tenant: Tenant, run_id: str, body: object) -> httpx.Response:
-    return api.post(f"/api/v1/runs/{run_id}/metrics", json=body, headers=tenant.headers("ingest"))
-
-
-# --- the pool hands out clean connections ----------------------------------------------------
-
-
-def test_a_connection_pinged_after_idling_serves_a_snapshot_read(pg_url: str) -> None:
-    """The idle ping ran ``SELECT 1`` in a transaction it left open; the snapshot read that
-    got the connection next failed: "can't change 'autocommit' now: ... INTRANS"."""
-    engine = build_engine(pg_url, pool_size=1, ping_idle_s=0.1)
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        time.sleep(0.3)  # idle past the threshold: pinged at the next checkout
-        with snapshot_factory(engine)() as session:
-            level = session.execute(text("SHOW transaction_isolation")).scalar_one()
-        assert level == "repeatable read"
-        time.sleep(0.3)
-        with session_factory(engine)() as session:
-            level = session.execute(text("SHOW transaction_isolation")).scalar_one()
-        assert level == "read committed"
-    finally:
-        engine.dispose()
+# --- the pool hands out clean connections -----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +237,7 @@ def test_validation_errors_do_not_echo_the_input(api: httpx.Client, tenant: Tena
     assert all(set(d) <= {"type", "loc", "msg", "ctx"} for d in detail)
 
 
-# --- inputs the database cannot store are 4xx ------------------------------------------------
+# --- inputs the database cannot store are 4xx -------------------------------------------------
 
 
 def test_deeply_nested_json_is_a_4xx(api: httpx.Client, tenant: Tenant) -> None:
@@ -357,34 +318,9 @@ def test_numbers_past_their_column_are_refused(api: httpx.Client, tenant: Tenant
 # --- what read tokens see of alert channels ---------------------------------------------------
 
 
-class FailingReceiver:
-    """A webhook receiver on 127.0.0.1 that answers every POST 500 with a telling body."""
-
-    BODY = b"upstream refused: api_key=sk-live-12345 expired"
-
-    def __init__(self) -> None:
-        receiver = self
-        self.posts = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.posts += 1
-                self.send_response(500)
-                self.send_header("Content-Length", str(len(receiver.BODY)))
-                self.end_headers()
-                self.wfile.write(receiver.BODY)
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T0k3n-in-path"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+HOOK_PATH = "/hooks/T0k3n-in-path"
+REFUSAL = b"upstream refused: api_key=sk-live-12345 expired"
+"""What the receiver answers every POST, with a 500: a body that tells too much."""
 
 
 def test_read_tokens_see_neither_webhook_paths_nor_receiver_answers(
@@ -393,121 +329,40 @@ def test_read_tokens_see_neither_webhook_paths_nor_receiver_answers(
     # A database of its own: every server on a database delivers from its outbox, and
     # another test's server, without this allow list, would refuse the receiver.
     pg_url = fresh_pg_url
-    receiver = FailingReceiver()
-    env = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
-    try:
-        with running_server(pg_url, tmp_path, **env) as server:
-            tenant = make_tenant(pg_url)
-            with httpx.Client(base_url=server.url, timeout=30) as api:
-                rule = {
-                    "name": "nan",
-                    "metric": "loss",
-                    "condition": {"kind": "non_finite"},
-                    "channels": [{"type": "webhook", "url": receiver.url, "secret": "s"}],
-                }
-                made = api.post("/api/v1/alert-rules", json=rule, headers=tenant.headers())
-                assert made.status_code == 201, made.text
-                run_id = create_run(api, tenant)
-                batch = {"steps": [1], "metrics": {"loss": ["NaN"]}}
-                assert post_batch(api, tenant, run_id, batch).status_code == 202
-                deadline = time.monotonic() + 15
-                while receiver.posts == 0 and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                time.sleep(0.5)  # the attempt is recorded after the answer
+    with (
+        WebhookReceiver(reply=Reply(500, body=REFUSAL)) as receiver,
+        running_server(pg_url, tmp_path, **ALERTING) as server,
+    ):
+        tenant = make_tenant(pg_url)
+        with httpx.Client(base_url=server.url, timeout=30) as api:
+            rule = {
+                "name": "nan",
+                "metric": "loss",
+                "condition": {"kind": "non_finite"},
+                "channels": [{"type": "webhook", "url": receiver.url(HOOK_PATH), "secret": "s"}],
+            }
+            made = api.post("/api/v1/alert-rules", json=rule, headers=tenant.headers())
+            assert made.status_code == 201, made.text
+            run_id = create_run(api, tenant)
+            batch = {"steps": [1], "metrics": {"loss": ["NaN"]}}
+            assert post_batch(api, tenant, run_id, batch).status_code == 202
+            receiver.wait_for_requests(1)
+            time.sleep(0.5)  # the attempt is recorded after the answer
 
-                def seen(scope: str) -> tuple[str, str | None]:
-                    rules = api.get("/api/v1/alert-rules", headers=tenant.headers(scope)).json()
-                    alerts = api.get("/api/v1/alerts", headers=tenant.headers(scope)).json()
-                    return rules[0]["channels"][0]["url"], alerts[0]["notifications"][0][
-                        "last_error"
-                    ]
+            def seen(scope: str) -> tuple[str, str | None]:
+                rules = api.get("/api/v1/alert-rules", headers=tenant.headers(scope)).json()
+                alerts = api.get("/api/v1/alerts", headers=tenant.headers(scope)).json()
+                return rules[0]["channels"][0]["url"], alerts[0]["notifications"][0]["last_error"]
 
-                admin_url, admin_error = seen("admin")
-                read_url, read_error = seen("read")
-    finally:
-        receiver.close()
-    port = receiver.url.split(":")[2].split("/")[0]
-    assert admin_url == receiver.url  # admins edit rules: they see where it posts
+            admin_url, admin_error = seen("admin")
+            read_url, read_error = seen("read")
+    assert admin_url == receiver.url(HOOK_PATH)  # admins edit rules: they see where it posts
     assert admin_error is not None and "api_key=sk-live-12345" in admin_error
-    assert read_url == f"http://127.0.0.1:{port}/••••"
+    assert read_url == f"http://127.0.0.1:{receiver.port}/••••"
     assert read_error == "HTTP 500"
 
 
-# --- what a project and a run may hold --------------------------------------------------------
-
-
-def principal(session: Session) -> Principal:
-    """An admin of a project of its own."""
-    _, token = create_token(session, f"bounds-{uuid.uuid4().hex[:8]}", "admin")
-    project = session.get(Project, token.project_id)
-    assert project is not None
-    return Principal(token.id, token.project_id, project.name, "admin")
-
-
-def test_resumes_cannot_grow_a_runs_config_or_tags_past_their_bounds(db_session: Session) -> None:
-    who = principal(db_session)
-    half = {f"k{i}": "v" * 1000 for i in range(40)}  # ~41 KB: fine alone
-    create_or_resume(db_session, who, RunCreate(name="r", config=half, tags=["a"] * 1))
-    other = {f"j{i}": "v" * 1000 for i in range(40)}
-    with pytest.raises(Invalid, match=r"config: merged with the run's, it is \d+ bytes"):
-        create_or_resume(db_session, who, RunCreate(name="r", config=other))
-    create_or_resume(db_session, who, RunCreate(name="r", tags=[f"t{i}" for i in range(63)]))
-    with pytest.raises(Invalid, match="the run would have 65 tags; a run may have at most 64"):
-        create_or_resume(db_session, who, RunCreate(name="r", tags=["one-more"]))
-
-
-def test_a_run_restarted_as_often_as_its_segments_allow_is_refused(db_session: Session) -> None:
-    who = principal(db_session)
-    made = create_or_resume(db_session, who, RunCreate(name="r", start_step=0))
-    db_session.execute(update(Run).where(Run.id == made.id).values(segment=SEGMENT_MAX))
-    run = db_session.scalar(select(Run).where(Run.id == made.id))
-    assert run is not None
-    db_session.add(Segment(run_key=run.key, segment=SEGMENT_MAX, start_step=0))
-    db_session.flush()
-    db_session.expire_all()
-    with pytest.raises(Conflict, match="has restarted 32766 times"):
-        create_or_resume(db_session, who, RunCreate(name="r", start_step=0))
-
-
-def test_a_run_holds_a_bounded_number_of_events(db_session: Session) -> None:
-    who = principal(db_session)
-    made = create_or_resume(db_session, who, RunCreate(name="r"))
-    run = db_session.scalar(select(Run).where(Run.id == made.id))
-    assert run is not None
-    db_session.execute(
-        insert(Event),
-        [
-            {"run_key": run.key, "segment": 1, "step": i, "kind": "note", "text": "t"}
-            for i in range(MAX_RUN_EVENTS - 1)
-        ],
-    )
-    add_event(db_session, run, EventCreate(step=1, text="the last one that fits"))
-    with pytest.raises(Conflict, match="has 10000 events already"):
-        add_event(db_session, run, EventCreate(step=2, text="one too many"))
-
-
-def test_a_project_holds_a_bounded_number_of_rules(db_session: Session) -> None:
-    who = principal(db_session)
-    db_session.execute(
-        insert(AlertRule),
-        [
-            {
-                "project_id": who.project_id,
-                "name": f"rule {i}",
-                "metric": "loss",
-                "condition": {"kind": "non_finite"},
-                "channels": [],
-                "run_name": "*",
-                "run_tags": [],
-            }
-            for i in range(MAX_PROJECT_RULES)
-        ],
-    )
-    body = AlertRuleCreate.model_validate(
-        {"name": "one too many", "metric": "loss", "condition": {"kind": "non_finite"}}
-    )
-    with pytest.raises(Conflict, match="has 1000 rules, the most it may have"):
-        create_rule(db_session, who, body, ())
+# --- listings and renames ---------------------------------------------------------------------
 
 
 def test_runs_are_listed_up_to_a_limit(api: httpx.Client, tenant: Tenant) -> None:

@@ -31,12 +31,13 @@ import pytest
 from normwatch.client import Run
 from normwatch.server.db import build_engine
 from normwatch.server.migrate import upgrade
-from normwatch.server.storage import blocks, chunks
 from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server
-from tests.conftest import create_scratch_pg, drop_scratch_pg, make_tenant
-from tests.test_faults import METRICS, admin_dsn, expected, value
+from tests.helpers.databases import admin_dsn, scratch_pg
+from tests.helpers.points import stored_once
+from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
+from tests.helpers.tenants import make_tenant
 
 OUTAGE_S = 60.0
 PROMPT_S = 5.0
@@ -44,36 +45,6 @@ PROMPT_S = 5.0
 LOG_BOUND_S = 0.25
 """Far above what a `Run.log` call costs (microseconds; some milliseconds when the
 interpreter lock is busy), far below any network or disk wait it must never make."""
-
-
-def stored_once(database_url: str, project: str, name: str) -> dict[tuple[str, int], float]:
-    """Every stored point of the run, hot or compacted, asserting that each (metric, step)
-    is stored once, all of them in segment 1. The server must compact in float64 for the
-    values to come back exactly."""
-    run_of = "JOIN runs r ON r.key = t.run_key JOIN projects j ON j.id = r.project_id"
-    where = "WHERE j.name = %s AND r.name = %s"
-    with psycopg.connect(admin_dsn(database_url)) as conn:
-        hot = conn.execute(
-            "SELECT m.name, t.segment, t.first_step, t.last_step, t.count, t.steps, t.data "
-            f"FROM blocks t JOIN metrics m ON m.id = t.metric_id {run_of} {where}",
-            (project, name),
-        ).fetchall()
-        compacted = conn.execute(
-            f"SELECT m.name, t.segment, t.data FROM chunks t JOIN metrics m "
-            f"ON m.id = t.metric_id {run_of} {where}",
-            (project, name),
-        ).fetchall()
-    parts = [(m, seg, blocks.decode(*rest)) for m, seg, *rest in hot]
-    parts += [(m, seg, chunks.decode(data)) for m, seg, data in compacted]
-    rows = [
-        (metric, segment, step, v)
-        for metric, segment, points in parts
-        for step, v in zip(points.steps.tolist(), points.values.tolist(), strict=True)
-    ]
-    assert {row[1] for row in rows} <= {1}, "a replay opened a segment of its own"
-    points = {(metric, step): v for metric, _, step, v in rows}
-    assert len(points) == len(rows), f"{len(rows) - len(points)} points stored twice"
-    return points
 
 
 def postgres_bindir() -> Path:
@@ -262,7 +233,7 @@ def outage_and_recovery(cluster: Cluster, server: ServerProcess, tmp_path: Path)
         step = 0
         while not stop.is_set():
             started = time.perf_counter()
-            run.log({f"m/{i}": value(step, i) for i in range(METRICS)}, step=step)
+            run.log({f"m/{i}": trainer_value(step, i) for i in range(TRAINER_METRICS)}, step=step)
             log_costs.append(time.perf_counter() - started)
             step += 1
             logged_steps[0] = step
@@ -375,8 +346,8 @@ def outage_and_recovery(cluster: Cluster, server: ServerProcess, tmp_path: Path)
     assert {a.status for a in after if a.kind == "series"} == {200}
     assert {a.status for a in after if a.kind == "probe ingest"} == {202}
     assert (run.pending_points, run.dropped_points) == (0, 0)
-    assert run.sent_points == steps * METRICS
-    assert stored_once(cluster.url, tenant.project, "db-stopped") == expected(range(steps))
+    assert run.sent_points == steps * TRAINER_METRICS
+    assert stored_once(cluster.url, tenant.project, "db-stopped") == trainer_points(range(steps))
 
 
 # --- the spool's disk full ---------------------------------------------------------------
@@ -425,7 +396,7 @@ DISK_TRAINER = textwrap.dedent(
     print(json.dumps({"sent": run.sent_points, "pending": run.pending_points,
                       "dropped": run.dropped_points, "warnings": warnings}), flush=True)
     """
-).replace("{metrics}", str(METRICS))
+).replace("{metrics}", str(TRAINER_METRICS))
 
 
 @dataclass(frozen=True)
@@ -459,9 +430,8 @@ def full_disk(tmp_path: Path) -> Iterator[FullDisk]:
 
 @pytest.fixture(scope="module")
 def delivery_db() -> Iterator[str]:
-    url = create_scratch_pg("outages")
-    yield url
-    drop_scratch_pg(url)
+    with scratch_pg("outages") as url:
+        yield url
 
 
 def test_a_full_spool_disk_drops_the_oldest_loudly_and_never_stops_training(
@@ -509,7 +479,7 @@ def test_a_full_spool_disk_drops_the_oldest_loudly_and_never_stops_training(
         )
     )
 
-    total = steps * METRICS
+    total = steps * TRAINER_METRICS
     assert logged["raised"] == 0 and logged["logged"] == total
     assert logged["worst_log_s"] < LOG_BOUND_S, "a log() call waited on the disk"
     dropped = logged["dropped"]
@@ -529,7 +499,7 @@ def test_a_full_spool_disk_drops_the_oldest_loudly_and_never_stops_training(
     # What was kept (the newest steps: whole records go, oldest first) is delivered.
     assert finished["pending"] == 0 and finished["dropped"] == dropped
     assert finished["sent"] == total - dropped
-    kept = (total - dropped) // METRICS
-    assert stored_once(delivery_db, tenant.project, "disk-full") == expected(
+    kept = (total - dropped) // TRAINER_METRICS
+    assert stored_once(delivery_db, tenant.project, "disk-full") == trainer_points(
         range(steps - kept, steps)
     )

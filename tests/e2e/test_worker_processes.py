@@ -12,10 +12,13 @@ import pytest
 from normwatch.server.config import Settings
 from normwatch.server.telemetry import INGEST_ROUTE
 
-from normwatch.testing import ServerProcess, free_port, start_server
-from tests.conftest import create_scratch_pg, drop_scratch_pg, make_tenant
-from tests.server.test_alerts_e2e import Receiver
-from tests.server.test_prometheus import LATENCY, Scrape, new_run
+from normwatch.testing import ServerProcess, start_server
+from tests.helpers.api import create_run
+from tests.helpers.databases import scratch_pg
+from tests.helpers.prometheus import LATENCY, Scrape
+from tests.helpers.receivers import WebhookReceiver
+from tests.helpers.servers import ALERTING, server_of_its_own
+from tests.helpers.tenants import make_tenant
 
 BATCHES = 120
 STEPS_PER_BATCH = 10
@@ -35,15 +38,10 @@ def wait_for_workers(url: str, count: int, timeout: float = 60.0) -> None:
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """Two worker processes, the only server on their database."""
-    url = create_scratch_pg("workers")
-    env = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
-    proc = start_server(url, tmp_path_factory.mktemp("workers"), workers=2, **env)
-    try:
+    log_dir = tmp_path_factory.mktemp("workers")
+    with server_of_its_own("workers", log_dir, workers=2, **ALERTING) as proc:
         wait_for_workers(proc.url, 2)
         yield proc
-    finally:
-        proc.stop()
-        drop_scratch_pg(url)
 
 
 def fresh_connections(url: str, **headers: str) -> httpx.Client:
@@ -55,7 +53,7 @@ def fresh_connections(url: str, **headers: str) -> httpx.Client:
 def test_batches_spread_over_both_workers_and_are_counted_once(two_workers: ServerProcess) -> None:
     tenant = make_tenant(two_workers.database_url)
     with httpx.Client(base_url=two_workers.url, timeout=60) as api:
-        run = new_run(api, tenant, "two-workers")
+        run = create_run(api, tenant, "two-workers")
         before = Scrape(api.get("/metrics"))
     url = f"/api/v1/runs/{run}/metrics"
     batches = []
@@ -114,19 +112,17 @@ def test_batches_spread_over_both_workers_and_are_counted_once(two_workers: Serv
 def test_each_notification_is_sent_once_by_one_of_the_dispatchers(
     two_workers: ServerProcess,
 ) -> None:
-    receiver = Receiver(free_port())
-    receiver.start()
-    try:
+    with WebhookReceiver() as receiver:
         tenant = make_tenant(two_workers.database_url)
         with httpx.Client(base_url=two_workers.url, headers=tenant.headers(), timeout=30) as api:
             rule = {
                 "name": "loss 5+",
                 "metric": "loss",
                 "condition": {"kind": "threshold", "op": ">=", "value": 5.0},
-                "channels": [{"type": "webhook", "url": receiver.url, "secret": "s"}],
+                "channels": [{"type": "webhook", "url": receiver.url(), "secret": "s"}],
             }
             assert api.post("/api/v1/alert-rules", json=rule).status_code == 201
-            run = new_run(api, tenant, "alerting")
+            run = create_run(api, tenant, "alerting")
             crossing = {"steps": [1, 2, 3], "metrics": {"loss": [1.0, 9.0, 2.0]}}
             r = api.post(f"/api/v1/runs/{run}/metrics", json=crossing)
             assert r.status_code == 202, r.text
@@ -141,8 +137,6 @@ def test_each_notification_is_sent_once_by_one_of_the_dispatchers(
             while Scrape(client.get("/metrics")).value("normwatch_alert_notifications_pending"):
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
-    finally:
-        receiver.stop()
 
 
 def test_every_rule_change_reaches_both_workers_by_the_next_batch(
@@ -153,7 +147,7 @@ def test_every_rule_change_reaches_both_workers_by_the_next_batch(
     very next batch on either worker: a batch crossing the threshold fires or it does not."""
     tenant = make_tenant(two_workers.database_url)
     with httpx.Client(base_url=two_workers.url, headers=tenant.headers(), timeout=30) as admin:
-        run = new_run(admin, tenant, "rule-changes")
+        run = create_run(admin, tenant, "rule-changes")
     step = 0
 
     def fired(workers: set[str]) -> list[str]:
@@ -201,15 +195,14 @@ def test_values_of_an_earlier_run_are_cleared_at_start(tmp_path: Path) -> None:
     """A PROMETHEUS_MULTIPROC_DIR given by the operator is emptied, not inherited.
 
     One worker is enough: with the folder set, it keeps its values there too."""
-    url = create_scratch_pg("multiproc")
     folder = tmp_path / "prometheus"
     env = {"PROMETHEUS_MULTIPROC_DIR": str(folder)}
-    try:
+    with scratch_pg("multiproc") as url:
         tenant = make_tenant(url)
         first = start_server(url, tmp_path, **env)
         try:
             with httpx.Client(base_url=first.url, timeout=30) as api:
-                run = new_run(api, tenant)
+                run = create_run(api, tenant)
                 batch = {"steps": [1], "metrics": {"loss": [1.0]}}
                 r = api.post(
                     f"/api/v1/runs/{run}/metrics", json=batch, headers=tenant.headers("ingest")
@@ -225,5 +218,3 @@ def test_values_of_an_earlier_run_are_cleared_at_start(tmp_path: Path) -> None:
             assert scrape.value("normwatch_ingest_points_total") == 0
         finally:
             second.stop()
-    finally:
-        drop_scratch_pg(url)

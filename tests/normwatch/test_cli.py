@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+import normwatch
 from normwatch.cli import main
 from normwatch.testing import ServerProcess, free_port
-from tests.conftest import make_tenant
+from tests.helpers.tenants import make_tenant
 
-LLMC_LOG = Path(__file__).resolve().parent.parent / "normwatch" / "data"
-LLMC_LOG = LLMC_LOG / "llmc_gpt2_124M_modded-nanogpt.log"
+LLMC_LOG = Path(normwatch.__file__).parent / "data" / "llmc_gpt2_124M_modded-nanogpt.log"
 
 
 def normwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -7,11 +7,11 @@ import time
 import psycopg
 import pytest
 from normwatch.server import db
-from normwatch.server.db import begin_snapshot, build_engine, session_factory
+from normwatch.server.db import begin_snapshot, build_engine, session_factory, snapshot_factory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
-from tests.conftest import _admin_dsn
+from tests.helpers.databases import admin_dsn
 
 
 def backend_pid(engine: Engine) -> int:
@@ -20,7 +20,7 @@ def backend_pid(engine: Engine) -> int:
 
 
 def terminate(url: str, pid: int) -> None:
-    with psycopg.connect(_admin_dsn(url), autocommit=True) as admin:
+    with psycopg.connect(admin_dsn(url), autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         for _ in range(100):  # until the backend is gone
             row = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
@@ -73,7 +73,7 @@ def test_a_snapshot_session_reads_one_snapshot_and_leaves_the_pool_as_it_was(
             begin_snapshot(session)
             count = text("SELECT count(*) FROM snapshot_probe")
             assert session.execute(count).scalar_one() == 0
-            with psycopg.connect(_admin_dsn(pg_url), autocommit=True) as other:
+            with psycopg.connect(admin_dsn(pg_url), autocommit=True) as other:
                 other.execute("INSERT INTO snapshot_probe VALUES (1)")
             assert session.execute(count).scalar_one() == 0  # committed since: not seen
             level = session.execute(text("SHOW transaction_isolation")).scalar_one()
@@ -85,4 +85,23 @@ def test_a_snapshot_session_reads_one_snapshot_and_leaves_the_pool_as_it_was(
     finally:
         with engine.begin() as conn:
             conn.execute(text("DROP TABLE IF EXISTS snapshot_probe"))
+        engine.dispose()
+
+
+def test_a_connection_pinged_after_idling_serves_a_snapshot_read(pg_url: str) -> None:
+    """The idle ping ran ``SELECT 1`` in a transaction it left open; the snapshot read that
+    got the connection next failed: "can't change 'autocommit' now: ... INTRANS"."""
+    engine = build_engine(pg_url, pool_size=1, ping_idle_s=0.1)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        time.sleep(0.3)  # idle past the threshold: pinged at the next checkout
+        with snapshot_factory(engine)() as session:
+            level = session.execute(text("SHOW transaction_isolation")).scalar_one()
+        assert level == "repeatable read"
+        time.sleep(0.3)
+        with session_factory(engine)() as session:
+            level = session.execute(text("SHOW transaction_isolation")).scalar_one()
+        assert level == "read committed"
+    finally:
         engine.dispose()

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from normwatch.server import memory
 
 glibc = pytest.mark.skipif(
     platform.libc_ver()[0] != "glibc", reason="the settings are glibc's; elsewhere they are no-ops"
@@ -49,6 +48,32 @@ libc.fflush(fd)
     assert arenas["default"] > 2, arenas
 
 
-def test_trim_is_safe_to_call_any_time() -> None:
-    memory.trim()
-    memory.trim()
+@glibc
+def test_trim_hands_freed_heap_pages_back() -> None:
+    """In a fresh process: 64 MB of small blocks freed below a live one stay resident
+    (``free`` cannot shrink the heap past it); `trim` gives them back, and a second call,
+    with nothing left to give, changes nothing."""
+    probe = """
+import os
+from normwatch.server import memory
+def resident():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+blocks = [bytearray(4000) for _ in range(16000)]
+above = bytearray(4000)
+loaded = resident()
+del blocks
+freed = resident()
+memory.trim()
+trimmed = resident()
+memory.trim()
+print(loaded, freed, trimmed, resident())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    loaded, freed, trimmed, again = map(int, out.split())
+    blocks = 16000 * 4000
+    assert loaded - freed < 0.05 * blocks, (loaded, freed)
+    assert freed - trimmed > 0.95 * blocks, (freed, trimmed)
+    assert again == trimmed

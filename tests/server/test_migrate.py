@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 
 import numpy as np
-import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -15,9 +12,9 @@ from normwatch.server.db import build_engine
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
 from normwatch.server.storage import blocks
-from sqlalchemy import inspect, make_url, text
+from sqlalchemy import inspect, text
 
-from tests.conftest import DEFAULT_PG, _admin_dsn
+from tests.helpers.databases import scratch_pg
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
@@ -25,13 +22,8 @@ def empty_db(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'm.db'}"
         return
-    base = os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
-    name = f"normwatch_mig_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield make_url(base).set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(_admin_dsn(base), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_pg("mig", migrate=False) as url:
+        yield url
 
 
 def test_upgrade_downgrade_upgrade_without_drift(empty_db: str) -> None:

@@ -29,12 +29,13 @@ from normwatch.server.alerts.evaluation import (
     preview,
     stale_due,
 )
-from normwatch.server.alerts.selectors import metric_matches, run_matches
-from pydantic import ValidationError
+from normwatch.server.alerts.selectors import metric_matches
 
 import normwatch
 
 LLMC_LOG = Path(normwatch.__file__).parent / "data" / "llmc_gpt2_124M_modded-nanogpt.log"
+
+
 START = 77_096  # a restart step seen in the wild: step numbers far from zero
 
 
@@ -582,100 +583,3 @@ def test_transition_document_encodes_non_finite_values() -> None:
         "fired_at_step": 2,
     }
     json.dumps(fired.to_dict(), allow_nan=False)
-
-
-# --- conditions ------------------------------------------------------------------------
-
-
-def test_parses_the_contract_example_and_every_kind() -> None:
-    rule = parse_condition({"kind": "threshold", "op": ">=", "value": 5.0, "for_steps": 1})
-    assert rule == ThresholdCondition(op=">=", value=5.0, for_steps=1, cooldown_steps=0)
-    assert parse_condition({"kind": "non_finite"}) == NonFiniteCondition()
-    spike = parse_condition({"kind": "spike", "factor": 3, "window": 50})
-    assert isinstance(spike, SpikeCondition) and spike.history_needed == 25
-    slope = parse_condition({"kind": "slope", "per_1k_steps": 2.5})
-    assert slope == SlopeCondition(op=">", per_1k_steps=2.5, window=100)
-    forecast = parse_condition({"kind": "forecast", "value": 5, "within_steps": 2000})
-    assert forecast == ForecastCondition(op=">=", value=5.0, within_steps=2000, window=100)
-    assert parse_condition({"kind": "stale", "seconds": 600}) == StaleCondition(seconds=600.0)
-    assert parse_condition(forecast.model_dump()) == forecast
-
-
-THRESHOLD = {"kind": "threshold", "op": ">", "value": 1}
-GE = "greater than or equal to"
-
-
-@pytest.mark.parametrize(
-    ("doc", "loc", "message"),
-    [
-        ({"op": ">", "value": 1}, (), "Unable to extract tag using discriminator 'kind'"),
-        ({"kind": "median", "value": 1}, (), "'median' found using 'kind' does not match"),
-        ({"kind": "threshold", "value": 1}, ("threshold", "op"), "Field required"),
-        ({**THRESHOLD, "op": "=="}, ("threshold", "op"), "'>', '>=', '<' or '<='"),
-        ({**THRESHOLD, "value": "NaN"}, ("threshold", "value"), "finite number"),
-        ({**THRESHOLD, "for_steps": 0}, ("threshold", "for_steps"), f"{GE} 1"),
-        ({**THRESHOLD, "for_step": 2}, ("threshold", "for_step"), "Extra inputs"),
-        ({"kind": "non_finite", "cooldown_steps": -1}, ("non_finite", "cooldown_steps"), f"{GE} 0"),
-        ({"kind": "spike", "factor": 1.0}, ("spike", "factor"), "greater than 1"),
-        ({"kind": "spike", "window": 10, "min_history": 11}, ("spike",), "exceed window (10)"),
-        ({"kind": "slope", "per_1k_steps": 1, "window": 1}, ("slope", "window"), f"{GE} 2"),
-        ({"kind": "slope", "per_1k_steps": 1, "window": 10**6}, ("slope", "window"), "2000"),
-        ({"kind": "forecast", "value": 5}, ("forecast", "within_steps"), "Field required"),
-        ({"kind": "stale", "seconds": 0}, ("stale", "seconds"), "greater than 0"),
-        ({"kind": "stale", "seconds": 5, "for_steps": 1}, ("stale", "for_steps"), "Extra inputs"),
-    ],
-)
-def test_bad_conditions_are_refused_with_the_field_named(
-    doc: dict[str, Any], loc: tuple[str, ...], message: str
-) -> None:
-    with pytest.raises(ValidationError) as err:
-        parse_condition(doc)
-    assert isinstance(err.value, ValueError)
-    assert message in str(err.value)
-    errors = err.value.errors()
-    assert len(errors) == 1 and tuple(errors[0]["loc"]) == loc
-
-
-# --- selectors -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("pattern", "name", "expected"),
-    [
-        ("grad/norm/layers.*", "grad/norm/layers.12", True),
-        ("grad/norm/layers.*", "grad/norm/layers.12.mlp.w1", True),
-        ("grad/norm/layers.*", "grad/norm/layers.12/w1", False),
-        ("grad/norm/layers.*", "grad/norm/layersX12", False),  # the dot is literal
-        ("grad/norm/*", "grad/norm/total", True),
-        ("*/norm/total", "grad/norm/total", True),
-        ("*/norm/total", "a/grad/norm/total", False),
-        ("grad/**", "grad/norm/layers.3/w1", True),
-        ("grad/**/w1", "grad/w1", True),
-        ("grad/**/w1", "grad/norm/layers.3/w1", True),
-        ("grad/**/w1", "grad/norm/xw1", False),
-        ("**/total", "total", True),
-        ("**", "anything/at/all", True),
-        ("grad/norm/layers.?", "grad/norm/layers.7", True),
-        ("grad/norm/layers.?", "grad/norm/layers.17", False),
-        ("grad/norm/layers.[0-4]", "grad/norm/layers.3", True),
-        ("grad/norm/layers.[!0-4]", "grad/norm/layers.7", True),
-        ("grad/norm/layers.[!0-4]", "grad/norm/layers.3", False),
-        ("a[!x]b", "a/b", False),
-        ("a[b", "a[b", True),
-        ("a[]]b", "a]b", True),
-        ("loss (z)+", "loss (z)+", True),
-        ("optim/total grad norm", "optim/total grad norm", True),
-        ("grad/norm/total", "grad/norm/total2", False),
-        ("a[&&~~]b", "a&b", True),
-    ],
-)
-def test_metric_matches(pattern: str, name: str, expected: bool) -> None:
-    assert metric_matches(pattern, name) is expected
-
-
-def test_run_matches() -> None:
-    assert run_matches("*", [], "marin/32b-exp1295", ["32b"])  # * crosses / for run names
-    assert run_matches(None, ["32b"], "x", ["32b", "moe"])
-    assert run_matches("32b-exp*", ["32b", "moe"], "32b-exp1295", ["moe", "32b", "prod"])
-    assert not run_matches("32b-exp*", ["32b", "moe"], "32b-exp1295", ["32b"])
-    assert not run_matches("7b-*", [], "32b-exp1295", [])

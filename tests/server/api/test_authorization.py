@@ -60,7 +60,7 @@ from websockets.sync.client import connect
 from websockets.typing import Origin
 
 from normwatch.testing import ServerProcess, running_server
-from tests.conftest import Tenant, make_tenant
+from tests.helpers.tenants import Tenant, make_tenant
 
 CALLERS = ("none", "revoked", "expired", "ingest", "read", "admin")
 OK, REFUSED, HIDDEN = "ok", "refused", "hidden"

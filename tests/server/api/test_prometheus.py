@@ -6,59 +6,19 @@ import time
 from pathlib import Path
 
 import httpx
-from normwatch.server.app import create_app
 from normwatch.server.config import Settings
-from normwatch.server.db import build_engine, session_factory
-from normwatch.server.migrate import upgrade
-from normwatch.server.telemetry import INGEST_ROUTE, Sample, Telemetry
-from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine, text
-from sqlalchemy.orm import Session
+from normwatch.server.telemetry import INGEST_ROUTE
 
 from normwatch.testing import ServerProcess, free_port, running_server
-from tests.conftest import Tenant, make_tenant
-
-LATENCY = "normwatch_http_request_duration_seconds"
-
-
-class Scrape:
-    """One parsed scrape: sample values by name and labels, and who answered."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        assert response.status_code == 200, response.text
-        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-        self.text = response.text
-        self.worker = response.headers["x-normwatch-worker"]
-        self.samples = {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(response.text)
-            for s in family.samples
-        }
-
-    def value(self, name: str, **labels: str) -> float:
-        """The sample's value; 0 for a labelled series not created yet."""
-        key = (name, tuple(sorted(labels.items())))
-        if key not in self.samples:
-            assert labels, f"{name} is missing from the scrape"
-            return 0.0
-        return self.samples[key]
-
-    def label_values(self, name: str, label: str) -> set[str]:
-        return {dict(labels)[label] for (n, labels) in self.samples if n == name}
-
-
-def scrape(client: httpx.Client, **headers: str) -> Scrape:
-    return Scrape(client.get("/metrics", headers=headers))
-
-
-def new_run(api: httpx.Client, tenant: Tenant, name: str = "exp") -> str:
-    r = api.post("/api/v1/runs", json={"name": name}, headers=tenant.headers("ingest"))
-    assert r.status_code == 200, r.text
-    return str(r.json()["id"])
+from tests.helpers.api import create_run
+from tests.helpers.databases import migrated_sqlite
+from tests.helpers.prometheus import LATENCY, scrape
+from tests.helpers.servers import ALERTING
+from tests.helpers.tenants import Tenant, make_tenant
 
 
 def test_ingest_counters_move_by_exactly_what_was_posted(api: httpx.Client, tenant: Tenant) -> None:
-    run = new_run(api, tenant)
+    run = create_run(api, tenant)
     url = f"/api/v1/runs/{run}/metrics"
     before = scrape(api)
     batch = {"steps": [1, 2, 3], "metrics": {"loss": [1.0, None, "NaN"], "grad/norm": [1, 2, 3]}}
@@ -87,7 +47,7 @@ def test_ingest_counters_move_by_exactly_what_was_posted(api: httpx.Client, tena
 
 
 def test_latency_is_labelled_by_route_template_only(api: httpx.Client, tenant: Tenant) -> None:
-    run = new_run(api, tenant, "templates")
+    run = create_run(api, tenant, "templates")
     headers = tenant.headers("read")
     assert api.get(f"/api/v1/runs/{run}/metrics", headers=headers).status_code == 200
     before = scrape(api)
@@ -120,8 +80,10 @@ def test_pool_and_process_gauges(server: ServerProcess, api: httpx.Client) -> No
     default = Settings.model_fields["db_pool_size"].default
     expected_size = default if server.database_url.startswith("postgresql") else 5
     assert metrics.value("normwatch_db_pool_size") == expected_size
-    assert 0 <= metrics.value("normwatch_db_pool_checked_out") <= 2 * expected_size
-    assert metrics.value("normwatch_db_pool_overflow") >= 0
+    # Between requests the server holds no connection beyond its pool. (How many it has
+    # checked out depends on its background workers at that instant: `test_telemetry`
+    # counts them exactly, in process.)
+    assert metrics.value("normwatch_db_pool_overflow") == 0
     assert metrics.value("normwatch_worker_processes") == 1
     assert metrics.value("normwatch_http_requests_in_flight") == 1  # this scrape
     assert metrics.value("normwatch_scrape_collector_up", collector="alert_backlog") == 1
@@ -132,8 +94,7 @@ def test_alert_backlog_follows_an_undeliverable_notification(
     fresh_pg_url: str, tmp_path: Path
 ) -> None:
     nobody = f"http://127.0.0.1:{free_port()}/hook"  # refuses connections: retried, pending
-    env = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
-    with running_server(fresh_pg_url, tmp_path, **env) as srv:
+    with running_server(fresh_pg_url, tmp_path, **ALERTING) as srv:
         tenant = make_tenant(fresh_pg_url)
         with httpx.Client(base_url=srv.url, headers=tenant.headers(), timeout=30) as api:
             quiet = scrape(api)
@@ -146,7 +107,7 @@ def test_alert_backlog_follows_an_undeliverable_notification(
                 "channels": [{"type": "webhook", "url": nobody, "secret": "s"}],
             }
             assert api.post("/api/v1/alert-rules", json=rule).status_code == 201
-            run = new_run(api, tenant)
+            run = create_run(api, tenant)
             batch = {"steps": [1, 2], "metrics": {"loss": [1.0, 9.0]}}
             assert api.post(f"/api/v1/runs/{run}/metrics", json=batch).status_code == 202
             posted = time.monotonic()
@@ -167,10 +128,7 @@ def test_alert_backlog_follows_an_undeliverable_notification(
 
 
 def test_metrics_token_is_required_when_set(tmp_path: Path) -> None:
-    database_url = f"sqlite:///{tmp_path / 'token.db'}"
-    engine = build_engine(database_url)
-    upgrade(engine)
-    engine.dispose()
+    database_url = migrated_sqlite(tmp_path / "token.db")
     tenant = make_tenant(database_url)
     with (
         running_server(database_url, tmp_path, NORMWATCH_METRICS_TOKEN="scrape-me") as srv,
@@ -197,57 +155,8 @@ def test_openmetrics_when_asked(api: httpx.Client) -> None:
     assert r.text.endswith("# EOF\n")
 
 
-def test_collectors_added_at_run_time_are_scraped_and_cached(db_engine: Engine) -> None:
-    telemetry = Telemetry(db_engine, session_factory(db_engine), cache_s=60.0)
-    calls: list[int] = []
-
-    def compaction_lag(session: Session) -> list[Sample]:
-        calls.append(int(session.execute(text("SELECT 1")).scalar_one()))
-        return [
-            Sample("normwatch_compaction_lag_seconds", 12.5, "Oldest uncompacted point.", {}),
-            Sample("normwatch_compaction_backlog", 3, "Runs waiting.", {"level": "0"}),
-            Sample("normwatch_compaction_backlog", 4, "Runs waiting.", {"level": "1"}),
-        ]
-
-    def broken(session: Session) -> list[Sample]:
-        raise RuntimeError("no such table")
-
-    telemetry.add_collector(compaction_lag)
-    telemetry.add_collector(broken, name="broken")
-    body, content_type = telemetry.render()
-    assert content_type.startswith("text/plain")
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(body.decode())
-        for s in family.samples
-    }
-    assert samples[("normwatch_compaction_lag_seconds", ())] == 12.5
-    assert samples[("normwatch_compaction_backlog", (("level", "0"),))] == 3
-    assert samples[("normwatch_compaction_backlog", (("level", "1"),))] == 4
-    up = "normwatch_scrape_collector_up"
-    assert samples[(up, (("collector", "alert_backlog"),))] == 1
-    qualname = compaction_lag.__qualname__
-    assert samples[(up, (("collector", qualname),))] == 1
-    assert samples[(up, (("collector", "broken"),))] == 0
-    assert samples[("normwatch_alert_notifications_pending", ())] >= 0
-    telemetry.render()
-    telemetry.render()
-    assert calls == [1]  # read once within the cache period
-
-
-def test_ingest_route_constant_matches_the_api(sqlite_url: str) -> None:
-    app = create_app(Settings(database_url=sqlite_url), dashboard=False)
-    paths = app.openapi()["paths"]
-    app.state.engine.dispose()
-    assert "post" in paths[INGEST_ROUTE]
-    assert "get" in paths["/metrics"]
-
-
 def test_compaction_gauges_follow_the_backlog(tmp_path: Path) -> None:
-    database_url = f"sqlite:///{tmp_path / 'lag.db'}"
-    engine = build_engine(database_url)
-    upgrade(engine)
-    engine.dispose()
+    database_url = migrated_sqlite(tmp_path / "lag.db")
     tenant = make_tenant(database_url)
     with (
         running_server(
@@ -257,14 +166,17 @@ def test_compaction_gauges_follow_the_backlog(tmp_path: Path) -> None:
         ) as srv,
         httpx.Client(base_url=srv.url, timeout=30) as client,
     ):
-        run = new_run(client, tenant)
+        created = time.time()
+        run = create_run(client, tenant)
         body = {"steps": list(range(500)), "metrics": {"g": [1.0] * 500, "h": [2.0] * 500}}
         r = client.post(f"/api/v1/runs/{run}/metrics", json=body, headers=tenant.headers())
         assert r.status_code == 202
         metrics = scrape(client)
+        since = time.time() - created
         assert metrics.value("normwatch_compaction_pending_runs") == 1
         assert metrics.value("normwatch_hot_points") == 1000
-        assert metrics.value("normwatch_compaction_lag_seconds") >= 0
+        # Never compacted: the lag runs from the run's creation, within this test's clock.
+        assert 0 < metrics.value("normwatch_compaction_lag_seconds") <= since
     with (
         running_server(
             database_url,

@@ -9,7 +9,8 @@ import random
 import httpx
 import pytest
 
-from tests.conftest import Tenant
+from tests.helpers.databases import migrated_sqlite
+from tests.helpers.tenants import Tenant, make_tenant
 
 
 def create_run(api: httpx.Client, tenant: Tenant, name: str = "exp", **extra: object) -> dict:
@@ -94,8 +95,6 @@ def test_bare_nan_tokens_are_accepted(api: httpx.Client, tenant: Tenant) -> None
 
 
 def test_auth(api: httpx.Client, tenant: Tenant, server) -> None:  # type: ignore[no-untyped-def]
-    from tests.conftest import make_tenant
-
     run = create_run(api, tenant)
     url = f"/api/v1/runs/{run['id']}/series"
     assert api.get(url, params={"metric": "x"}).status_code == 401
@@ -286,17 +285,10 @@ def test_overload_answers_503_with_retry_after(tmp_path) -> None:  # type: ignor
     import socket
     from urllib.parse import urlsplit
 
-    from normwatch.server.db import build_engine
-    from normwatch.server.migrate import upgrade
-
     from normwatch.testing import running_server
-    from tests.conftest import make_tenant
 
     # A database of its own: nothing else may hold SQLite's write lock meanwhile.
-    database_url = f"sqlite:///{tmp_path / 'overload.db'}"
-    engine = build_engine(database_url)
-    upgrade(engine)
-    engine.dispose()
+    database_url = migrated_sqlite(tmp_path / "overload.db")
     with running_server(database_url, tmp_path, NORMWATCH_INGEST_CONCURRENCY="1") as srv:
         tenant = make_tenant(database_url)
         with httpx.Client(base_url=srv.url, timeout=30) as api:

@@ -44,7 +44,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from normwatch.testing import ServerProcess, running_server
-from tests.conftest import Tenant, make_tenant
+from tests.helpers.tenants import Tenant, make_tenant
 
 EXAMPLES_PER_OPERATION = 60
 """Generated cases per operation and token, at most: some 1,400 requests in all (fewer

@@ -33,7 +33,7 @@ from normwatch.server.storage.runs import Lineage, lineage_of
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.server.test_m4_properties import Series, reference
+from tests.helpers.m4_reference import Series, reference
 
 I64_MAX = 2**63 - 1
 METRIC = "grad/norm/total"

@@ -1,4 +1,6 @@
-"""Storage and services on a rolled-back session, on both backends."""
+"""Reading series through the services on a rolled-back session, on both backends: NaN,
+restarts, and downsampling that keeps a spike.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +8,13 @@ import math
 
 import numpy as np
 import pytest
-from normwatch.server.auth import Principal, authenticate, create_token
-from normwatch.server.batch import BatchError, parse_batch
+from normwatch.server.batch import parse_batch
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
 from normwatch.server.storage.points import point_count
-from normwatch.server.storage.runs import lineage_of
 from sqlalchemy.orm import Session
 
-
-def principal(session: Session, scope: str = "admin") -> Principal:
-    secret, _ = create_token(session, "storage-tests", scope)  # type: ignore[arg-type]
-    who = authenticate(session, secret)
-    assert who is not None
-    return who
-
-
-def test_lineage_of_restarts() -> None:
-    assert lineage_of([(1, None)]).ranges == ((1, None, None),)
-    assert lineage_of([(1, 0), (2, 500), (3, 300)]).ranges == ((3, 300, None), (1, 0, 300))
-    assert lineage_of([(1, 0), (2, 500), (3, 700)]).ranges == (
-        (3, 700, None),
-        (2, 500, 700),
-        (1, 0, 500),
-    )
+from tests.helpers.principals import principal
 
 
 def test_ingest_and_read_with_nan_and_restart(db_session: Session) -> None:
@@ -55,18 +40,6 @@ def test_ingest_and_read_with_nan_and_restart(db_session: Session) -> None:
     assert point_count(db_session, run.key) == 5
 
 
-def test_ingest_rejects_future_segment(db_session: Session) -> None:
-    who = principal(db_session)
-    run_out = runs.create_or_resume(db_session, who, RunCreate(name="r2"))
-    run, _ = runs.get_run(db_session, run_out.id)  # type: ignore[misc]
-    with pytest.raises(BatchError, match="segment"):
-        ingest.ingest_batch(
-            db_session,
-            run.id,
-            parse_batch({"steps": [1], "metrics": {"g": [1]}, "segment": 2}, max_points=10),
-        )
-
-
 def test_series_downsamples_and_keeps_spike(db_session: Session) -> None:
     who = principal(db_session)
     run_out = runs.create_or_resume(db_session, who, RunCreate(name="r3"))
@@ -80,10 +53,3 @@ def test_series_downsamples_and_keeps_spike(db_session: Session) -> None:
     assert len(s.steps) <= 400 and 12_345 in s.steps.tolist()
     with pytest.raises(ValueError, match="points"):
         query.read_series(db_session, run, ["g"], points=0)
-
-
-def test_read_token_scope(db_session: Session) -> None:
-    who = principal(db_session, "read")
-    assert who.can("read") and not who.can("ingest") and not who.can("admin")
-    admin = principal(db_session, "admin")
-    assert admin.can("read") and admin.can("ingest")

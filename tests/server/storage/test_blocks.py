@@ -1,5 +1,4 @@
-"""Hot blocks: encoding against a reference, both COPY encoders through Postgres, and the
-bearer-token cache."""
+"""Hot blocks: encoding against a reference, and both COPY encoders through Postgres."""
 
 from __future__ import annotations
 
@@ -9,12 +8,9 @@ import struct
 import numpy as np
 import psycopg
 import pytest
-from normwatch.server.auth import TokenCache, create_token
 from normwatch.server.batch import parse_batch
-from normwatch.server.db import session_factory
-from normwatch.server.models import ApiToken, utcnow
 from normwatch.server.storage import blocks, pgcopy
-from sqlalchemy import Engine, make_url, update
+from sqlalchemy import make_url
 
 AWKWARD = [math.nan, math.inf, -math.inf, -0.0, 5e-324, 1.7976931348623157e308, 15.37]
 
@@ -107,25 +103,3 @@ def test_both_copy_encoders_store_the_same_rows(pg_url: str) -> None:
             pts = blocks.decode(row[3], row[4], row[5], row[7], row[8])
             assert pts.steps.tolist() == steps.tolist()
             assert all(same(x, y) for x, y in zip(pts.values, values[i], strict=True))
-
-
-def test_token_cache_trusts_a_token_for_its_ttl_only(db_engine: Engine) -> None:
-    sessions = session_factory(db_engine)
-    with sessions() as session, session.begin():
-        secret, row = create_token(session, "cache", "ingest")
-        token_id = row.id
-    now = [100.0]
-    cache = TokenCache(5.0, clock=lambda: now[0])
-    assert cache.lookup(sessions, "nw_not-a-token") is None
-    who = cache.lookup(sessions, secret)
-    assert who is not None and who.token_id == token_id
-    with sessions() as session, session.begin():
-        session.execute(update(ApiToken).where(ApiToken.id == token_id).values(revoked_at=utcnow()))
-    now[0] += 4.9
-    assert cache.lookup(sessions, secret) == who  # still trusted within the window
-    now[0] += 0.2
-    assert cache.lookup(sessions, secret) is None  # looked up again: revoked
-    with sessions() as session, session.begin():
-        fresh, _ = create_token(session, "cache", "ingest")
-    never = TokenCache(0.0, clock=lambda: now[0])
-    assert never.lookup(sessions, fresh) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,24 +15,21 @@ from normwatch.server.models import utcnow
 from normwatch.server.storage import retention
 from sqlalchemy import text
 
-from tests.conftest import create_scratch_pg, drop_scratch_pg
-from tests.server.test_compaction import Sessions, count_rows, new_run, noisy, post, series
+from tests.helpers.committed import Sessions, count_rows, new_run, post, series
+from tests.helpers.databases import migrated_sqlite, scratch_pg
+from tests.helpers.series import noisy
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def own(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sessions]:
-    if request.param == "postgresql":
-        url = create_scratch_pg("retention")
-    else:
-        url = f"sqlite:///{tmp_path / 'retention.db'}"
-        engine = build_engine(url)
-        upgrade(engine)
+    with ExitStack() as scratch:
+        if request.param == "postgresql":
+            url = scratch.enter_context(scratch_pg("retention"))
+        else:
+            url = migrated_sqlite(tmp_path / "retention.db")
+        engine = build_engine(url, pool_size=2)
+        yield session_factory(engine)
         engine.dispose()
-    engine = build_engine(url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
-    if request.param == "postgresql":
-        drop_scratch_pg(url)
 
 
 def age(sessions: Sessions, run_id: str, days: float) -> None:

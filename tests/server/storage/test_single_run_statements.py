@@ -14,7 +14,7 @@ from normwatch.server.storage import compaction, retention, schedule
 from normwatch.server.storage.policy import Policy
 from sqlalchemy import Engine, event, text
 
-from tests.server.test_compaction import new_run, post, series, stored
+from tests.helpers.committed import new_run, post, series, stored
 
 SERIES_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(points|chunks|rollups|series)\b", re.I)
 PARAM = r"(?:%\(\w+\)s|\?|:\w+|\$\d+)"

@@ -1,0 +1,38 @@
+"""Every point a run stored, read straight from its tables (hot blocks and compacted chunks)."""
+
+from __future__ import annotations
+
+import psycopg
+from normwatch.server.storage import blocks, chunks
+
+from tests.helpers.databases import admin_dsn
+
+
+def stored_once(database_url: str, project: str, name: str) -> dict[tuple[str, int], float]:
+    """Every stored point of the run, hot or compacted, asserting that each (metric, step)
+    is stored once, all of them in segment 1. The server must compact in float64 for the
+    values to come back exactly."""
+    run_of = "JOIN runs r ON r.key = t.run_key JOIN projects j ON j.id = r.project_id"
+    where = "WHERE j.name = %s AND r.name = %s"
+    with psycopg.connect(admin_dsn(database_url)) as conn:
+        hot = conn.execute(
+            "SELECT m.name, t.segment, t.first_step, t.last_step, t.count, t.steps, t.data "
+            f"FROM blocks t JOIN metrics m ON m.id = t.metric_id {run_of} {where}",
+            (project, name),
+        ).fetchall()
+        compacted = conn.execute(
+            f"SELECT m.name, t.segment, t.data FROM chunks t JOIN metrics m "
+            f"ON m.id = t.metric_id {run_of} {where}",
+            (project, name),
+        ).fetchall()
+    parts = [(m, seg, blocks.decode(*rest)) for m, seg, *rest in hot]
+    parts += [(m, seg, chunks.decode(data)) for m, seg, data in compacted]
+    rows = [
+        (metric, segment, step, v)
+        for metric, segment, points in parts
+        for step, v in zip(points.steps.tolist(), points.values.tolist(), strict=True)
+    ]
+    assert {row[1] for row in rows} <= {1}, "a replay opened a segment of its own"
+    points = {(metric, step): v for metric, _, step, v in rows}
+    assert len(points) == len(rows), f"{len(rows) - len(points)} points stored twice"
+    return points
