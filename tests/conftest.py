@@ -25,7 +25,6 @@ from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, start_server
-from tests.helpers.coroutines import run_async
 from tests.helpers.databases import (
     admin_dsn,
     base_url,
@@ -36,16 +35,6 @@ from tests.helpers.databases import (
 from tests.helpers.receivers import WebhookReceiver
 from tests.helpers.servers import ALERTING, server_of_its_own
 from tests.helpers.tenants import Tenant, make_tenant
-
-# tests/dashboard/ imports these from here.
-__all__ = [
-    "ServerProcess",
-    "Tenant",
-    "create_scratch_pg",
-    "drop_scratch_pg",
-    "make_tenant",
-    "run_async",
-]
 
 # Property tests draw the same examples on every run, so that the suite passes or fails the
 # same way everywhere; NORMWATCH_HYPOTHESIS=explore draws new ones (to hunt for more).

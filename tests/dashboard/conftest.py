@@ -12,8 +12,6 @@ from normwatch.server.db import build_engine, session_factory
 from playwright.sync_api import Browser, Page, sync_playwright
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.testing import ServerProcess, start_server
-
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -50,13 +48,6 @@ def page(browser: Browser) -> Iterator[Page]:
     page.set_default_timeout(15_000)
     yield page
     context.close()
-
-
-@pytest.fixture(scope="session")
-def pg_server(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start_server(pg_url, tmp_path_factory.mktemp("browser-server"))
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture(scope="session")

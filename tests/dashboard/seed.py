@@ -11,7 +11,8 @@ import httpx
 from normwatch.server.auth import Principal, authenticate
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import ServerProcess, Tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import Tenant
 
 
 @dataclass(frozen=True)

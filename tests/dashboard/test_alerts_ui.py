@@ -3,10 +3,7 @@ show on /alerts and as markers on the run chart; a read-only viewer cannot chang
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +11,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page
 
-from normwatch.testing import start_server
-from tests.conftest import ServerProcess, Tenant, create_scratch_pg, drop_scratch_pg, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.receivers import WebhookReceiver
+from tests.helpers.tenants import Tenant, make_tenant
 
 GRAPH = "#overlay .js-plotly-plot"
 TRACES_JS = f"""() => {{
@@ -27,54 +25,11 @@ TRACES_JS = f"""() => {{
 }}"""
 
 
-class Receiver:
-    """A local webhook receiver that answers 200 and keeps every body it gets."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        received = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                received.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    hook = Receiver()
-    yield hook
-    hook.close()
-
-
-@pytest.fixture(scope="module")
-def alert_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The only server on its database, so no other dispatcher shares its outbox."""
-    url = create_scratch_pg("alerts_ui")
-    proc = start_server(
-        url,
-        tmp_path_factory.mktemp("alerts-server"),
-        NORMWATCH_WEBHOOK_ALLOW="127.0.0.1",
-        NORMWATCH_DISPATCH_TICK_S="0.2",
-    )
-    yield proc
-    proc.stop()
-    drop_scratch_pg(url)
+def hook() -> Iterator[WebhookReceiver]:
+    """One receiver for the module's rules (its notifications are checked in order)."""
+    with WebhookReceiver() as receiver:
+        yield receiver
 
 
 def post_points(
@@ -104,11 +59,11 @@ def traces(page: Page) -> list[dict[str, Any]]:
 
 
 def test_rule_from_form_fires_on_alerts_page_and_run_chart(
-    page: Page, alert_server: ServerProcess, receiver: Receiver, artifacts: Path
+    page: Page, alerting_server: ServerProcess, hook: WebhookReceiver, artifacts: Path
 ) -> None:
-    tenant = make_tenant(alert_server.database_url)
-    run_id = seed_run(alert_server, tenant)
-    login(page, alert_server, tenant.admin)
+    tenant = make_tenant(alerting_server.database_url)
+    run_id = seed_run(alerting_server, tenant)
+    login(page, alerting_server, tenant.admin)
     page.click("a#nav-rules")
     page.wait_for_selector("#rule-form")
     assert "No alert rules yet." in page.inner_text("#rules-table")
@@ -130,7 +85,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     assert "value" in page.inner_text("#rule-message")
 
     page.fill("#rule-value", "5")
-    page.fill("#rule-channel-url", receiver.url)
+    page.fill("#rule-channel-url", hook.url())
     page.fill("#rule-channel-secret", "s3cret-value")
     page.click("#rule-create")
     page.wait_for_selector("#rule-message :text('Created rule grad-high.')")
@@ -138,7 +93,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     row = page.inner_text("tr.rule-row")
     assert "grad-high" in row and "grad/norm/total" in row
     assert "threshold: value > 5" in row and "enabled" in row
-    assert f"webhook: {receiver.url} (signed)" in row
+    assert f"webhook: {hook.url()} (signed)" in row
     assert "s3cret-value" not in page.inner_html("#rules-table")
     # The same name again is refused by the service.
     page.click("#rule-create")
@@ -148,16 +103,16 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.click("tr.rule-row button:text('Send test')")
     page.wait_for_selector("#rule-message :text('Test send: webhook: ok (HTTP 200)')")
     # The API's test send builds the same sample notification.
-    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+    with httpx.Client(base_url=alerting_server.url, headers=tenant.headers("admin")) as api:
         (rule,) = api.get("/api/v1/alert-rules").json()
         sent = api.post(f"/api/v1/alert-rules/{rule['id']}/test").json()
     assert [(t["channel"], t["ok"], t["status_code"]) for t in sent] == [("webhook", True, 200)]
-    assert [(b["state"], b["rule"]["name"], b["run"]["name"]) for b in receiver.bodies] == [
+    assert [(b["state"], b["rule"]["name"], b["run"]["name"]) for b in hook.payloads()] == [
         ("firing", "grad-high", "(test notification)")
     ] * 2
 
     # Data crosses the threshold at step 1002: firing now, with a link to the zoomed run.
-    post_points(alert_server, tenant, run_id, {1000: 1.0, 1001: 2.0, 1002: 6.0, 1003: 7.0})
+    post_points(alerting_server, tenant, run_id, {1000: 1.0, 1001: 2.0, 1002: 6.0, 1003: 7.0})
     page.click("a#nav-alerts")
     page.wait_for_selector("#alerts-firing tr.alert-row")
     firing = page.inner_text("#alerts-firing tr.alert-row")
@@ -170,7 +125,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     assert "webhook: delivered" in page.inner_text("#alerts-recent")
 
     # It resolves at step 1004; the open page catches up without a reload.
-    post_points(alert_server, tenant, run_id, {1004: 1.0, 1005: 1.0})
+    post_points(alerting_server, tenant, run_id, {1004: 1.0, 1005: 1.0})
     page.wait_for_selector("#alerts-firing :text('Nothing is firing.')", timeout=10_000)
     page.wait_for_selector("#alerts-recent .badge-resolved")
     states = page.locator("#alerts-recent .badge").all_inner_texts()
@@ -179,7 +134,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
         "() => document.querySelectorAll('#alerts-recent .delivery-delivered').length === 2",
         timeout=10_000,
     )
-    assert [(b["state"], b["step"]) for b in receiver.bodies[2:]] == [
+    assert [(b["state"], b["step"]) for b in hook.payloads()[2:]] == [
         ("firing", 1002),
         ("resolved", 1004),
     ]
@@ -217,7 +172,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.screenshot(path=str(artifacts / "rules.png"), full_page=True)
 
     # Edit: the form loads the rule, never its channel's URL or secret; Cancel goes back.
-    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+    with httpx.Client(base_url=alerting_server.url, headers=tenant.headers("admin")) as api:
         before = api.get(f"/api/v1/alert-rules/{rule['id']}").json()
     assert before["channels"][0]["secret"] != "s3cret-value"
     page.click("tr.rule-row button:text('Edit')")
@@ -245,9 +200,9 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.click("#rule-create")
     page.wait_for_selector("#rule-message :text('Saved rule grad-high.')")
     page.wait_for_selector("tr.rule-row :text('threshold: value > 7')")
-    assert f"webhook: {receiver.url} (signed)" in page.inner_text("tr.rule-row")
+    assert f"webhook: {hook.url()} (signed)" in page.inner_text("tr.rule-row")
     assert page.inner_text("#rule-create") == "Create rule"
-    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+    with httpx.Client(base_url=alerting_server.url, headers=tenant.headers("admin")) as api:
         after = api.get(f"/api/v1/alert-rules/{rule['id']}").json()
     assert after["condition"]["value"] == 7 and after["condition"]["op"] == ">"
     assert after["channels"] == before["channels"]
@@ -267,8 +222,10 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.wait_for_selector("#rules-table :text('No alert rules yet.')")
 
 
-def test_read_only_viewer_sees_rules_without_form(page: Page, alert_server: ServerProcess) -> None:
-    tenant = make_tenant(alert_server.database_url)
+def test_read_only_viewer_sees_rules_without_form(
+    page: Page, alerting_server: ServerProcess
+) -> None:
+    tenant = make_tenant(alerting_server.database_url)
     rule = {
         "name": "nan-watch",
         "metric": "grad/norm/**",
@@ -277,10 +234,10 @@ def test_read_only_viewer_sees_rules_without_form(page: Page, alert_server: Serv
             {"type": "slack", "url": "https://hooks.slack.com/services/T000/B000/XXXXSECRET"}
         ],
     }
-    with httpx.Client(base_url=alert_server.url, headers=tenant.headers("admin")) as api:
+    with httpx.Client(base_url=alerting_server.url, headers=tenant.headers("admin")) as api:
         assert api.post("/api/v1/alert-rules", json=rule).status_code == 201
-    login(page, alert_server, tenant.read)
-    page.goto(f"{alert_server.url}/rules")
+    login(page, alerting_server, tenant.read)
+    page.goto(f"{alerting_server.url}/rules")
     page.wait_for_selector("tr.rule-row")
     row = page.inner_text("tr.rule-row")
     assert "nan-watch" in row and "non_finite: value is NaN or ±Inf" in row
@@ -289,5 +246,5 @@ def test_read_only_viewer_sees_rules_without_form(page: Page, alert_server: Serv
     assert "Read-only" in page.inner_text("main")
     assert page.locator("#rule-form").count() == 0
     assert page.locator("tr.rule-row button").count() == 0
-    page.goto(f"{alert_server.url}/alerts")
+    page.goto(f"{alerting_server.url}/alerts")
     page.wait_for_selector("#alerts-recent :text('No alerts yet.')")

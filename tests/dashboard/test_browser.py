@@ -11,7 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 from playwright.sync_api import Page
 
-from tests.conftest import ServerProcess, Tenant, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import Tenant, make_tenant
 
 GRAPH = "#overlay .js-plotly-plot"
 FIGURE_JS = f"""() => {{

@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 import httpx
 from playwright.sync_api import Page
 
-from tests.conftest import ServerProcess, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import make_tenant
 
 LEFT = '<a href="javascript:alert(1)">x</a>'
 RIGHT = 'params/norm/<span style="font-size:80px">big</span> %{y} &amp;'

@@ -21,7 +21,7 @@ from normwatch.dashboard.dash_internals import (
     render_index,
 )
 
-from tests.conftest import run_async
+from tests.helpers.coroutines import run_async
 
 
 def small_app(assets: Path, *, catchall: bool) -> FastAPI:

@@ -11,7 +11,7 @@ import httpx
 from playwright.sync_api import Page
 
 from normwatch.testing import ServerProcess
-from tests.conftest import make_tenant
+from tests.helpers.tenants import make_tenant
 
 ROOT = Path(__file__).resolve().parents[2]
 

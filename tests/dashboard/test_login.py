@@ -35,7 +35,7 @@ from starlette.requests import Request
 
 from normwatch.cli import RedactTokenQuery
 from normwatch.testing import ServerProcess, running_server
-from tests.conftest import make_tenant
+from tests.helpers.tenants import make_tenant
 
 CONFIRM = "Log in with the token from this link?"
 

@@ -24,7 +24,8 @@ from normwatch.dashboard.pages.alerts import (
 from normwatch.server.schemas import AlertOut, DeliveryOut
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import ServerProcess, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import make_tenant
 
 from .components import find, header, rows, text, tree
 from .seed import Viewers, create_rule, create_run, post_points, threshold_rule, viewers

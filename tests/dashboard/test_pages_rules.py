@@ -29,7 +29,8 @@ from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.alerts.targets import parse_allow
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import ServerProcess, Tenant, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import Tenant, make_tenant
 
 from .components import find, rows, text, tree
 from .seed import Viewers, create_rule, create_run, post_points, threshold_rule, viewers

@@ -26,7 +26,8 @@ from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.schemas import RunOut, SegmentOut
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import ServerProcess, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import make_tenant
 
 from .components import find, text
 from .seed import (

@@ -11,7 +11,8 @@ from normwatch.dashboard.pages.runs import NO_RUNS, ago, layout, refresh, runs_t
 from normwatch.server.schemas import RunOut
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import ServerProcess, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import make_tenant
 
 from .components import find, header, rows, text, tree
 from .seed import create_run, post_points, viewers

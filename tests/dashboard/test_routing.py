@@ -10,7 +10,8 @@ from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.routing import PAGES, frame, not_found, query_of, route
 from sqlalchemy.orm import Session, sessionmaker
 
-from tests.conftest import ServerProcess, make_tenant
+from normwatch.testing import ServerProcess
+from tests.helpers.tenants import make_tenant
 
 from .components import find, text, tree
 from .seed import Viewers, create_run, post_points, viewers

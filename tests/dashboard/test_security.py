@@ -29,7 +29,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from tests.conftest import ServerProcess, Tenant, make_tenant, run_async
+from normwatch.testing import ServerProcess
+from tests.helpers.coroutines import run_async
+from tests.helpers.tenants import Tenant, make_tenant
 
 COMMON_HEADERS = {
     "x-frame-options": "DENY",

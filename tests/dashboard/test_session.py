@@ -21,7 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.conftest import ServerProcess, make_tenant, run_async
+from normwatch.testing import ServerProcess
+from tests.helpers.coroutines import run_async
+from tests.helpers.tenants import make_tenant
 
 from .seed import principal
 

@@ -47,6 +47,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import iter_route_contexts
+from normwatch.server.api.context import context_of
 from normwatch.server.app import create_app
 from normwatch.server.auth import Scope, create_token, revoke_token
 from normwatch.server.config import Settings
@@ -936,9 +937,9 @@ def app_routes(database_url: str) -> set[str]:
                 routes |= {f"{m} {route.path_format}" for m in route.methods or () if m != "HEAD"}
         return routes
     finally:
-        app.state.telemetry.close()
-        app.state.health_probe.close()
-        app.state.engine.dispose()
+        context_of(app).telemetry.close()
+        context_of(app).health_probe.close()
+        context_of(app).engine.dispose()
 
 
 def server_callbacks(w: World) -> dict[str, dict[str, Any]]:
