@@ -28,7 +28,7 @@ from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server
 from tests.helpers.databases import admin_dsn, base_url, scratch_pg
-from tests.helpers.points import stored_once
+from tests.helpers.points import EXACT, assert_same, stored_once
 from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
 from tests.helpers.tenants import Tenant, make_tenant
 
@@ -134,7 +134,7 @@ def sync(spool: Path, tenant: Tenant, *extra: str) -> subprocess.CompletedProces
 def test_server_killed_and_restarted_mid_run(
     fault_db: str, servers: list[ServerProcess], tmp_path: Path
 ) -> None:
-    server = start_server(fault_db, tmp_path)
+    server = start_server(fault_db, tmp_path, **EXACT)
     servers.append(server)
     port = httpx.URL(server.url).port
     assert port is not None
@@ -153,13 +153,13 @@ def test_server_killed_and_restarted_mid_run(
     server.process.wait(10)
     log_steps(run, range(600, 1200), per_second=2000)
     time.sleep(0.5)  # let the client meet the dead server
-    servers.append(start_server(fault_db, tmp_path, port=port))
+    servers.append(start_server(fault_db, tmp_path, port=port, **EXACT))
     log_steps(run, range(1200, 1800), per_second=2000)
     run.finish(timeout=60)
 
     assert (run.pending_points, run.dropped_points) == (0, 0)
     assert run.sent_points == 1800 * TRAINER_METRICS
-    assert stored_once(fault_db, tenant.project, "server-killed") == trainer_points(range(1800))
+    assert_same(stored_once(fault_db, tenant.project, "server-killed"), trainer_points(range(1800)))
     assert run_row(fault_db, tenant.project, "server-killed")[:2] == ("finished", 1)
     assert list((tmp_path / "spool").iterdir()) == [], "all delivered: nothing left in the spool"
 
@@ -167,7 +167,7 @@ def test_server_killed_and_restarted_mid_run(
 def test_database_outage_answers_503_and_loses_nothing(
     fault_db: str, servers: list[ServerProcess], tmp_path: Path
 ) -> None:
-    server = start_server(fault_db, tmp_path)
+    server = start_server(fault_db, tmp_path, **EXACT)
     servers.append(server)
     tenant = make_tenant(fault_db)
     database = make_url(fault_db).database
@@ -208,7 +208,9 @@ def test_database_outage_answers_503_and_loses_nothing(
     run.finish(timeout=60)
 
     assert (run.pending_points, run.dropped_points) == (0, 0)
-    assert stored_once(fault_db, tenant.project, "database-outage") == trainer_points(range(1800))
+    assert_same(
+        stored_once(fault_db, tenant.project, "database-outage"), trainer_points(range(1800))
+    )
     assert "database unavailable" in server.log()
 
 
@@ -231,12 +233,12 @@ def test_server_down_for_the_whole_run_then_sync(
     assert f"the server at {url} did not take the data" in refused.stderr
     assert {p: p.read_bytes() for p in spool.rglob("*") if p.is_file()} == chunks
 
-    servers.append(start_server(fault_db, tmp_path, port=port))
+    servers.append(start_server(fault_db, tmp_path, port=port, **EXACT))
     synced = sync(spool, tenant)
     assert synced.returncode == 0, synced.stderr
     assert f"{1500 * TRAINER_METRICS} points replayed; 0 dead-lettered" in synced.stdout
 
-    assert stored_once(fault_db, tenant.project, "server-down") == trainer_points(range(1500))
+    assert_same(stored_once(fault_db, tenant.project, "server-down"), trainer_points(range(1500)))
     assert run_row(fault_db, tenant.project, "server-down") == ("finished", 1, 1)
     assert list(spool.iterdir()) == []
 
@@ -254,7 +256,7 @@ def test_trainer_killed_mid_run_then_sync(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     if server_up:
-        servers.append(start_server(fault_db, tmp_path, port=port))
+        servers.append(start_server(fault_db, tmp_path, port=port, **EXACT))
     tenant = make_tenant(fault_db)
     name = f"trainer-killed-{server_up}"
     trainer = start_trainer(tmp_path, url, tenant, name, 1000, "continue")
@@ -270,7 +272,7 @@ def test_trainer_killed_mid_run_then_sync(
     assert logged_up_to > 1000, "the kill should land in the second phase"
 
     if not server_up:
-        servers.append(start_server(fault_db, tmp_path, port=port))
+        servers.append(start_server(fault_db, tmp_path, port=port, **EXACT))
     synced = sync(tmp_path / "spool", tenant)
     assert synced.returncode == 0, synced.stderr
 

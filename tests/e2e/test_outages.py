@@ -35,7 +35,7 @@ from sqlalchemy import make_url
 
 from normwatch.testing import ServerProcess, free_port, start_server
 from tests.helpers.databases import admin_dsn, scratch_pg
-from tests.helpers.points import stored_once
+from tests.helpers.points import EXACT, assert_same, stored_once
 from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
 from tests.helpers.tenants import make_tenant
 
@@ -204,7 +204,7 @@ def test_database_stopped_for_a_minute_under_ingest_and_reads(
 ) -> None:
     # float64 chunks: the points compacted after the outage (the run sat idle for a
     # minute) read back exactly.
-    server = start_server(cluster.url, tmp_path, NORMWATCH_COMPACTION_PRECISION="float64")
+    server = start_server(cluster.url, tmp_path, **EXACT)
     try:
         outage_and_recovery(cluster, server, tmp_path)
     finally:
@@ -347,7 +347,9 @@ def outage_and_recovery(cluster: Cluster, server: ServerProcess, tmp_path: Path)
     assert {a.status for a in after if a.kind == "probe ingest"} == {202}
     assert (run.pending_points, run.dropped_points) == (0, 0)
     assert run.sent_points == steps * TRAINER_METRICS
-    assert stored_once(cluster.url, tenant.project, "db-stopped") == trainer_points(range(steps))
+    assert_same(
+        stored_once(cluster.url, tenant.project, "db-stopped"), trainer_points(range(steps))
+    )
 
 
 # --- the spool's disk full ---------------------------------------------------------------
@@ -455,7 +457,7 @@ def test_a_full_spool_disk_drops_the_oldest_loudly_and_never_stops_training(
     try:
         assert trainer.stdout is not None and trainer.stdin is not None
         logged = json.loads(trainer.stdout.readline() or "{}")
-        server = start_server(delivery_db, tmp_path, port=port)
+        server = start_server(delivery_db, tmp_path, port=port, **EXACT)
         trainer.stdin.write("go\n")
         trainer.stdin.flush()
         out, err = trainer.communicate(timeout=90)
@@ -500,6 +502,5 @@ def test_a_full_spool_disk_drops_the_oldest_loudly_and_never_stops_training(
     assert finished["pending"] == 0 and finished["dropped"] == dropped
     assert finished["sent"] == total - dropped
     kept = (total - dropped) // TRAINER_METRICS
-    assert stored_once(delivery_db, tenant.project, "disk-full") == trainer_points(
-        range(steps - kept, steps)
-    )
+    stored = stored_once(delivery_db, tenant.project, "disk-full")
+    assert_same(stored, trainer_points(range(steps - kept, steps)))

@@ -7,6 +7,10 @@ from normwatch.server.storage import blocks, chunks
 
 from tests.helpers.databases import admin_dsn
 
+EXACT = {"NORMWATCH_COMPACTION_PRECISION": "float64"}
+"""Server settings under which :func:`stored_once` gives back exactly what was logged: the
+compactor may run at any moment, and by default it keeps float32 values."""
+
 
 def stored_once(database_url: str, project: str, name: str) -> dict[tuple[str, int], float]:
     """Every stored point of the run, hot or compacted, asserting that each (metric, step)
@@ -36,3 +40,33 @@ def stored_once(database_url: str, project: str, name: str) -> dict[tuple[str, i
     points = {(metric, step): v for metric, _, step, v in rows}
     assert len(points) == len(rows), f"{len(rows) - len(points)} points stored twice"
     return points
+
+
+def differences(
+    stored: dict[tuple[str, int], float], expected: dict[tuple[str, int], float]
+) -> str:
+    """What sets ``stored`` apart from ``expected``, in a few lines ("" when equal).
+    Comparing two dicts of a hundred thousand points with ``==`` inside an assert makes
+    pytest diff their reprs, which takes minutes; this names counts and a few examples."""
+    missing = sorted(expected.keys() - stored.keys(), key=lambda key: (key[1], key[0]))
+    extra = sorted(stored.keys() - expected.keys(), key=lambda key: (key[1], key[0]))
+    wrong = sorted(
+        (key for key in stored.keys() & expected.keys() if stored[key] != expected[key]),
+        key=lambda key: (key[1], key[0]),
+    )
+    lines = []
+    for label, keys in (("missing", missing), ("unexpected", extra), ("wrong value", wrong)):
+        if keys:
+            steps = [step for _, step in keys]
+            lines.append(
+                f"{len(keys)} {label} (steps {min(steps)}..{max(steps)}), e.g. "
+                + ", ".join(f"{key}: {stored.get(key)} vs {expected.get(key)}" for key in keys[:5])
+            )
+    return "\n".join(lines)
+
+
+def assert_same(
+    stored: dict[tuple[str, int], float], expected: dict[tuple[str, int], float]
+) -> None:
+    found = differences(stored, expected)
+    assert not found, found
