@@ -76,7 +76,7 @@ from normwatch.server.services import ingest, query, runs
 from normwatch.server.storage import blocks, pgcopy, pyramid, schedule
 from normwatch.server.storage.m4 import m4_select
 from normwatch.server.storage.metric_ids import resolve_metric_ids
-from normwatch.server.storage.points import point_count
+from normwatch.server.storage.points import point_count, read_points
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
 from sqlalchemy import Engine, make_url
@@ -420,13 +420,13 @@ def measure_reads(
     with factory() as session:
         lineage = lineage_of(segments_of(session, target.run_key))
 
-        def read_points() -> tuple[np.ndarray, np.ndarray]:
+        def read_full() -> tuple[np.ndarray, np.ndarray]:
             arrays = read_points(session, target.run_key, target.metric_id, lineage, None, None)
             session.rollback()
             return arrays
 
         say(f"  timing read_points full ({repeat} runs + warm-up)")
-        timing, (s, v) = timed(read_points, repeat=repeat)
+        timing, (s, v) = timed(read_full, repeat=repeat)
         out["  of which read_points"] = (timing, len(s), None)
         say(f"  timing m4_select full ({repeat} runs + warm-up)")
         timing, keep = timed(lambda: m4_select(s, v, POINTS, int(s[0]), int(s[-1])), repeat=repeat)
