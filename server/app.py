@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from . import memory
 from .alerts.delivery import Deliverer
 from .alerts.targets import parse_allow
-from .api import alerts, errors, events, health, metrics, prometheus, runs, tokens
+from .api import alerts, analytics, errors, events, health, metrics, prometheus, runs, tokens
 from .api.admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
 from .api.context import ServiceContext, install_context
@@ -124,7 +124,7 @@ def create_app(
 
     errors.install(app)
 
-    for module in (health, runs, metrics, events, alerts, prometheus, tokens):
+    for module in (health, runs, metrics, analytics, events, alerts, prometheus, tokens):
         app.include_router(module.router)
 
     if dashboard:

@@ -53,7 +53,8 @@ _MEANINGS = {
     403: "The token's scope is too narrow, or the object belongs to another project.",
     404: "No such object.",
     409: "Conflicts with what is stored, or a bound on what it may hold is reached.",
-    413: "The body, or what it carries, is over a size limit; the message names it.",
+    413: "The body, what it carries or what it would read is over a size limit; the "
+    "message names it.",
     415: "A Content-Encoding other than gzip.",
     422: "A field is invalid; the message names it (a list of failed checks for a body "
     "or query that fails validation).",

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
+from ..analytics import derived
 from ..errors import Invalid
 from ..models import Run
 from ..schemas import EventOut, MetricOut
@@ -16,6 +17,7 @@ from ..storage import pyramid
 from ..storage.m4 import m4_select
 from ..storage.points import latest_values, series_keys
 from ..storage.runs import Lineage, events_of
+from .full_resolution import Reader
 
 MAX_POINTS = 20_000
 
@@ -73,15 +75,22 @@ def read_series(
 
     At most ``4 · points`` points a metric come back (plus one per bucket holding a NaN),
     each a real stored (step, value); a range holding no more than that comes back whole.
-    A metric the run never logged comes back empty.
+    A metric the run never logged comes back empty. A derived-series expression
+    (`analytics.derived`) is computed from every stored point of its inputs in the range,
+    then downsampled the same way, and comes back under the expression's text.
     """
     if points < 1 or points > MAX_POINTS:
         raise Invalid(f"points must be between 1 and {MAX_POINTS}, got {points}")
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
-    lineage, ids = series_keys(session, run.key, metrics)
+    expressions = {name: parse_expression(name) for name in metrics if derived.is_derived(name)}
+    lineage, ids = series_keys(session, run.key, [m for m in metrics if m not in expressions])
+    reader = Reader(session, run, start, end)
     out = []
     for name in metrics:
+        if name in expressions:
+            out.append(derived_series(reader, name, expressions[name], points))
+            continue
         mid = ids.get(name)
         span = None if mid is None else _span(session, run.key, mid, lineage, start, end)
         if mid is None or span is None:
@@ -103,6 +112,38 @@ def read_series(
         done = got.finish(m4_select(steps, values, points, lo, hi))
         out.append(Series(name, done.steps, done.values, True, got.total))
     return out
+
+
+def parse_expression(text: str) -> derived.Expression:
+    try:
+        return derived.parse(text)
+    except derived.ExpressionError as e:
+        raise Invalid(str(e)) from None
+
+
+def derived_series(
+    reader: Reader, text: str, expression: derived.Expression, points: int
+) -> Series:
+    """A derived series over the reader's range, M4-downsampled like a stored one."""
+    steps, values = compute(reader, expression)
+    if len(steps) <= 4 * points:
+        return Series(text, steps, values, False, len(steps))
+    lo = reader.start if reader.start is not None else int(steps[0])
+    hi = reader.end if reader.end is not None else int(steps[-1])
+    keep = m4_select(steps, values, points, lo, hi)
+    return Series(text, steps[keep], values[keep], True, len(steps))
+
+
+def compute(
+    reader: Reader, expression: derived.Expression
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """An expression's value at full resolution over the reader's range."""
+    matched = {
+        pattern: reader.matching(derived.Name(pattern)) for pattern in derived.patterns(expression)
+    }
+    read = reader.series(sorted({name for names in matched.values() for name in names}))
+    inputs = {pattern: [read[name] for name in names] for pattern, names in matched.items()}
+    return derived.evaluate(expression, inputs)
 
 
 def _span(

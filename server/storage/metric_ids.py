@@ -193,3 +193,11 @@ def metric_ids_by_name(session: Session, run_key: int, names: Sequence[str]) -> 
         select(Metric.name, Metric.id).where(Metric.run_key == run_key, Metric.name.in_(names))
     )
     return {name: mid for name, mid in rows}
+
+
+def metric_names(session: Session, run_key: int) -> list[str]:
+    """Every metric name the run has logged, sorted."""
+    rows = session.execute(
+        select(Metric.name).where(Metric.run_key == run_key).order_by(Metric.name)
+    )
+    return [name for (name,) in rows]

@@ -226,14 +226,18 @@ def series_keys(
 ) -> tuple[Lineage, dict[str, int]]:
     """The run's latest lineage and the ids of ``names`` it has, in one round trip: what
     every chart read needs before it can look at a point."""
-    rows = session.connection().execute(
-        text(
-            "SELECT 0, segment, start_step, NULL FROM segments WHERE run_key = :rk "
-            "UNION ALL SELECT 1, id, NULL, name FROM metrics WHERE run_key = :rk "
+    statement = "SELECT 0, segment, start_step, NULL FROM segments WHERE run_key = :rk"
+    params: dict[str, object] = {"rk": run_key}
+    if names:  # an empty expanding IN compares the name with an integer on Postgres
+        statement += (
+            " UNION ALL SELECT 1, id, NULL, name FROM metrics WHERE run_key = :rk "
             "AND name IN :names"
-        ).bindparams(bindparam("names", expanding=True)),
-        {"rk": run_key, "names": list(names)},
-    )
+        )
+        params["names"] = list(names)
+    query = text(statement)
+    if names:
+        query = query.bindparams(bindparam("names", expanding=True))
+    rows = session.connection().execute(query, params)
     segments: list[tuple[int, int | None]] = []
     ids: dict[str, int] = {}
     for kind, key, start, name in rows:

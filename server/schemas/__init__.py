@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from .alerts.conditions import Condition
+from ..alerts.conditions import Condition
 
 NAME_PATTERN = r"^[^\x00-\x1f]+$"
 INT32_MAX = 2**31 - 1

@@ -1,0 +1,156 @@
+"""The layer × step grid of a run: per-layer norms under one prefix, in depth order.
+
+Each row is one metric ``<prefix>/<part>`` (``grad/norm/layers.12``), ordered from the
+embedding to the head (`analytics.layers.depth_order`); the ``total`` is not a layer. Over a
+range holding no more logged steps than the grid has columns, cells are the values at
+those steps; otherwise each column is a bucket of steps and each cell the largest value
+logged in it, read from the summary pyramid as a chart read is (so a one-step spike keeps
+its colour, and a million steps cost what the grid has columns, not what the run has
+steps). A pinned step gives the depth profile there, from the stored points themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from ..analytics.layers import bucket_edges, bucket_max, depth_order, u_index, values_at
+from ..errors import Invalid
+from ..models import Run
+from ..storage import pyramid
+from ..storage.metric_ids import metric_names
+from ..storage.points import series_keys
+from ..storage.runs import Lineage
+
+MAX_LAYERS = 2048
+"""Rows a grid may have: every per-parameter norm of a large model under one prefix."""
+MAX_COLUMNS = 4000
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The depth profile nearest a pinned step: per layer, the logged step used and value."""
+
+    step: int
+    steps: list[int | None]
+    values: list[float | None]
+    u_index: float | None
+
+
+@dataclass(frozen=True)
+class LayerGrid:
+    prefix: str
+    layers: list[str]
+    steps: list[int]
+    values: list[list[float | None]]
+    u_index: list[float | None]
+    bucketed: bool
+    """True when a column stands for a bucket of steps (its first step is given)."""
+    profile: Profile | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "prefix": self.prefix,
+            "layers": self.layers,
+            "steps": self.steps,
+            "values": self.values,
+            "u_index": self.u_index,
+            "bucketed": self.bucketed,
+            "profile": None if self.profile is None else self.profile.__dict__,
+        }
+
+
+def layer_grid(
+    session: Session,
+    run: Run,
+    prefix: str,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    points: int = 1000,
+    at: int | None = None,
+) -> LayerGrid:
+    """The grid of ``prefix``'s layers over ``[start, end]`` with at most ``points`` columns,
+    and the depth profile at ``at`` when given."""
+    if not 1 <= points <= MAX_COLUMNS:
+        raise Invalid(f"points must be between 1 and {MAX_COLUMNS}, got {points}")
+    if start is not None and end is not None and end < start:
+        raise Invalid(f"end ({end}) must not be below start ({start})")
+    stem = prefix.rstrip("/") + "/"
+    parts = [
+        name[len(stem) :]
+        for name in metric_names(session, run.key)
+        if name.startswith(stem) and name[len(stem) :] != "total"
+    ]
+    if len(parts) > MAX_LAYERS:
+        raise Invalid(
+            f"{len(parts)} metrics sit under {stem!r}, more than the {MAX_LAYERS} a grid "
+            "may have: name a longer prefix"
+        )
+    layers = depth_order(parts)
+    lineage, ids = series_keys(session, run.key, [stem + part for part in layers])
+    keys = [ids[stem + part] for part in layers]
+    extents = [e for key in keys if (e := pyramid.extent(session, run.key, key, lineage))]
+    if not extents:
+        return LayerGrid(stem.rstrip("/"), layers, [], [[] for _ in layers], [], False, None)
+    lo = start if start is not None else min(e[0] for e in extents)
+    hi = end if end is not None else max(e[1] for e in extents)
+    pixel = (hi - lo + 1) / points
+    rows = []
+    for key in keys:
+        got = pyramid.gather(session, run.key, key, lineage, lo, hi, pixel)
+        rows.append(got.finish())
+    logged = np.unique(np.concatenate([row.steps for row in rows]))
+    bucketed = len(logged) > points
+    if bucketed:
+        edges = bucket_edges(lo, hi, points)
+        grid = np.vstack([bucket_max(row.steps, row.values, edges) for row in rows])
+        columns = edges[:-1]
+    else:
+        grid = np.vstack([values_at(row.steps, row.values, logged) for row in rows])
+        columns = logged
+    profile = None
+    if at is not None:
+        profile = _profile(session, run, keys, lineage, at, max(1, math.ceil(pixel)))
+    return LayerGrid(
+        stem.rstrip("/"),
+        layers,
+        columns.tolist(),
+        [_cells(row) for row in grid],
+        _cells(u_index(grid)),
+        bucketed,
+        profile,
+    )
+
+
+def _profile(
+    session: Session,
+    run: Run,
+    keys: list[int],
+    lineage: Lineage,
+    at: int,
+    radius: int,
+) -> Profile:
+    """Each layer's value at the logged step nearest ``at`` within ``radius`` steps (a
+    layer logged every few steps still has a profile between its steps)."""
+    steps: list[int | None] = []
+    values: list[float] = []
+    for key in keys:
+        got = pyramid.read_all(session, run.key, key, lineage, at - radius, at + radius)
+        if not len(got.steps):
+            steps.append(None)
+            values.append(math.nan)
+            continue
+        nearest = int(np.argmin(np.abs(got.steps - at)))
+        steps.append(int(got.steps[nearest]))
+        values.append(float(got.values[nearest]))
+    profile = np.array(values, dtype=np.float64)
+    return Profile(at, steps, _cells(profile), _cells(u_index(profile[:, np.newaxis]))[0])
+
+
+def _cells(values: np.ndarray) -> list[float | None]:
+    """Finite values as they are; no value (or a non-finite one) as None."""
+    return [v if math.isfinite(v) else None for v in values.tolist()]

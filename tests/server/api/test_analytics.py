@@ -1,0 +1,164 @@
+"""The analytics endpoints over HTTP against a real server: derived series and the layer grid,
+checked against NumPy on the values that were posted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.helpers.tenants import Tenant
+
+
+def new_run(api: httpx.Client, tenant: Tenant, name: str) -> str:
+    r = api.post("/api/v1/runs", json={"name": name}, headers=tenant.headers("ingest"))
+    assert r.status_code == 200, r.text
+    return str(r.json()["id"])
+
+
+def post(
+    api: httpx.Client, tenant: Tenant, run_id: str, steps: list[int], metrics: dict[str, Any]
+) -> None:
+    r = api.post(
+        f"/api/v1/runs/{run_id}/metrics",
+        json={"steps": steps, "metrics": metrics},
+        headers=tenant.headers("ingest"),
+        timeout=60,
+    )
+    assert r.status_code == 202, r.text
+
+
+def series(api: httpx.Client, tenant: Tenant, run_id: str, **params: Any) -> list[dict[str, Any]]:
+    r = api.get(f"/api/v1/runs/{run_id}/series", params=params, headers=tenant.headers("read"))
+    assert r.status_code == 200, r.text
+    return list(r.json()["series"])
+
+
+@pytest.fixture
+def parts_run(api: httpx.Client, tenant: Tenant) -> tuple[str, dict[str, np.ndarray]]:
+    """A run whose total grad norm is the root of its three parts' summed squares; the
+    lm_head part is logged every step, the others every other step."""
+    run_id = new_run(api, tenant, "parts")
+    rng = np.random.default_rng(7)
+    n = 3000
+    columns = {
+        "grad/norm/embed": rng.lognormal(-2.0, 0.2, n),
+        "grad/norm/layers.0": rng.lognormal(-2.5, 0.2, n),
+        "grad/norm/lm_head": rng.lognormal(-1.0, 0.2, n),
+    }
+    columns["grad/norm/total"] = np.sqrt(sum(np.square(c) for c in columns.values()))
+    for lo in range(0, n, 1000):
+        steps = list(range(lo, lo + 1000))
+        metrics = {
+            name: [
+                v if name.endswith("lm_head") or s % 2 == 0 else None
+                for s, v in zip(steps, c[lo : lo + 1000].tolist(), strict=True)
+            ]
+            for name, c in columns.items()
+        }
+        post(api, tenant, run_id, steps, metrics)
+    return run_id, columns
+
+
+def test_derived_series_are_computed_from_every_stored_point(
+    api: httpx.Client, tenant: Tenant, parts_run: tuple[str, dict[str, np.ndarray]]
+) -> None:
+    run_id, c = parts_run
+    total, lm_head = c["grad/norm/total"], c["grad/norm/lm_head"]
+    even = np.arange(0, 3000, 2)
+    asked = [
+        "share(grad/norm/lm_head, grad/norm/total)",
+        "ratio(grad/norm/lm_head, grad/norm/total)",
+        "rss(grad/norm/*)",
+        "share(grad/norm/l*, grad/norm/total)",
+        "grad/norm/lm_head",
+    ]
+    got = series(api, tenant, run_id, metric=asked, points=5000)
+    assert [s["metric"] for s in got] == asked
+    share, ratio, rss, ends, plain = got
+    # Both are logged at even steps only (the total is); every one of them comes back.
+    assert share["steps"] == even.tolist() and not share["downsampled"]
+    np.testing.assert_allclose(share["values"], (lm_head[even] / total[even]) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(ratio["values"], lm_head[even] / total[even], rtol=1e-12)
+    # rss over the parts and the total: sqrt(2) times the total.
+    np.testing.assert_allclose(rss["values"], np.sqrt(2) * total[even], rtol=1e-12)
+    parts = c["grad/norm/layers.0"] ** 2 + lm_head**2
+    np.testing.assert_allclose(ends["values"], parts[even] / total[even] ** 2, rtol=1e-12)
+    assert plain["steps"] == list(range(3000))
+
+
+def test_a_derived_series_is_downsampled_after_it_is_computed(
+    api: httpx.Client, tenant: Tenant, parts_run: tuple[str, dict[str, np.ndarray]]
+) -> None:
+    run_id, c = parts_run
+    text = "share(grad/norm/lm_head, grad/norm/total)"
+    [got] = series(api, tenant, run_id, metric=text, points=50, start=1000, end=2999)
+    assert got["downsampled"] and got["total_points"] == 1000
+    assert 100 <= len(got["steps"]) <= 200
+    # M4 keeps the exact maximum of the full-resolution share.
+    even = np.arange(1000, 3000, 2)
+    full = (c["grad/norm/lm_head"][even] / c["grad/norm/total"][even]) ** 2
+    assert max(got["values"]) == pytest.approx(float(full.max()), rel=1e-12)
+    assert min(got["values"]) == pytest.approx(float(full.min()), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("metric", "message"),
+    [
+        ("ratio(a)", "ratio takes 2 arguments, got 1"),
+        ("share(a, b", "is not closed"),
+        ("rss(a, b)", "rss takes 1 argument, got 2"),
+    ],
+)
+def test_a_malformed_expression_is_a_422_naming_the_problem(
+    api: httpx.Client, tenant: Tenant, metric: str, message: str
+) -> None:
+    run_id = new_run(api, tenant, "malformed")
+    r = api.get(
+        f"/api/v1/runs/{run_id}/series", params={"metric": metric}, headers=tenant.headers("read")
+    )
+    assert r.status_code == 422 and message in r.json()["detail"], r.text
+
+
+def test_an_expression_over_metrics_never_logged_is_empty(
+    api: httpx.Client, tenant: Tenant, parts_run: tuple[str, dict[str, np.ndarray]]
+) -> None:
+    run_id, _ = parts_run
+    [got] = series(api, tenant, run_id, metric="share(nothing/*, grad/norm/total)")
+    assert (got["steps"], got["values"], got["total_points"]) == ([], [], 0)
+
+
+def test_layers_come_back_in_depth_order_with_their_u_index(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    run_id = new_run(api, tenant, "layers")
+    names = ["embed", *(f"layers.{i}" for i in range(48)), "lm_head"]
+    rng = np.random.default_rng(1)
+    shuffled = list(rng.permutation(names))
+    steps = list(range(0, 200))
+    depth = np.abs(np.arange(len(names)) - 24.5)  # larger at both ends: a U
+    value = {n: 0.1 + 0.01 * float(depth[names.index(n)]) ** 2 for n in names}
+    metrics = {f"grad/norm/{n}": [value[n] * (1 + s / 100) for s in steps] for n in shuffled}
+    metrics["grad/norm/total"] = [1.0] * len(steps)
+    post(api, tenant, run_id, steps, metrics)
+    r = api.get(
+        f"/api/v1/runs/{run_id}/layers",
+        params={"prefix": "grad/norm", "points": 50, "at": 101},
+        headers=tenant.headers("read"),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["layers"] == names
+    assert body["bucketed"] and len(body["steps"]) == 50 and body["steps"][:3] == [0, 4, 8]
+    # Each cell is its bucket's largest value: the bucket's last step, as values grow.
+    for layer, row in zip(names, body["values"], strict=True):
+        assert row[0] == pytest.approx(value[layer] * 1.03, rel=1e-12)
+    middle = np.median([value[n] for n in names[1:-1]])
+    u = (value["embed"] + value["lm_head"]) / 2 / middle
+    assert body["u_index"][0] == pytest.approx(u, rel=1e-12)
+    profile = body["profile"]
+    assert profile["step"] == 101 and profile["steps"] == [101] * len(names)
+    assert profile["values"] == pytest.approx([value[n] * 2.01 for n in names], rel=1e-12)
+    assert profile["u_index"] == pytest.approx(u, rel=1e-12)
