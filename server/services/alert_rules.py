@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -13,8 +13,9 @@ from ..alerts import channels, delivery, payloads
 from ..alerts.conditions import StaleCondition, parse_condition
 from ..alerts.evaluation import preview
 from ..alerts.selectors import metric_matches
+from ..analytics import derived
 from ..auth import Principal
-from ..models import AlertRule, utcnow
+from ..models import AlertRule, Run, utcnow
 from ..schemas import (
     AlertOut,
     AlertRuleCreate,
@@ -39,7 +40,8 @@ from ..storage.alerts import (
 )
 from ..storage.alerts import delete_rule as remove_rule
 from ..storage.runs import lineage_of, run_by_id, run_owner, segments_of
-from .query import encode_value
+from .full_resolution import Reader
+from .query import compute, encode_value, parse_expression
 from .runs import Forbidden
 
 PREVIEW_MAX_METRICS = 256
@@ -91,6 +93,7 @@ def create_rule(
     have = rule_count(session, who.project_id)
     if have >= MAX_PROJECT_RULES:
         raise Conflict(f"project {project!r} has {have} rules, the most it may have")
+    _check_metric(body.metric)
     rule = AlertRule(
         project_id=who.project_id,
         name=body.name,
@@ -143,12 +146,19 @@ def update_rule(
     return to_out(rule, who.project)
 
 
+def _check_metric(metric: str) -> None:
+    """A rule's metric is a name, a glob or a derived-series expression that parses."""
+    if derived.is_derived(metric):
+        parse_expression(metric)
+
+
 def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bool:
     """Set the fields ``body`` gives; True when the rule's evaluation must start afresh."""
     restart = False
     if body.name is not None:
         rule.name = body.name
     if body.metric is not None and body.metric != rule.metric:
+        _check_metric(body.metric)
         rule.metric, restart = body.metric, True
     if body.condition is not None:
         condition = body.condition.model_dump(mode="json")
@@ -181,25 +191,22 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     condition = parse_condition(rule.condition)
     if isinstance(condition, StaleCondition):
         raise errors.Invalid("a stale rule depends on arrival times, which cannot be replayed")
-    metrics = [m for m in metrics_of_run(session, run.key) if metric_matches(rule.metric, m.name)][
-        :PREVIEW_MAX_METRICS
-    ]
-    lineage = lineage_of(segments_of(session, run.key))
     transitions: list[PreviewTransition] = []
-    replayed = 0
-    for metric in metrics:
-        stored = pyramid.read_all(session, run.key, metric.id, lineage, None, None)
-        replayed += len(stored.steps)
-        if replayed > PREVIEW_MAX_POINTS:
-            raise errors.TooLarge(
-                f"the rule matches more than {PREVIEW_MAX_POINTS:,} stored points of this run; "
-                "preview it with a narrower metric"
-            )
-        steps, values = stored.steps, stored.values
-        for t in preview(condition, steps.tolist(), values.tolist()):
+    if derived.is_derived(rule.metric):
+        reader = Reader(session, run, None, None, budget=PREVIEW_MAX_POINTS)
+        steps, values = compute(reader, parse_expression(rule.metric))
+        series: Iterable[tuple[str, list[int], list[float]]] = [
+            (rule.metric, steps.tolist(), values.tolist())
+        ]
+    else:
+        series = _stored_series(session, run, rule.metric)
+    count = 0
+    for name, steps_list, values_list in series:
+        count += 1
+        for t in preview(condition, steps_list, values_list):
             transitions.append(
                 PreviewTransition(
-                    metric=metric.name,
+                    metric=name,
                     state=t.state,
                     step=t.step,
                     value=encode_value(t.value),
@@ -208,7 +215,25 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
                 )
             )
     transitions.sort(key=lambda t: (t.step, t.metric))
-    return RulePreview(run=run.id, metrics=len(metrics), transitions=transitions)
+    return RulePreview(run=run.id, metrics=count, transitions=transitions)
+
+
+def _stored_series(
+    session: Session, run: Run, pattern: str
+) -> Iterator[tuple[str, list[int], list[float]]]:
+    """Every stored point of the run's metrics matching ``pattern``, metric by metric."""
+    metrics = [m for m in metrics_of_run(session, run.key) if metric_matches(pattern, m.name)]
+    lineage = lineage_of(segments_of(session, run.key))
+    replayed = 0
+    for metric in metrics[:PREVIEW_MAX_METRICS]:
+        stored = pyramid.read_all(session, run.key, metric.id, lineage, None, None)
+        replayed += len(stored.steps)
+        if replayed > PREVIEW_MAX_POINTS:
+            raise errors.TooLarge(
+                f"the rule matches more than {PREVIEW_MAX_POINTS:,} stored points of this run; "
+                "preview it with a narrower metric"
+            )
+        yield metric.name, stored.steps.tolist(), stored.values.tolist()
 
 
 def sample_notification(rule: AlertRule, project: str, base_url: str) -> payloads.Notification:

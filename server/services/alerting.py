@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
 from ..alerts.evaluation import RuleState, Transition, check_stale, evaluate
 from ..alerts.selectors import metric_matches, run_matches
+from ..analytics import derived
 from ..batch import MetricBatch
 from ..db import PerEngine
 from ..models import AlertState
@@ -32,7 +33,8 @@ from ..storage.alerts import (
 from ..storage.runs import LockedRun, running_runs
 
 RUN_METRIC_ID = 0
-"""``alert_states.metric_id`` of rules about the run as a whole (``stale``)."""
+"""``alert_states.metric_id`` of rules about the run as a whole (``stale``) and of rules on a
+derived series, which have one series a run."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class StepRule:
     run_tags: tuple[str, ...]
     channels: int
     condition: StepCondition
+    expression: derived.Call | None = None
+    """The derived series the rule watches, when its metric is an expression."""
 
 
 class RuleCache:
@@ -77,6 +81,7 @@ class RuleCache:
                 tuple(rule.run_tags or ()),
                 len(rule.channels or ()),
                 condition,
+                _expression(rule.metric),
             )
             for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
@@ -122,6 +127,11 @@ def evaluate_batch(
     now_unix = time.time() if now_unix is None else now_unix
     work: list[tuple[StepRule, str, Sequence[int], Sequence[float]]] = []
     for rule in matching:
+        if rule.expression is not None:
+            at, derived_values = _derived_in_batch(rule.expression, batch)
+            if len(at):
+                work.append((rule, rule.metric, at.tolist(), derived_values.tolist()))
+            continue
         for column in batch.columns:
             if not column.logged.any() or not metric_matches(rule.metric, column.name):
                 continue
@@ -132,17 +142,56 @@ def evaluate_batch(
     if not work:
         return 0
     states = states_for_update(
-        session, run.key, {(r.id, metric_ids[name]) for r, name, _, _ in work}
+        session, run.key, {_state_key(r, name, metric_ids) for r, name, _, _ in work}
     )
     owed = 0
     for rule, name, steps, values in work:
-        key = (rule.id, metric_ids[name])
+        key = _state_key(rule, name, metric_ids)
         row = states.get(key)
         state = _state_of(row, segment)
         new_state, transitions = evaluate(rule.condition, state, steps, values, now_unix=now_unix)
         save_state(session, row, run.key, key, segment, new_state)
         owed += record_alerts(session, run.key, segment, rule.id, rule.channels, name, transitions)
     return owed
+
+
+def _expression(metric: str | None) -> derived.Call | None:
+    """A rule's metric as a derived-series expression, when it is one (rules are checked
+    when saved, so a stored expression parses)."""
+    if metric is None or not derived.is_derived(metric):
+        return None
+    expression = derived.parse(metric)
+    assert isinstance(expression, derived.Call)
+    return expression
+
+
+def _state_key(rule: StepRule, name: str, metric_ids: dict[str, int]) -> tuple[int, int]:
+    return (rule.id, RUN_METRIC_ID if rule.expression is not None else metric_ids[name])
+
+
+def _derived_in_batch(
+    expression: derived.Call, batch: MetricBatch
+) -> tuple[np.ndarray, np.ndarray]:
+    """The derived series over the batch's steps where every input is in the batch.
+
+    A trainer logs a step's metrics together, so a batch holds all of a step's inputs; a
+    step whose inputs came in different batches is not judged.
+    """
+    inputs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for pattern in derived.patterns(expression):
+        name = derived.Name(pattern)
+        inputs[pattern] = [
+            _ascending(batch.steps[column.logged], column.values[column.logged])
+            for column in batch.columns
+            if column.logged.any()
+            and (metric_matches(pattern, column.name) if name.is_glob else column.name == pattern)
+        ]
+    return derived.evaluate(expression, inputs)
+
+
+def _ascending(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(steps, kind="stable")
+    return steps[order], values[order]
 
 
 def check_stale_runs(session: Session, now_unix: float | None = None) -> int:

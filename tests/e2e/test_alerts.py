@@ -108,6 +108,58 @@ def test_nan_fires_and_preview_matches(
         ]
 
 
+def test_a_rule_on_lm_heads_share_of_the_squared_total_fires_and_previews(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        rule = create_rule(
+            api,
+            receiver.url(),
+            name="lm_head dominates",
+            metric="share(grad/norm/lm_head*, grad/norm/total)",
+            condition={"kind": "threshold", "op": ">", "value": 0.8},
+        )
+        run = create_run(api, name="r", start_step=0)
+        # lm_head grows against a fixed rest: its share passes 0.8 at step 5 (0.81).
+        lm_head = [1.0, 1.2, 1.4, 1.6, 1.8, 2.06, 2.5, 1.0]
+        rest = 1.0
+        total = [(h * h + rest * rest) ** 0.5 for h in lm_head]
+        steps = list(range(len(lm_head)))
+        post_metrics(
+            api,
+            run,
+            steps,
+            **{
+                "grad/norm/lm_head": lm_head,
+                "grad/norm/embed": [rest] * len(steps),
+                "grad/norm/total": total,
+            },
+        )
+        payloads = receiver.wait_for(2)
+        assert [(p["state"], p["step"], p["metric"]) for p in payloads] == [
+            ("firing", 5, rule["metric"]),
+            ("resolved", 7, rule["metric"]),
+        ]
+        assert payloads[0]["value"] == pytest.approx(2.06**2 / (2.06**2 + 1), rel=1e-12)
+        preview = api.get(f"/api/v1/alert-rules/{rule['id']}/preview", params={"run": run})
+        assert preview.status_code == 200, preview.text
+        assert preview.json()["metrics"] == 1
+        assert [(t["state"], t["step"]) for t in preview.json()["transitions"]] == [
+            ("firing", 5),
+            ("resolved", 7),
+        ]
+        bad = api.post(
+            "/api/v1/alert-rules",
+            json={
+                "name": "bad",
+                "metric": "share(grad/norm/lm_head*)",
+                "condition": {"kind": "threshold", "op": ">", "value": 0.8},
+            },
+        )
+        assert bad.status_code == 422 and "share takes 2 arguments, got 1" in bad.text
+
+
 @pytest.mark.parametrize(
     ("condition", "series", "expected"),
     [

@@ -107,6 +107,9 @@ API = [
     Row("GET /api/v1/runs/{run_id}/series", "read a series",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/runs/{run_id}/layers", "read a layer grid",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
     Row("POST /api/v1/runs/{run_id}/events", "post an event",
         own=(401, 401, 401, 201, 403, 201), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 404, 403, 404)),
@@ -491,6 +494,9 @@ API_REQUESTS: dict[str, ApiRequest] = {
     "list a run's metrics": lambda w, t, o: Request("GET", f"/api/v1/runs/{o.run_id}/metrics"),
     "read a series": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/series", params={"metric": ["grad/norm/total", o.metric]}
+    ),
+    "read a layer grid": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/layers", params={"prefix": "grad/norm", "at": 1}
     ),
     "post an event": lambda w, t, o: Request(
         "POST", f"/api/v1/runs/{o.run_id}/events", json={"step": 3, "text": f"note {w.next()}"}
