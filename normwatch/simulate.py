@@ -5,11 +5,14 @@ It reproduces each phenomenon normwatch is built to make obvious (see the domain
 1. **Norm growth drives grad-norm growth.** `final_norm_gain`: the RMSNorm gain
    ``final_norm.weight`` has no weight decay and grows from sqrt(6144) ≈ 78.4 to ≈ 340 by
    step 80k; a config change at ``event_step`` (81k) steepens its slope, past 360 within a
-   few thousand steps. The lm_head gradient, which dominates the total, scales with that gain,
-   and `routing_surge` multiplies every gradient after the change, so ``grad/norm/total``
-   moves from ≈ 0.3-1 to past 5 some thousands of steps after 81k.
+   few thousand steps. The lm_head gradient scales with that gain, and `routing_surge`
+   multiplies every gradient after the change (the lm_head's most), so ``grad/norm/total``
+   moves from ≈ 0.3-1 to past 5 some thousands of steps after 81k, and the lm_head's share
+   of the squared total grad norm goes from ≈ 0.25 at 1k to ≈ 0.6 at 80k and ≈ 0.85 at 90k.
 2. **U-shape across depth.** `depth_profile`: per-layer grad norms are largest at the embedding,
-   layer 0 and the lm_head, 3-10x the middle, and the U steepens as the end parameters grow.
+   layer 0 and the lm_head, 3-10x the middle before 81k (more after it, as the lm_head's
+   gradient surges), and the U steepens as the end parameters grow. Parameter norms per
+   part (`param_norms`) give a parameter-norm heatmap, the ends growing fastest.
 3. **Grad norm rising while loss falls.** `loss_curve` falls as a power law throughout while
    ``grad/norm/total`` and ``params/norm/total`` grow together.
 4. **Spikes are preceded by update-norm spikes.** `SimulatedRun.spikes`: a handful of ≈2x
@@ -19,274 +22,170 @@ It reproduces each phenomenon normwatch is built to make obvious (see the domain
 5. **Restarts.** ``lineage`` > 0 replays the same trends with fresh noise and without the
    spikes, as after a restart from a checkpoint that skipped the bad batches.
 
-Everything is a pure function of ``(seed, step)``: noise comes from a counter-based hash of
-the step, so any ``block(start, stop)`` gives the same values for the same steps however the
-range is cut. Generating 80k steps with per-layer metrics every 10 steps takes a few tens of
-milliseconds.
+The norms are those of one model, so they add up as real ones do. Each family
+``grad/norm``, ``updates/norm`` and ``params/norm`` has one metric per part of the model,
+`SimulatedRun.parts`: ``embed``, ``layers.0`` .. ``layers.{L-1}``, ``final_norm.weight`` and
+``lm_head``. The parts' norms, noise included, are computed at every step, and
+
+- ``<family>/total`` is ``sqrt(Σ <family>/<part>²)`` over exactly those parts (to float
+  rounding), at every step: where the parts are logged it is their root-sum-square, and
+  elsewhere the global norm of the parts that were computed but not logged. No part exceeds
+  its total.
+- The parts are logged (not NaN) on multiples of ``layer_every`` and at every step from
+  `DENSE_BEFORE` steps before each spike's update step to `DENSE_AFTER` steps after it, so a
+  depth profile at a spike is real. ``params/norm/final_norm.weight`` and the totals are
+  logged at every step.
+
+Everything is a pure function of ``(seed, lineage, step)``: noise comes from a counter-based
+hash of the step, so any ``block(start, stop)`` gives the same values for the same steps
+however the range is cut, and whatever ``layer_every`` is. Generating 120k steps takes a
+few tenths of a second.
 
 >>> run = SimulatedRun(seed=0)
 >>> steps, metrics = run.block(0, 1000, layer_every=10)
 >>> round(float(metrics["params/norm/final_norm.weight"][0]), 1)
 78.4
+>>> squares = sum(metrics[f"grad/norm/{part}"][500] ** 2 for part in run.parts())
+>>> bool(np.isclose(np.sqrt(squares), metrics["grad/norm/total"][500], rtol=1e-12))
+True
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-FloatArray = NDArray[np.float64]
+from normwatch._simulate_terms import (
+    FINAL_NORM_INIT,
+    PEAK_LR,
+    FloatArray,
+    Spike,
+    depth_ends,
+    depth_profile,
+    draw_spikes,
+    early_transient,
+    final_norm_gain,
+    learning_rate,
+    loss_curve,
+    routing_surge,
+    spike_response,
+    standard_normal,
+    standard_normal_pair,
+)
 
-FINAL_NORM_INIT = math.sqrt(6144)
-"""Norm of an all-ones RMSNorm gain over a 6144-wide residual stream (≈ 78.38)."""
-FINAL_NORM_AT_EVENT = 342.0
-PEAK_LR = 3e-4
-WARMUP_STEPS = 2000
+__all__ = [
+    "DENSE_AFTER",
+    "DENSE_BEFORE",
+    "FAMILIES",
+    "SimulatedRun",
+    "Spike",
+    "depth_profile",
+    "final_norm_gain",
+    "grad_norm_trends",
+    "learning_rate",
+    "loss_curve",
+    "param_norms",
+    "routing_surge",
+]
 
-_SLOPE_GAIN_AFTER_EVENT = 3.0
-"""Extra final_norm slope after the config change, as a multiple of the slope before it."""
-_SURGE_MAX = 8.0
-_SURGE_STEPS = 3000.0
+FAMILIES = ("grad/norm", "updates/norm", "params/norm")
+"""The per-part families; each has a ``total`` that is the root-sum-square of its parts."""
+DENSE_BEFORE = 30
+"""Steps before a spike's update step from which every step logs the parts."""
+DENSE_AFTER = 100
+"""Steps after a spike's update step up to which every step logs the parts."""
 
-# Noise streams: one per core metric, then a block per layer-wise family.
+_CORE = (
+    "train/loss",
+    "grad/norm/total",
+    "params/norm/final_norm.weight",
+    "params/norm/total",
+    "optim/lr",
+    "updates/norm/total",
+    "optim/mu/norm/total",
+    "optim/nu/norm/total",
+    "train/z_loss",
+)
+"""Metrics logged at every step, in the order `SimulatedRun.block` returns them."""
+
+# Noise streams: one per core metric, then one per part, drawn as a pair (grad, update).
 _STREAM_CORE = 0
-_STREAM_LAYER_GRAD = 1000
-_STREAM_LAYER_UPDATE = 2000
+_STREAM_PARTS = 1000
+
+_SURGE_EXPONENT_REST = 0.72
+"""The routing surge multiplies the lm_head's gradient by ``s`` and the others' by
+``s^0.72``: the change reaches the output layer most, so its share of the total rises."""
+_GRAD_NOISE = 0.05
+"""Log-normal noise per part; as much again is common to every part (the batch)."""
+_UPDATE_NOISE = 0.04
+_CHUNK = 4096
+"""Steps computed at a time: the ``(3 × parts, chunk)`` arrays stay in cache."""
 
 
-# -- trends: each a pure, vectorised function of the step -----------------------------------
+# -- the parts' norms: rows in `SimulatedRun.parts` order ------------------------------------
 
 
-def final_norm_gain(t: FloatArray, event_step: int) -> FloatArray:
-    """``‖final_norm.weight‖``: phenomenon 1.
+def grad_norm_trends(t: FloatArray, gain: FloatArray, event_step: int, n_layers: int) -> FloatArray:
+    """Noise- and spike-free grad norms per part, shape ``(n_layers + 3, len(t))``.
 
-    Before the event: ``F0 + (F_E - F0) (1 - exp(-t/E)) / (1 - exp(-1))``, a concave climb
-    from 78.4 to ``F_E`` = 342 at step ``E``. After it a softplus (width 100 steps) adds
-    `_SLOPE_GAIN_AFTER_EVENT` times the pre-event slope, so the slope is ≈ 4x steeper.
+    With ``r = gain / 78.4``, ``w = 1 - exp(-t / 40k)``, ``e`` = `early_transient` and ``s`` =
+    `routing_surge`:
+
+    - ``embed``: ``0.07 (1 + 1.2 w) e s^0.72``;
+    - ``layers.i``: ``0.04 (1 + 0.7 w) (1 + a d_i) e s^0.72`` (`depth_profile`: ``d_i`` =
+      `depth_ends`, steepness ``a = 1 + 0.45 (r - 1)``, so the U steepens as the gain grows);
+    - ``final_norm.weight``: ``0.02 (1 + w) e s^0.72``;
+    - ``lm_head``: ``0.165 r e s``: its input feature ``x/rms(x) · gain`` scales with the gain.
     """
-    span = float(event_step)
-    growth = (FINAL_NORM_AT_EVENT - FINAL_NORM_INIT) / (1.0 - math.exp(-1.0))
-    before = FINAL_NORM_INIT + growth * -np.expm1(-t / span)
-    slope_at_event = growth * math.exp(-1.0) / span
-    width = 100.0
-    extra_slope = _SLOPE_GAIN_AFTER_EVENT * slope_at_event
-    after = extra_slope * width * np.logaddexp(0.0, (t - span) / width)
-    result: FloatArray = before + after
-    return result
+    ratio = gain / FINAL_NORM_INIT
+    transient = early_transient(t)
+    surge = routing_surge(t, event_step)
+    rest = transient * surge**_SURGE_EXPONENT_REST
+    slow = -np.expm1(-t / 40_000.0)
+    grads = np.empty((n_layers + 3, len(t)))
+    grads[0] = 0.07 * (1.0 + 1.2 * slow) * rest
+    middle = 0.04 * (1.0 + 0.7 * slow) * rest
+    grads[1:-2] = middle * depth_profile(n_layers, 1.0 + 0.45 * (ratio - 1.0))
+    grads[-2] = 0.02 * (1.0 + slow) * rest
+    grads[-1] = 0.165 * ratio * transient * surge
+    return grads
 
 
-def routing_surge(t: FloatArray, event_step: int) -> FloatArray:
-    """Gradient multiplier from the config change (phenomenon 1): 1 before ``event_step``,
-    then ``1 + (M - 1) (1 - exp(-((t - E) / τ)²))`` with M = 8, τ = 3000 steps, so the
-    total grad norm passes 5 roughly 3k steps after the change."""
-    since = np.maximum(t - event_step, 0.0) / _SURGE_STEPS
-    result: FloatArray = 1.0 + (_SURGE_MAX - 1.0) * -np.expm1(-(since**2))
-    return result
+def param_norms(t: FloatArray, gain: FloatArray, n_layers: int) -> FloatArray:
+    """Parameter norms per part, shape ``(n_layers + 3, len(t))``; smooth (a step changes a
+    parameter norm by about the learning rate).
 
-
-def early_transient(t: FloatArray) -> FloatArray:
-    """Large gradients of the first few hundred steps: ``1 + 8 exp(-t / 400)``."""
-    result: FloatArray = 1.0 + 8.0 * np.exp(-t / 400.0)
-    return result
-
-
-def learning_rate(t: FloatArray, event_step: int) -> FloatArray:
-    """Linear warmup over 2k steps to 3e-4, cosine decay to a tenth by ``1.5 * event_step``."""
-    horizon = 1.5 * event_step
-    warm = PEAK_LR * np.minimum(t + 1.0, WARMUP_STEPS) / WARMUP_STEPS
-    progress = np.clip((t - WARMUP_STEPS) / (horizon - WARMUP_STEPS), 0.0, 1.0)
-    cosine = PEAK_LR * (0.1 + 0.45 * (1.0 + np.cos(math.pi * progress)))
-    result: FloatArray = np.where(t < WARMUP_STEPS, warm, cosine)
-    return result
-
-
-def loss_curve(t: FloatArray) -> FloatArray:
-    """Smooth training loss: ``2.05 + 9 (1 + t/250)^-0.33`` (≈ 11 at step 0, ≈ 3.4 at 80k);
-    it keeps falling while the grad norm grows (phenomenon 3)."""
-    result: FloatArray = 2.05 + 9.0 * (1.0 + t / 250.0) ** -0.33
-    return result
-
-
-def depth_profile(n_layers: int, steepness: FloatArray) -> FloatArray:
-    """Per-layer grad-norm multipliers, shape ``(n_layers, len(steepness))``: phenomenon 2.
-
-    ``1 + a(t) (exp(-i/1.5) + 0.6 exp(-(L-1-i)/1.5))``: ≈ 1 in the middle, raised at
-    layer 0 and the last layer, more so as the steepness ``a(t)`` grows.
+    With ``v = 1 - exp(-t / 50k)``: ``embed`` and ``lm_head`` ``280 (1 + 1.6 v)`` (the
+    unconstrained ends grow most), ``layers.i`` ``210 (1 + 0.9 v) (1 + 0.1 d_i)``
+    (`depth_ends`), ``final_norm.weight`` the gain.
     """
-    depth = np.arange(n_layers, dtype=np.float64)
-    ends = np.exp(-depth / 1.5) + 0.6 * np.exp(-(n_layers - 1 - depth) / 1.5)
-    result: FloatArray = 1.0 + steepness[np.newaxis, :] * ends[:, np.newaxis]
+    slow = -np.expm1(-t / 50_000.0)
+    ends = 280.0 * (1.0 + 1.6 * slow)
+    params = np.empty((n_layers + 3, len(t)))
+    params[0] = ends
+    params[1:-2] = np.outer(210.0 * (1.0 + 0.1 * depth_ends(n_layers)), 1.0 + 0.9 * slow)
+    params[-2] = gain
+    params[-1] = ends
+    return params
+
+
+def _root_sum_square(parts: FloatArray) -> FloatArray:
+    """``sqrt(Σ_rows parts²)`` per column, the rows added one after another.
+
+    A plain ``sum(axis=0)`` adds pairwise when there is a single column, so a step's total
+    would depend on how a range is cut.
+    """
+    squares = np.square(parts)
+    total = squares[0].copy()
+    for row in squares[1:]:
+        total += row
+    result: FloatArray = np.sqrt(total)
     return result
-
-
-def _depth_moments(n_layers: int) -> tuple[float, float]:
-    """``Σ d_i`` and ``Σ d_i²`` of the depth shape, for the closed-form total grad norm."""
-    ends = depth_profile(n_layers, np.ones(1))[:, 0] - 1.0
-    return float(ends.sum()), float((ends**2).sum())
-
-
-# -- noise: counter-based, so values depend only on (seed, lineage, stream, step) ------------
-
-_U64 = np.uint64
-
-
-def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    x = x + _U64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
-    result: NDArray[np.uint64] = x ^ (x >> _U64(31))
-    return result
-
-
-def standard_normal(
-    seed: int, lineage: int, streams: NDArray[np.int64], steps: NDArray[np.int64]
-) -> FloatArray:
-    """N(0, 1) draws of shape ``(len(streams), len(steps))``, a pure function of each
-    ``(seed, lineage, stream, step)`` (splitmix64 hash, then Box-Muller)."""
-    keys = np.array([(seed * 1_000_003 + lineage) % 2**64], dtype=np.uint64)
-    keys = _splitmix64(_splitmix64(keys) ^ streams.astype(np.uint64))
-    first = _splitmix64(keys[:, np.newaxis] ^ _splitmix64(steps.astype(np.uint64))[np.newaxis, :])
-    second = _splitmix64(first)
-    scale = 2.0**-53
-    u1 = ((first >> _U64(11)).astype(np.float64) + 0.5) * scale
-    u2 = ((second >> _U64(11)).astype(np.float64) + 0.5) * scale
-    result: FloatArray = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
-    return result
-
-
-# -- spikes ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Spike:
-    """One update-norm spike and, unless ``loss_step`` is None, the loss spike it led to."""
-
-    update_step: int
-    loss_step: int | None
-    update_factor: float
-    """Peak multiplier of ``updates/norm/total`` (≈ 2)."""
-    loss_jump: float
-    """Peak added to ``train/loss``, in nats."""
-    grad_factor: float
-    """Peak multiplier of the grad norms at ``loss_step``."""
-    recovery_steps: float
-    """Time constant of the loss's exponential recovery."""
-
-
-def draw_spikes(seed: int, event_step: int, count: int = 7, silent: int = 2) -> tuple[Spike, ...]:
-    """``count`` spikes spread over ``[0.09, 0.93] * event_step``; ``silent`` of them have no
-    loss spike. Leads from update spike to loss spike are 3-10 steps."""
-    rng = np.random.default_rng(seed)
-    anchors = np.linspace(0.09, 0.93, count) * event_step
-    starts = (anchors + rng.integers(-400, 401, count)).astype(int)
-    leads = rng.integers(3, 11, count)
-    quiet = set(rng.choice(count, size=silent, replace=False).tolist())
-    return tuple(
-        Spike(
-            update_step=int(starts[i]),
-            loss_step=None if i in quiet else int(starts[i] + leads[i]),
-            update_factor=float(rng.uniform(1.85, 2.2)),
-            loss_jump=float(rng.uniform(0.25, 0.6)),
-            grad_factor=float(rng.uniform(2.0, 3.0)),
-            recovery_steps=float(rng.uniform(20.0, 50.0)),
-        )
-        for i in range(count)
-    )
-
-
-def _add_decay(
-    out: FloatArray, t: FloatArray, at: int, height: float, time_constant: float
-) -> None:
-    """``out += height * exp(-(t - at) / τ)`` from ``at`` on; ``t`` ascending. Only the
-    window where the term exceeds ~1e-9 of ``height`` is touched, which keeps it cheap."""
-    begin, end = np.searchsorted(t, [at, at + 20.0 * time_constant])
-    if begin < end:
-        out[begin:end] += height * np.exp(-(t[begin:end] - at) / time_constant)
-
-
-@dataclass(frozen=True, slots=True)
-class _SpikeResponse:
-    update: FloatArray
-    """Excess of the update-norm multiplier over 1 (scaled per layer by depth)."""
-    first_moment: FloatArray
-    loss: FloatArray
-    grad: FloatArray
-
-    def take(self, mask: NDArray[np.bool_]) -> _SpikeResponse:
-        return _SpikeResponse(*(getattr(self, f)[mask] for f in self.__slots__))
-
-
-def _spike_response(t: FloatArray, spikes: tuple[Spike, ...]) -> _SpikeResponse:
-    """The spikes' effect on each affected series, over ascending steps ``t``."""
-    update = np.zeros_like(t)
-    first_moment = np.zeros_like(t)
-    loss = np.zeros_like(t)
-    grad = np.ones_like(t)
-    for spike in spikes:
-        _add_decay(update, t, spike.update_step, spike.update_factor - 1.0, 1.5)
-        _add_decay(first_moment, t, spike.update_step, 1.0, 20.0)
-        if spike.loss_step is not None:
-            _add_decay(loss, t, spike.loss_step, spike.loss_jump, spike.recovery_steps)
-            _add_decay(grad, t, spike.loss_step, spike.grad_factor - 1.0, 2.0)
-    return _SpikeResponse(update, first_moment, loss, grad)
 
 
 # -- the run -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Trends:
-    """Noise-free series over a block of steps; grad norms before spikes."""
-
-    gain: FloatArray
-    lm_head: FloatArray
-    embed: FloatArray
-    middle: FloatArray
-    steepness: FloatArray
-    grad_total: FloatArray
-    lr: FloatArray
-    update_total: FloatArray
-    logits_scale: FloatArray
-
-    def take(self, mask: NDArray[np.bool_]) -> _Trends:
-        return _Trends(*(getattr(self, f)[mask] for f in self.__slots__))
-
-
-def _trends(
-    t: FloatArray, event_step: int, depth_sum: float, depth_sum_sq: float, n: int
-) -> _Trends:
-    """Every smooth series, from the terms above.
-
-    The lm_head grad norm is proportional to the final_norm gain (its input feature scales
-    with it); embedding and middle layers grow slowly. The total is the exact global norm
-    ``sqrt(lm_head² + embed² + Σ layer_i²)``, the layer sum in closed form from the depth
-    moments.
-    """
-    gain = final_norm_gain(t, event_step)
-    ratio = gain / FINAL_NORM_INIT
-    scale = routing_surge(t, event_step) * early_transient(t)
-    slow = -np.expm1(-t / 40_000.0)
-    lm_head = 0.17 * ratio * scale
-    embed = 0.07 * (1.0 + 1.2 * slow) * scale
-    middle = 0.04 * (1.0 + 0.6 * slow) * scale
-    steepness = 1.0 + 0.45 * (ratio - 1.0)
-    layers_sq = middle**2 * (n + 2.0 * steepness * depth_sum + steepness**2 * depth_sum_sq)
-    lr = learning_rate(t, event_step)
-    return _Trends(
-        gain=gain,
-        lm_head=lm_head,
-        embed=embed,
-        middle=middle,
-        steepness=steepness,
-        grad_total=np.sqrt(lm_head**2 + embed**2 + layers_sq),
-        lr=lr,
-        update_total=3.0 * lr / PEAK_LR,
-        logits_scale=2.0 * ratio * np.sqrt(scale),
-    )
 
 
 class SimulatedRun:
@@ -301,12 +200,25 @@ class SimulatedRun:
         self.n_layers = n_layers
         self.event_step = event_step
         self.spikes = draw_spikes(seed, event_step)
-        self._depth_sum, self._depth_sum_sq = _depth_moments(n_layers)
+        self._parts = ["embed", *(f"layers.{i}" for i in range(n_layers))]
+        self._parts += ["final_norm.weight", "lm_head"]
+
         depth = np.arange(n_layers, dtype=np.float64) / (n_layers - 1)
-        update_shape = 1.15 - 0.3 * depth
-        self._update_shape: FloatArray = update_shape / np.sqrt(np.mean(update_shape**2))
-        self._update_spike_shape: FloatArray = 1.5 - depth
-        """Update-norm spikes are larger in lower layers (phenomenon 4)."""
+        # Adam's update norm grows with the square root of a tensor's size: the embedding and
+        # lm_head are ~1.7x a layer's parameters, the 6144-vector gain ~1e-5 of them.
+        weights = np.concatenate([[1.3], 1.15 - 0.3 * depth, [0.004, 1.3]])
+        self._update_weights: FloatArray = weights / np.sqrt(np.sum(weights**2))
+        # Update-norm spikes are larger in lower layers (phenomenon 4); normalised so that the
+        # total's jump is about the spike's `update_factor`.
+        shape = np.concatenate([[1.5], 1.5 - depth, [0.5, 0.5]])
+        self._update_spike_shape: FloatArray = shape / np.sum(self._update_weights**2 * shape)
+
+        n_parts = len(self._parts)
+        self._part_streams = _STREAM_PARTS + np.arange(n_parts, dtype=np.int64)
+        # Rows of a chunk's parts that follow the per-layer schedule: all but the gain's
+        # parameter norm, which is a core metric logged at every step.
+        every_step = 2 * n_parts + self._parts.index("final_norm.weight")
+        self._scheduled_rows = np.delete(np.arange(3 * n_parts), every_step)
 
     def events(self) -> list[tuple[int, str, str]]:
         """``(step, kind, text)`` annotations for the charts."""
@@ -315,82 +227,99 @@ class SimulatedRun:
             (self.event_step, "config", "near-dropless EP routing"),
         ]
 
+    def parts(self) -> list[str]:
+        """The model's parts, bottom to top: each family has a ``<family>/<part>`` metric."""
+        return list(self._parts)
+
     def layer_names(self) -> list[str]:
-        """Per-layer metric names, in the order `block` returns them."""
-        grads = [f"grad/norm/layers.{i}" for i in range(self.n_layers)]
-        updates = [f"updates/norm/layers.{i}" for i in range(self.n_layers)]
-        return ["grad/norm/embed", *grads, "grad/norm/lm_head", *updates]
+        """Per-part metric names logged only on the per-layer schedule, in the order `block`
+        returns them: every ``<family>/<part>`` but ``params/norm/final_norm.weight``, which
+        is logged at every step."""
+        names = [f"{family}/{part}" for family in FAMILIES for part in self._parts]
+        names.remove("params/norm/final_norm.weight")
+        return names
+
+    def per_layer_logged(
+        self, steps: NDArray[np.int64], *, layer_every: int, lineage: int = 0
+    ) -> NDArray[np.bool_]:
+        """Which of the ascending ``steps`` log the parts: multiples of ``layer_every``, and
+        every step in ``[u - DENSE_BEFORE, u + DENSE_AFTER]`` around each spike's update
+        step ``u`` (lineage 0 only: later lineages have no spikes)."""
+        logged: NDArray[np.bool_] = steps % layer_every == 0
+        for spike in self.spikes if lineage == 0 else ():
+            begin, end = np.searchsorted(
+                steps, [spike.update_step - DENSE_BEFORE, spike.update_step + DENSE_AFTER + 1]
+            )
+            logged[begin:end] = True
+        return logged
 
     def block(
         self, start: int, stop: int, *, layer_every: int = 1, lineage: int = 0
     ) -> tuple[NDArray[np.int64], dict[str, FloatArray]]:
         """Steps ``start..stop-1`` and every metric over them.
 
-        Per-layer metrics are NaN except on multiples of ``layer_every`` (not logged there).
+        Per-part metrics (`layer_names`) are NaN where `per_layer_logged` is False.
         """
         if not 0 <= start <= stop:
             raise ValueError(f"need 0 <= start <= stop, got start={start}, stop={stop}")
         if layer_every < 1:
             raise ValueError(f"layer_every must be >= 1, got {layer_every}")
         steps = np.arange(start, stop, dtype=np.int64)
-        t = steps.astype(np.float64)
-        spikes = self.spikes if lineage == 0 else ()
-        response = _spike_response(t, spikes)
-        noise = standard_normal(self.seed, lineage, np.arange(6, dtype=np.int64), steps)
-
-        trends = _trends(t, self.event_step, self._depth_sum, self._depth_sum_sq, self.n_layers)
-        params_rest = 1500.0 * (1.0 + 1.1 * -np.expm1(-t / 50_000.0))
-        mu_spike = 1.0 + response.first_moment
-
-        metrics: dict[str, FloatArray] = {
-            "train/loss": loss_curve(t) + response.loss + 0.03 * noise[0],
-            "grad/norm/total": trends.grad_total * response.grad * np.exp(0.06 * noise[1]),
-            "params/norm/final_norm.weight": trends.gain,
-            "params/norm/total": np.sqrt(params_rest**2 + trends.gain**2),
-            "optim/lr": trends.lr,
-            "updates/norm/total": trends.update_total
-            * (1.0 + response.update)
-            * np.exp(0.03 * noise[2]),
-            "optim/mu/norm/total": 0.5 * trends.grad_total * mu_spike * np.exp(0.03 * noise[3]),
-            "optim/nu/norm/total": 0.02 * trends.grad_total**2 * np.exp(0.02 * noise[4]),
-            "train/z_loss": 1e-4 * trends.logits_scale**2 * np.exp(0.05 * noise[5]),
-        }
-
-        logged = steps % layer_every == 0
-        per_layer = np.full((2 * self.n_layers + 2, len(steps)), np.nan)
-        if logged.any():
-            per_layer[:, logged] = self._layers(
-                steps[logged], lineage, trends.take(logged), response.take(logged)
-            )
+        logged = self.per_layer_logged(steps, layer_every=layer_every, lineage=lineage)
+        core = np.empty((len(_CORE), len(steps)))
+        per_layer = np.full((len(self._scheduled_rows), len(steps)), np.nan)
+        for begin in range(0, len(steps), _CHUNK):
+            end = min(begin + _CHUNK, len(steps))
+            parts = self._chunk(steps[begin:end], lineage, out=core[:, begin:end])
+            columns = np.flatnonzero(logged[begin:end])
+            if columns.size:
+                per_layer[:, begin + columns] = parts[np.ix_(self._scheduled_rows, columns)]
+        metrics = dict(zip(_CORE, core, strict=True))
         metrics.update(zip(self.layer_names(), per_layer, strict=True))
         return steps, metrics
 
-    def _layers(
-        self, steps: NDArray[np.int64], lineage: int, trends: _Trends, response: _SpikeResponse
-    ) -> FloatArray:
-        """Rows: embed, layers 0..L-1, lm_head grad norms, then layers 0..L-1 update norms."""
-        n = self.n_layers
-        grad_noise = standard_normal(
-            self.seed, lineage, _STREAM_LAYER_GRAD + np.arange(n + 2, dtype=np.int64), steps
+    def _chunk(self, steps: NDArray[np.int64], lineage: int, *, out: FloatArray) -> FloatArray:
+        """Writes the `_CORE` metrics over ``steps`` into ``out`` and returns every part's
+        grad, update and parameter norm there, shape ``(3 × parts, len(steps))``."""
+        t = steps.astype(np.float64)
+        response = spike_response(t, self.spikes if lineage == 0 else ())
+        noise = standard_normal(
+            self.seed, lineage, _STREAM_CORE + np.arange(6, dtype=np.int64), steps
         )
-        update_noise = standard_normal(
-            self.seed, lineage, _STREAM_LAYER_UPDATE + np.arange(n, dtype=np.int64), steps
+        grad_noise, update_noise = standard_normal_pair(
+            self.seed, lineage, self._part_streams, steps
         )
-        layers = trends.middle * depth_profile(n, trends.steepness)
-        grads = np.vstack([trends.embed, layers, trends.lm_head])
-        grads *= response.grad * np.exp(0.08 * grad_noise)
-        update_spike = 1.0 + self._update_spike_shape[:, np.newaxis] * response.update
-        updates = (
-            (trends.update_total / math.sqrt(n))
-            * self._update_shape[:, np.newaxis]
-            * update_spike
-            * np.exp(0.04 * update_noise)
+        gain = final_norm_gain(t, self.event_step)
+        grad_trends = grad_norm_trends(t, gain, self.event_step, self.n_layers)
+        common = response.grad * np.exp(_GRAD_NOISE * noise[1])
+        grads = grad_trends * common * np.exp(_GRAD_NOISE * grad_noise)
+
+        lr = learning_rate(t, self.event_step)
+        update_total = 3.0 * lr / PEAK_LR * np.exp(0.03 * noise[2])
+        spike_shape = 1.0 + np.outer(self._update_spike_shape, response.update)
+        updates = np.outer(self._update_weights, update_total) * spike_shape
+        updates *= np.exp(_UPDATE_NOISE * update_noise)
+
+        params = param_norms(t, gain, self.n_layers)
+        smooth_grad = _root_sum_square(grad_trends)
+        logits_scale_sq = 4.0 * (gain / FINAL_NORM_INIT) ** 2
+        logits_scale_sq *= routing_surge(t, self.event_step) * early_transient(t)
+        out[:] = (
+            loss_curve(t) + response.loss + 0.03 * noise[0],
+            _root_sum_square(grads),
+            gain,
+            _root_sum_square(params),
+            lr,
+            _root_sum_square(updates),
+            0.5 * smooth_grad * (1.0 + response.first_moment) * np.exp(0.03 * noise[3]),
+            0.02 * smooth_grad**2 * np.exp(0.02 * noise[4]),
+            1e-4 * logits_scale_sq * np.exp(0.05 * noise[5]),
         )
-        result: FloatArray = np.vstack([grads, updates])
+        result: FloatArray = np.concatenate([grads, updates, params])
         return result
 
     def metrics_at(self, step: int, *, per_layer: bool = True) -> dict[str, float]:
-        """Every metric at one step (per-layer ones only when ``per_layer``)."""
+        """Every metric at one step (per-part ones only when ``per_layer``)."""
         _, metrics = self.block(step, step + 1)
         layer_names = set(self.layer_names())
         return {
@@ -402,8 +331,8 @@ class SimulatedRun:
     def iter_steps(
         self, start: int, stop: int, *, layer_every: int = 10, lineage: int = 0, chunk: int = 5000
     ) -> Iterator[tuple[int, dict[str, float]]]:
-        """``(step, metrics)`` per step, as a trainer would log them: per-layer metrics only
-        every ``layer_every`` steps. Computed ``chunk`` steps at a time."""
+        """``(step, metrics)`` per step, as a trainer would log them: per-part metrics only
+        where `per_layer_logged` says so. Computed ``chunk`` steps at a time."""
         for chunk_start in range(start, stop, chunk):
             steps, metrics = self.block(
                 chunk_start,

@@ -8,17 +8,18 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from normwatch.simulate import SimulatedRun
+from normwatch.simulate import DENSE_AFTER, DENSE_BEFORE, FAMILIES, SimulatedRun
 
 SEEDS = [0, 1, 7]
 EVENT = 81_000
+STOP = 120_000
 Block = tuple[SimulatedRun, NDArray[np.int64], dict[str, NDArray[np.float64]]]
 
 
 @pytest.fixture(scope="module", params=SEEDS, ids=[f"seed{s}" for s in SEEDS])
 def simulated(request: pytest.FixtureRequest) -> Block:
     run = SimulatedRun(seed=request.param)
-    steps, metrics = run.block(0, 100_000, layer_every=10)
+    steps, metrics = run.block(0, STOP, layer_every=10)
     return run, steps, metrics
 
 
@@ -49,11 +50,62 @@ def test_grad_norm_tracks_the_gain_and_crosses_5_only_after_the_event(simulated:
     assert 83_000 <= first_crossing <= 86_000
 
 
-def test_lm_head_dominates_the_total_grad_norm(simulated: Block) -> None:
-    _, steps, metrics = simulated
-    layer_steps = steps % 10 == 0
-    share = (metrics["grad/norm/lm_head"] / metrics["grad/norm/total"])[layer_steps]
-    assert np.median(share[1_000:8_000]) > 0.5
+def in_spike_windows(run: SimulatedRun, steps: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Steps within ``[u - DENSE_BEFORE, u + DENSE_AFTER]`` of a spike's update step ``u``."""
+    inside = np.zeros(len(steps), dtype=bool)
+    for spike in run.spikes:
+        inside |= (steps >= spike.update_step - DENSE_BEFORE) & (
+            steps <= spike.update_step + DENSE_AFTER
+        )
+    return inside
+
+
+def test_per_part_metrics_are_logged_on_the_schedule_and_densely_at_spikes(
+    simulated: Block,
+) -> None:
+    run, steps, metrics = simulated
+    expected = (steps % 10 == 0) | in_spike_windows(run, steps)
+    assert expected.sum() > STOP // 10 + len(run.spikes) * 100
+    for name in run.layer_names():
+        np.testing.assert_array_equal(~np.isnan(metrics[name]), expected, err_msg=name)
+    for spike in run.spikes:
+        window = slice(spike.update_step - DENSE_BEFORE, spike.update_step + DENSE_AFTER + 1)
+        assert not np.isnan(metrics["updates/norm/layers.0"][window]).any()
+    np.testing.assert_array_equal(run.per_layer_logged(steps, layer_every=10), expected)
+    for name in ["params/norm/final_norm.weight", *(f"{f}/total" for f in FAMILIES)]:
+        assert not np.isnan(metrics[name]).any(), name
+
+
+def test_each_total_is_the_root_sum_square_of_its_parts(simulated: Block) -> None:
+    run, _, metrics = simulated
+    parts = run.parts()
+    assert parts == ["embed", *(f"layers.{i}" for i in range(run.n_layers))] + [
+        "final_norm.weight",
+        "lm_head",
+    ]
+    for family in FAMILIES:
+        prefix = f"{family}/"
+        logged_parts = sorted(n[len(prefix) :] for n in metrics if n.startswith(prefix))
+        assert logged_parts == sorted([*parts, "total"]), family
+        logged = ~np.isnan(metrics[f"{family}/embed"])
+        assert logged.sum() >= STOP // 10
+        values = np.array([metrics[f"{family}/{part}"][logged] for part in parts])
+        total = metrics[f"{family}/total"][logged]
+        assert not np.isnan(values).any()
+        np.testing.assert_allclose(total**2, (values**2).sum(axis=0), rtol=1e-12, atol=0)
+        assert np.all(values <= total), family
+        assert np.all(values > 0), family
+
+
+def test_lm_head_share_of_the_squared_grad_norm_grows_past_the_event(simulated: Block) -> None:
+    _, _, metrics = simulated
+    share = (metrics["grad/norm/lm_head"] / metrics["grad/norm/total"]) ** 2
+    assert 0.2 <= share[1_000] <= 0.35
+    assert 0.5 <= share[80_000] <= 0.7
+    assert share[90_000] >= 0.8
+    around = {step: float(np.nanmedian(share[step - 500 : step + 500])) for step in (1_000, 80_000)}
+    assert 0.2 <= around[1_000] <= 0.35 and 0.5 <= around[80_000] <= 0.7
+    assert np.nanmin(share[90_000:STOP]) >= 0.75
 
 
 def u_ratio(run: SimulatedRun, metrics: dict[str, NDArray[np.float64]], step: int) -> float:
@@ -131,6 +183,13 @@ def test_update_spikes_are_larger_in_lower_layers_and_double_the_first_moment() 
         return float(values[-1] / np.median(values[before]))
 
     assert jump("updates/norm/layers.0") > jump(f"updates/norm/layers.{run.n_layers - 1}") + 0.5
+    assert jump("updates/norm/embed") > jump("updates/norm/lm_head") + 0.5
+    quarter = run.n_layers // 4
+    bottom = np.mean([jump(f"updates/norm/layers.{i}") for i in range(quarter)])
+    top = np.mean(
+        [jump(f"updates/norm/layers.{i}") for i in range(run.n_layers - quarter, run.n_layers)]
+    )
+    assert bottom > top + 0.3
     first_moment = metrics["optim/mu/norm/total"]
     assert first_moment[-1] / np.median(first_moment[before]) == pytest.approx(2.0, abs=0.3)
     second_moment = metrics["optim/nu/norm/total"]
@@ -149,6 +208,27 @@ def test_values_depend_only_on_seed_and_step() -> None:
     assert not np.array_equal(other["train/loss"], part["train/loss"])
 
 
+def test_a_range_cut_in_pieces_gives_the_same_values_as_one_block() -> None:
+    run = SimulatedRun(seed=0)
+    stop = 20_000
+    # One cut falls inside the first spike's window of dense per-part logging.
+    inside = run.spikes[0].update_step + 5
+    assert 4_097 < inside < 12_345 and inside != 8_193
+    _, whole = run.block(0, stop, layer_every=10)
+    cuts = sorted([0, 1, 2, 4_095, 4_097, inside, 8_193, 12_345, stop])
+    pieces = [run.block(a, b, layer_every=10)[1] for a, b in zip(cuts, cuts[1:], strict=False)]
+    for name, values in whole.items():
+        joined = np.concatenate([piece[name] for piece in pieces])
+        np.testing.assert_array_equal(joined, values, err_msg=name)
+    # The totals are the parts' global norm whether or not the parts are logged.
+    _, sparse = run.block(0, stop, layer_every=7)
+    for family in FAMILIES:
+        np.testing.assert_array_equal(sparse[f"{family}/total"], whole[f"{family}/total"])
+    step = 12_340
+    at = run.metrics_at(step)
+    assert all(at[name] == values[step] for name, values in whole.items())
+
+
 def test_a_restart_lineage_has_fresh_noise_and_no_spikes() -> None:
     run = SimulatedRun(seed=0)
     spike = next(s for s in run.spikes if s.loss_step is not None)
@@ -159,6 +239,11 @@ def test_a_restart_lineage_has_fresh_noise_and_no_spikes() -> None:
         first["params/norm/final_norm.weight"], replay["params/norm/final_norm.weight"]
     )
     assert replay["updates/norm/total"].max() < 1.3 * np.median(replay["updates/norm/total"])
+    steps = np.arange(spike.update_step - 100, spike.update_step + 100)
+    assert run.per_layer_logged(steps, layer_every=10)[100:131].all()
+    np.testing.assert_array_equal(
+        run.per_layer_logged(steps, layer_every=10, lineage=1), steps % 10 == 0
+    )
 
 
 def test_per_layer_metrics_are_logged_every_layer_every_steps() -> None:
@@ -166,7 +251,10 @@ def test_per_layer_metrics_are_logged_every_layer_every_steps() -> None:
     steps, metrics = run.block(95, 125, layer_every=10)
     logged = steps % 10 == 0
     assert set(run.layer_names()) <= set(metrics)
-    assert len(run.layer_names()) == 2 * 8 + 2
+    # Grad, update and parameter norms of embed, 8 layers, final_norm.weight and lm_head;
+    # the gain's parameter norm is logged at every step.
+    assert len(run.layer_names()) == 3 * (8 + 3) - 1
+    assert "params/norm/final_norm.weight" not in run.layer_names()
     for name in run.layer_names():
         assert np.isnan(metrics[name]).tolist() == (~logged).tolist()
     assert not np.isnan(metrics["grad/norm/total"]).any()
@@ -195,6 +283,6 @@ def test_generating_a_long_run_is_fast() -> None:
     run = SimulatedRun(seed=0)
     run.block(0, 1_000, layer_every=10)
     started = time.perf_counter()
-    steps, metrics = run.block(0, 80_000, layer_every=10)
-    assert time.perf_counter() - started < 1.0
-    assert len(steps) == 80_000 and len(metrics) >= 5 + 2 * run.n_layers
+    steps, metrics = run.block(0, STOP, layer_every=10)
+    assert time.perf_counter() - started < 2.0
+    assert len(steps) == STOP and len(metrics) == 9 + 3 * (run.n_layers + 3) - 1
