@@ -126,6 +126,7 @@ def create_app(
 
     for module in (health, runs, metrics, analytics, events, alerts, prometheus, tokens):
         app.include_router(module.router)
+    app.include_router(analytics.compare_router)
 
     if dashboard:
         try:

@@ -1,4 +1,4 @@
-"""Analytics over one run's stored series: layers; see docs/analytics.md."""
+"""Analytics over stored series: layers, spikes, comparisons; see docs/analytics.md."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from ..schemas import INT64_MAX, MetricName
-from ..schemas.analytics import LayersOut
-from ..services import layers
+from ..schemas.analytics import CompareOut, LayersOut, SpikesOut
+from ..services import analytics, layers, query
 from .deps import Reader, SnapshotDep, owned_run
 from .errors import API, documented
 
@@ -38,3 +38,42 @@ def get_layers(
     run, _ = owned_run(session, who, run_id)
     grid = layers.layer_grid(session, run, prefix, start=start, end=end, points=points, at=at)
     return Response(orjson.dumps(grid.to_json()), media_type="application/json")
+
+
+@router.get("/spikes", response_model=SpikesOut)
+def get_spikes(
+    run_id: str,
+    session: SnapshotDep,
+    who: Reader,
+    metric: Annotated[list[MetricName], Query(min_length=1, max_length=16)],
+    start: Step = None,
+    end: Step = None,
+    max_lag: Annotated[int, Query(ge=1, le=analytics.MAX_LAG)] = 50,
+) -> Response:
+    """Each metric's spikes, found over the whole run (listed where they overlap
+    ``[start, end]``), the share of steps spent in them, and which metric's spikes lead
+    which (``lead_lag``, every ordered pair)."""
+    run, _ = owned_run(session, who, run_id)
+    report = analytics.spike_report(session, run, metric, start=start, end=end, max_lag=max_lag)
+    return Response(orjson.dumps(report.to_json()), media_type="application/json")
+
+
+compare_router = APIRouter(prefix="/api/v1", tags=["analytics"], responses=documented(*API, 404))
+
+
+@compare_router.get("/compare", response_model=CompareOut)
+def compare(
+    session: SnapshotDep,
+    who: Reader,
+    run: Annotated[list[str], Query(min_length=1, max_length=analytics.MAX_COMPARED_RUNS)],
+    metric: Annotated[MetricName, Query()],
+    start: Step = None,
+    end: Step = None,
+    points: Annotated[int, Query(ge=1, le=query.MAX_POINTS)] = 1000,
+) -> Response:
+    """One metric of several runs on one step axis, with a summary per run (largest and
+    final value, slope over the range, spike count, share of steps in spikes) and the
+    config keys that differ between them."""
+    runs = [owned_run(session, who, run_id)[0] for run_id in dict.fromkeys(run)]
+    body = analytics.compare_runs(session, runs, metric, start=start, end=end, points=points)
+    return Response(orjson.dumps(body), media_type="application/json")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
+
+from . import SeriesOut
 
 
 class LayerProfileOut(BaseModel):
@@ -28,3 +32,61 @@ class LayersOut(BaseModel):
     """Per column: the mean of the two ends over the median of the middle layers."""
     bucketed: bool
     profile: LayerProfileOut | None
+
+
+class SpikeOut(BaseModel):
+    metric: str
+    start: int
+    """The first abnormal step."""
+    peak: int
+    peak_value: float
+    end: int
+    """The step the metric had recovered by (the last logged step when ``recovered`` is
+    false)."""
+    magnitude: float | str
+    """``peak_value / baseline``; ``"Infinity"`` over a baseline of 0 or below."""
+    baseline: float
+    recovered: bool
+
+
+class LeadLagOut(BaseModel):
+    leader: str
+    follower: str
+    lag_steps: float | None
+    """Median steps from a leader spike's start to the next follower spike's start (within
+    ``max_lag``); None when no leader spike was followed."""
+    matched: int
+    unmatched_leader: int
+
+
+class SpikesOut(BaseModel):
+    spikes: list[SpikeOut]
+    fraction_in_spikes: dict[str, float]
+    """Per metric, the share of its logged steps inside a spike or its recovery."""
+    fraction_in_window: dict[str, float] | None
+    """The same share over ``[start, end]``, when a range was given."""
+    lead_lag: list[LeadLagOut]
+
+
+class CompareSummaryOut(BaseModel):
+    points: int
+    max: float | None
+    final: float | str | None
+    final_step: int | None
+    slope_per_1k: float | None
+    spike_count: int
+    fraction_in_spikes: float
+
+
+class ComparedRunOut(BaseModel):
+    run: str
+    name: str
+    series: SeriesOut
+    summary: CompareSummaryOut
+
+
+class CompareOut(BaseModel):
+    metric: str
+    runs: list[ComparedRunOut]
+    config_diff: dict[str, list[Any]]
+    """Config keys (nested ones joined by ``.``) whose values differ, with each run's."""

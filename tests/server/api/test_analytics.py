@@ -162,3 +162,119 @@ def test_layers_come_back_in_depth_order_with_their_u_index(
     assert profile["step"] == 101 and profile["steps"] == [101] * len(names)
     assert profile["values"] == pytest.approx([value[n] * 2.01 for n in names], rel=1e-12)
     assert profile["u_index"] == pytest.approx(u, rel=1e-12)
+
+
+def seeded_spikes(n: int = 3000) -> tuple[list[int], dict[str, list[float]], list[int]]:
+    """A quiet run whose update norm spikes 8 steps before each loss spike, plus one update
+    spike that no loss spike follows."""
+    rng = np.random.default_rng(3)
+    steps = list(range(n))
+    update = 1.0 + 0.01 * rng.standard_normal(n)
+    loss = 3.0 - np.arange(n) / n + 0.005 * rng.standard_normal(n)
+    leads = [500, 1100, 1700, 2300]
+    for at in leads:
+        update[at] *= 2.0
+        loss[at + 8 : at + 12] += 0.5
+    update[2700] *= 2.0
+    return steps, {"updates/norm/total": update.tolist(), "train/loss": loss.tolist()}, leads
+
+
+def test_spikes_list_each_spike_and_which_metric_leads(api: httpx.Client, tenant: Tenant) -> None:
+    run_id = new_run(api, tenant, "spiky")
+    steps, metrics, leads = seeded_spikes()
+    post(api, tenant, run_id, steps, metrics)
+    r = api.get(
+        f"/api/v1/runs/{run_id}/spikes",
+        params={"metric": ["updates/norm/total", "train/loss"]},
+        headers=tenant.headers("read"),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    found = [(s["metric"], s["start"]) for s in body["spikes"]]
+    expected = [("updates/norm/total", at) for at in [*leads, 2700]]
+    expected += [("train/loss", at + 8) for at in leads]
+    assert sorted(found, key=lambda f: (f[1], f[0])) == sorted(expected, key=lambda f: (f[1], f[0]))
+    for spike in body["spikes"]:
+        assert spike["recovered"] and spike["start"] <= spike["peak"] <= spike["end"]
+        if spike["metric"] == "train/loss":  # a 4-step plateau, 0.5 above the trend
+            assert spike["peak"] - spike["start"] < 4 and spike["end"] - spike["start"] >= 4
+    [forward, backward] = body["lead_lag"]
+    assert forward == {
+        "leader": "updates/norm/total",
+        "follower": "train/loss",
+        "lag_steps": 8.0,
+        "matched": 4,
+        "unmatched_leader": 1,
+    }
+    assert (backward["leader"], backward["matched"]) == ("train/loss", 0)
+    assert 0 < body["fraction_in_spikes"]["train/loss"] < 0.02
+    assert body["fraction_in_window"] is None
+    windowed = api.get(
+        f"/api/v1/runs/{run_id}/spikes",
+        params={"metric": "train/loss", "start": 1000, "end": 1999},
+        headers=tenant.headers("read"),
+    ).json()
+    assert [s["start"] for s in windowed["spikes"]] == [1108, 1708]
+    whole = windowed["fraction_in_spikes"]["train/loss"]
+    assert windowed["fraction_in_window"]["train/loss"] > whole > 0
+
+
+def test_a_smooth_falling_loss_has_no_spikes(api: httpx.Client, tenant: Tenant) -> None:
+    run_id = new_run(api, tenant, "smooth")
+    t = np.arange(20_000)
+    loss = 2.05 + 9.0 * (1.0 + t / 250.0) ** -0.33
+    post(api, tenant, run_id, t.tolist(), {"train/loss": loss.tolist()})
+    body = api.get(
+        f"/api/v1/runs/{run_id}/spikes",
+        params={"metric": "train/loss"},
+        headers=tenant.headers("read"),
+    ).json()
+    assert body["spikes"] == [] and body["fraction_in_spikes"] == {"train/loss": 0.0}
+
+
+def test_compare_aligns_runs_and_sums_each_up(api: httpx.Client, tenant: Tenant) -> None:
+    before = api.post(
+        "/api/v1/runs",
+        json={"name": "no-qk-norm", "config": {"lr": 3e-4, "model": {"qk_norm": False}}},
+        headers=tenant.headers("ingest"),
+    ).json()["id"]
+    after = api.post(
+        "/api/v1/runs",
+        json={"name": "qk-norm", "config": {"lr": 3e-4, "model": {"qk_norm": True}}},
+        headers=tenant.headers("ingest"),
+    ).json()["id"]
+    steps, metrics, leads = seeded_spikes()
+    post(api, tenant, before, steps, metrics)
+    calm = {"train/loss": (3.0 - np.arange(3000) / 3000).tolist()}
+    post(api, tenant, after, steps, calm)
+    r = api.get(
+        "/api/v1/compare",
+        params={"run": [before, after], "metric": "train/loss", "points": 100, "start": 0},
+        headers=tenant.headers("read"),
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["metric"] == "train/loss"
+    assert body["config_diff"] == {"model.qk_norm": [False, True]}
+    first, second = body["runs"]
+    assert (first["run"], first["name"], second["name"]) == (before, "no-qk-norm", "qk-norm")
+    assert first["series"]["downsampled"] and first["series"]["total_points"] == 3000
+    loss = np.array(metrics["train/loss"])
+    assert first["summary"]["max"] == float(loss.max())
+    assert first["summary"]["final"] == loss[-1] and first["summary"]["final_step"] == 2999
+    assert first["summary"]["spike_count"] == len(leads)
+    assert second["summary"]["spike_count"] == 0
+    assert second["summary"]["fraction_in_spikes"] == 0.0
+    assert second["summary"]["slope_per_1k"] == pytest.approx(-1000 / 3000, rel=1e-9)
+    slope = np.polyfit(np.arange(3000), loss, 1)[0] * 1000
+    assert first["summary"]["slope_per_1k"] == pytest.approx(slope, rel=1e-9)
+
+
+def test_compare_refuses_another_projects_run(api: httpx.Client, tenant: Tenant) -> None:
+    mine = new_run(api, tenant, "mine")
+    r = api.get(
+        "/api/v1/compare",
+        params={"run": [mine, "0" * 32], "metric": "train/loss"},
+        headers=tenant.headers("read"),
+    )
+    assert r.status_code == 404 and "no run with id" in r.text

@@ -110,6 +110,12 @@ API = [
     Row("GET /api/v1/runs/{run_id}/layers", "read a layer grid",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/runs/{run_id}/spikes", "read a run's spikes",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/compare", "compare runs",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
     Row("POST /api/v1/runs/{run_id}/events", "post an event",
         own=(401, 401, 401, 201, 403, 201), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 404, 403, 404)),
@@ -497,6 +503,12 @@ API_REQUESTS: dict[str, ApiRequest] = {
     ),
     "read a layer grid": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/layers", params={"prefix": "grad/norm", "at": 1}
+    ),
+    "read a run's spikes": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/spikes", params={"metric": ["grad/norm/total", o.metric]}
+    ),
+    "compare runs": lambda w, t, o: Request(
+        "GET", "/api/v1/compare", params={"run": o.run_id, "metric": "grad/norm/total"}
     ),
     "post an event": lambda w, t, o: Request(
         "POST", f"/api/v1/runs/{o.run_id}/events", json={"step": 3, "text": f"note {w.next()}"}

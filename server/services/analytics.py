@@ -1,0 +1,141 @@
+"""Spikes and run comparisons, computed from every stored point of the series involved.
+
+A metric here may be a stored name or a derived-series expression (`analytics.derived`).
+Spikes are found over the whole run, so a spike's baseline is the same whatever range a
+chart shows; a range only chooses which spikes are listed and the window of the second
+fraction.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy.orm import Session
+
+from ..analytics import derived
+from ..analytics import spikes as spike_finder
+from ..analytics.summary import config_diff, summarize
+from ..errors import Invalid
+from ..models import Run
+from . import query
+from .full_resolution import Reader
+
+StepArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+MAX_LAG = 1000
+MAX_COMPARED_RUNS = 8
+
+
+def full_series(reader: Reader, metric: str) -> tuple[StepArray, FloatArray]:
+    """Every point of a stored metric, or of a derived series, in the reader's range."""
+    if derived.is_derived(metric):
+        return query.compute(reader, query.parse_expression(metric))
+    return reader.series([metric])[metric]
+
+
+@dataclass(frozen=True)
+class SpikeReport:
+    spikes: list[dict[str, object]]
+    fraction_in_spikes: dict[str, float]
+    fraction_in_window: dict[str, float] | None
+    lead_lag: list[spike_finder.LeadLag]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "spikes": self.spikes,
+            "fraction_in_spikes": self.fraction_in_spikes,
+            "fraction_in_window": self.fraction_in_window,
+            "lead_lag": [asdict(pair) for pair in self.lead_lag],
+        }
+
+
+def spike_report(
+    session: Session,
+    run: Run,
+    metrics: list[str],
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    max_lag: int = 50,
+) -> SpikeReport:
+    """Each metric's spikes (those overlapping ``[start, end]`` when given), the share of
+    its logged steps inside a spike over the whole run and over the range, and, for each
+    ordered pair of metrics, how their spikes lead and follow."""
+    if start is not None and end is not None and end < start:
+        raise Invalid(f"end ({end}) must not be below start ({start})")
+    if not 1 <= max_lag <= MAX_LAG:
+        raise Invalid(f"max_lag must be between 1 and {MAX_LAG}, got {max_lag}")
+    reader = Reader(session, run, None, None)
+    found: dict[str, list[spike_finder.Spike]] = {}
+    listed: list[dict[str, object]] = []
+    whole: dict[str, float] = {}
+    window: dict[str, float] = {}
+    for metric in dict.fromkeys(metrics):
+        steps, values = full_series(reader, metric)
+        found[metric] = spike_finder.find_spikes(steps, values)
+        whole[metric] = spike_finder.fraction_in_spikes(steps, found[metric])
+        window[metric] = spike_finder.fraction_in_spikes(steps, found[metric], start, end)
+        listed += [
+            {**asdict(spike), "metric": metric, "magnitude": query.encode_value(spike.magnitude)}
+            for spike in found[metric]
+            if (start is None or spike.end >= start) and (end is None or spike.start <= end)
+        ]
+    listed.sort(key=lambda spike: (spike["start"], str(spike["metric"])))
+    pairs = [
+        spike_finder.lead_lag(a, found[a], b, found[b], max_lag=max_lag)
+        for a, b in itertools.permutations(found, 2)
+    ]
+    ranged = start is not None or end is not None
+    return SpikeReport(listed, whole, window if ranged else None, pairs)
+
+
+def compare_runs(
+    session: Session,
+    runs: list[Run],
+    metric: str,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    points: int = 1000,
+) -> dict[str, object]:
+    """One metric of each run, aligned by step (each series M4-downsampled over the same
+    range), with a summary per run over that range: largest and final value, slope,
+    spikes found over the whole run and the share of the run's steps in them; and the
+    config keys whose values differ between the runs."""
+    if not 1 <= len(runs) <= MAX_COMPARED_RUNS:
+        raise Invalid(f"compare 1 to {MAX_COMPARED_RUNS} runs, got {len(runs)}")
+    out = []
+    for run in runs:
+        [series] = query.read_series(session, run, [metric], start=start, end=end, points=points)
+        whole = Reader(session, run, None, None)
+        steps, values = full_series(whole, metric)
+        found = spike_finder.find_spikes(steps, values)
+        inside = (steps >= (start if start is not None else -(2**63))) & (
+            steps <= (end if end is not None else 2**63 - 1)
+        )
+        summary = summarize(steps[inside], values[inside])
+        out.append(
+            {
+                "run": run.id,
+                "name": run.name,
+                "series": series.to_json(),
+                "summary": {
+                    "points": summary.points,
+                    "max": summary.max,
+                    "final": None if summary.final is None else query.encode_value(summary.final),
+                    "final_step": summary.final_step,
+                    "slope_per_1k": summary.slope_per_1k,
+                    "spike_count": len(found),
+                    "fraction_in_spikes": spike_finder.fraction_in_spikes(steps, found),
+                },
+            }
+        )
+    return {
+        "metric": metric,
+        "runs": out,
+        "config_diff": config_diff([dict(run.config or {}) for run in runs]),
+    }
