@@ -8,8 +8,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from normwatch.client.importers.llmc import parse_llmc_log
 
 from tests.helpers.tenants import Tenant
+from tests.helpers.training_logs import LLMC_LOG
 
 
 def new_run(api: httpx.Client, tenant: Tenant, name: str) -> str:
@@ -278,3 +280,27 @@ def test_compare_refuses_another_projects_run(api: httpx.Client, tenant: Tenant)
         headers=tenant.headers("read"),
     )
     assert r.status_code == 404 and "no run with id" in r.text
+
+
+def test_the_llmc_logs_grad_norm_spikes_are_listed(api: httpx.Client, tenant: Tenant) -> None:
+    """The real llm.c GPT-2 124M log: its one-step grad-norm spikes near 4233, 7435, 9025
+    and 9954 come back, and the early decay from 15.4 is not read as spikes."""
+    run_id = new_run(api, tenant, "llmc")
+    with LLMC_LOG.open() as lines:
+        records = list(parse_llmc_log(lines))
+    for lo in range(0, len(records), 5000):
+        part = records[lo : lo + 5000]
+        names = sorted({name for _, metrics in part for name in metrics})
+        steps = [step for step, _ in part]
+        post(api, tenant, run_id, steps, {n: [m.get(n) for _, m in part] for n in names})
+    r = api.get(
+        f"/api/v1/runs/{run_id}/spikes",
+        params={"metric": ["grad/norm/total", "train/loss"]},
+        headers=tenant.headers("read"),
+    )
+    assert r.status_code == 200, r.text
+    starts = [s["start"] for s in r.json()["spikes"] if s["metric"] == "grad/norm/total"]
+    for near in (4233, 7435, 9025, 9954):
+        assert any(abs(start - near) <= 3 for start in starts), (near, starts)
+    assert min(starts) > 1500 and len(starts) < 60
+    assert r.json()["fraction_in_spikes"]["grad/norm/total"] < 0.01
