@@ -27,7 +27,14 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["bucket_edges", "bucket_max", "depth_order", "u_index", "values_at"]
+__all__ = [
+    "bucket_edges",
+    "bucket_max",
+    "depth_group",
+    "depth_order",
+    "u_index",
+    "values_at",
+]
 
 FloatArray = npt.NDArray[np.float64]
 StepArray = npt.NDArray[np.int64]
@@ -50,6 +57,19 @@ def depth_key(part: str) -> tuple[int, str, int, str]:
     if _FINAL_NORM.search(part):
         return (3, "", 0, part)
     return (2, "", 0, part)
+
+
+_GROUPS = {0: "embedding", 1: "blocks", 3: "final norm", 4: "head"}
+
+
+def depth_group(part: str) -> str:
+    """The parameter group a part belongs to, for attribution: ``embedding``, ``blocks``
+    (every numbered block), ``final norm``, ``head``, or the part's own name otherwise.
+
+    >>> [depth_group(p) for p in ["wte", "h.3.mlp.c_fc", "ln_f", "lm_head", "router"]]
+    ['embedding', 'blocks', 'final norm', 'head', 'router']
+    """
+    return _GROUPS.get(depth_key(part)[0], part)
 
 
 def depth_order(parts: Iterable[str]) -> list[str]:

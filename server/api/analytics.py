@@ -1,16 +1,17 @@
-"""Analytics over stored series: layers, spikes, comparisons; see docs/analytics.md."""
+"""Analytics over stored series: layers, attribution, spikes, comparisons (see
+docs/analytics.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from ..schemas import INT64_MAX, MetricName
-from ..schemas.analytics import CompareOut, LayersOut, SpikesOut
-from ..services import analytics, layers, query
+from ..schemas.analytics import AttributionOut, CompareOut, LayersOut, SpikesOut
+from ..services import analytics, attribution, layers, query
 from .deps import Reader, SnapshotDep, owned_run
 from .errors import API, documented
 
@@ -38,6 +39,26 @@ def get_layers(
     run, _ = owned_run(session, who, run_id)
     grid = layers.layer_grid(session, run, prefix, start=start, end=end, points=points, at=at)
     return Response(orjson.dumps(grid.to_json()), media_type="application/json")
+
+
+@router.get("/attribution", response_model=AttributionOut)
+def get_attribution(
+    run_id: str,
+    session: SnapshotDep,
+    who: Reader,
+    prefix: Annotated[MetricName, Query()],
+    start: Step = None,
+    end: Step = None,
+    points: Annotated[int, Query(ge=1, le=layers.MAX_COLUMNS)] = 1000,
+    by: Annotated[Literal["group", "part"], Query()] = "group",
+) -> Response:
+    """Each parameter group's share of ``<prefix>/total`` squared over time, and the steps
+    where the parts logged do not add up to the total."""
+    run, _ = owned_run(session, who, run_id)
+    shares = attribution.attribution(
+        session, run, prefix, start=start, end=end, points=points, by=by
+    )
+    return Response(orjson.dumps(shares.to_json()), media_type="application/json")
 
 
 @router.get("/spikes", response_model=SpikesOut)

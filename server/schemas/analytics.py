@@ -90,3 +90,20 @@ class CompareOut(BaseModel):
     runs: list[ComparedRunOut]
     config_diff: dict[str, list[Any]]
     """Config keys (nested ones joined by ``.``) whose values differ, with each run's."""
+
+
+class AttributionOut(BaseModel):
+    prefix: str
+    groups: list[str]
+    """Parameter groups in depth order (``by=group``: embedding, blocks, final norm, head,
+    other parts by name; ``by=part``: every part)."""
+    steps: list[int]
+    """Sampled steps: every step all parts and the total share, or the first such step of
+    each column."""
+    shares: list[list[float | None]]
+    """Per group, per step: the group's Σ part² over total²."""
+    sum: list[float | None]
+    """Per step: Σ of every part² over total², 1 when the parts make up the total."""
+    mismatched: list[int]
+    """Steps where the parts do not add up to the total (``|sum - 1| > tolerance``)."""
+    tolerance: float

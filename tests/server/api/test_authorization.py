@@ -110,6 +110,9 @@ API = [
     Row("GET /api/v1/runs/{run_id}/layers", "read a layer grid",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/runs/{run_id}/attribution", "read an attribution",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
     Row("GET /api/v1/runs/{run_id}/spikes", "read a run's spikes",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
@@ -503,6 +506,9 @@ API_REQUESTS: dict[str, ApiRequest] = {
     ),
     "read a layer grid": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/layers", params={"prefix": "grad/norm", "at": 1}
+    ),
+    "read an attribution": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/attribution", params={"prefix": "grad/norm"}
     ),
     "read a run's spikes": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/spikes", params={"metric": ["grad/norm/total", o.metric]}

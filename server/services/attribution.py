@@ -1,0 +1,145 @@
+"""Attribution: each parameter group's share of a total's squared norm over time.
+
+A global norm is the root of its parts' summed squares, so ``Σ_parts part² / total² = 1``
+at every step where everything is logged: the shares stack to one, and where they do not,
+the parts logged are not the parts of that total (a layer missing from the logging, a
+total over other parameters, a bug) and the step is flagged.
+
+Shares are exact values at sampled steps, never ratios of downsampled values: each column
+of the chart is represented by the first step in it that every part and the total logged.
+The parts' candidates come from the summary pyramid, as a chart read's do (a bucket's first
+point is a stored point, and parts logged together have the same buckets), so a 48-layer,
+million-step run costs what the chart has columns a part; the total is read whole (one
+series), so every step the parts share has its value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from ..analytics.layers import bucket_edges, depth_group, depth_order, values_at
+from ..errors import Invalid
+from ..models import Run
+from ..storage import pyramid
+from ..storage.chunks import Points
+from ..storage.metric_ids import metric_names
+from ..storage.points import series_keys
+from .layers import MAX_COLUMNS, MAX_LAYERS
+
+TOLERANCE = 0.01
+"""Largest ``|Σ shares - 1|`` that still counts as adding up (float32 compaction of the
+inputs moves a share by about 1e-7)."""
+
+
+@dataclass(frozen=True)
+class Attribution:
+    prefix: str
+    groups: list[str]
+    steps: list[int]
+    shares: list[list[float | None]]
+    """Per group, per step: Σ of its parts² / total²."""
+    sum: list[float | None]
+    """Per step: Σ of every part² / total² (1 when the parts make up the total)."""
+    mismatched: list[int]
+    """Steps where ``|sum - 1| > tolerance``."""
+    tolerance: float
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def attribution(
+    session: Session,
+    run: Run,
+    prefix: str,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    points: int = 1000,
+    by: str = "group",
+) -> Attribution:
+    """Shares of ``<prefix>/total``'s square by parameter group (``by="group"``:
+    embedding, blocks, final norm, head, others by name) or by part (``by="part"``)."""
+    if not 1 <= points <= MAX_COLUMNS:
+        raise Invalid(f"points must be between 1 and {MAX_COLUMNS}, got {points}")
+    if by not in ("group", "part"):
+        raise Invalid(f"by must be 'group' or 'part', got {by!r}")
+    if start is not None and end is not None and end < start:
+        raise Invalid(f"end ({end}) must not be below start ({start})")
+    stem = prefix.rstrip("/") + "/"
+    parts = depth_order(
+        name[len(stem) :]
+        for name in metric_names(session, run.key)
+        if name.startswith(stem) and name[len(stem) :] != "total"
+    )
+    if len(parts) > MAX_LAYERS:
+        raise Invalid(f"{len(parts)} metrics sit under {stem!r}, more than {MAX_LAYERS}")
+    groups = list(dict.fromkeys(depth_group(p) if by == "group" else p for p in parts))
+    names = [stem + "total", *(stem + p for p in parts)]
+    lineage, ids = series_keys(session, run.key, names)
+    if stem + "total" not in ids or not parts:
+        return Attribution(stem.rstrip("/"), groups, [], [[] for _ in groups], [], [], TOLERANCE)
+    total_id = ids[stem + "total"]
+    span = pyramid.extent(session, run.key, total_id, lineage)
+    if span is None:
+        return Attribution(stem.rstrip("/"), groups, [], [[] for _ in groups], [], [], TOLERANCE)
+    lo = start if start is not None else span[0]
+    hi = end if end is not None else span[1]
+    pixel = (hi - lo + 1) / points
+    # The parts are read as a chart reads them; the total at full resolution, so that any
+    # step the parts share has its total, whatever buckets the total's points fell into.
+    read = {
+        name: pyramid.gather(
+            session, run.key, ids[name], lineage, lo, hi, 0.0 if name == names[0] else pixel
+        ).finish()
+        for name in names
+        if name in ids
+    }
+    steps = _sample_steps([read.get(name) for name in names], lo, hi, points)
+    total = values_at(read[stem + "total"].steps, read[stem + "total"].values, steps)
+    squares = np.zeros((len(groups), len(steps)))
+    for part in parts:
+        got = read.get(stem + part)
+        value = (
+            np.full(len(steps), np.nan) if got is None else values_at(got.steps, got.values, steps)
+        )
+        row = groups.index(depth_group(part) if by == "group" else part)
+        squares[row] += np.square(value)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shares = squares / np.square(total)
+    summed = shares.sum(axis=0)
+    bad = ~(np.abs(summed - 1.0) <= TOLERANCE)
+    return Attribution(
+        stem.rstrip("/"),
+        groups,
+        steps.tolist(),
+        [_cells(row) for row in shares],
+        _cells(summed),
+        steps[bad].tolist(),
+        TOLERANCE,
+    )
+
+
+def _sample_steps(series: list[Points | None], lo: int, hi: int, points: int) -> np.ndarray:
+    """One step a column: the first in it that every series has (none where they share
+    none); every shared step when there are no more than ``points``."""
+    common: np.ndarray | None = None
+    for got in series:
+        steps = np.empty(0, dtype=np.int64) if got is None else got.steps
+        common = steps if common is None else np.intersect1d(common, steps, assume_unique=True)
+    assert common is not None
+    if len(common) <= points:
+        return common
+    edges = bucket_edges(lo, hi, points)
+    column = np.searchsorted(edges, common, side="right") - 1
+    first = np.ones(len(common), dtype=bool)
+    first[1:] = column[1:] != column[:-1]
+    return common[first]
+
+
+def _cells(values: np.ndarray) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values.tolist()]
