@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.auth import Principal
 from normwatch.server.db import begin_snapshot
+from normwatch.server.errors import Invalid, TooLarge
 from normwatch.server.models import Run
 from normwatch.server.schemas import (
     AlertOut,
@@ -20,7 +21,10 @@ from normwatch.server.schemas import (
     RunOut,
     TestDelivery,
 )
-from normwatch.server.services import alert_rules, query, runs
+from normwatch.server.schemas.analytics import CompareOut
+from normwatch.server.services import alert_rules, analytics, full_resolution, layers, query, runs
+from normwatch.server.services.analytics import SpikeReport
+from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.runs import Forbidden
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,6 +37,11 @@ class RunNotFound(LookupError):
 
 class RuleRefused(ValueError):
     """A rule change or preview the service refused; the message says why, for the page."""
+
+
+class MetricRefused(ValueError):
+    """A metric or expression the service would not read (malformed, or too many points);
+    the message says why, for the page."""
 
 
 _REFUSALS = (alert_rules.Conflict, alert_rules.NotFound, Forbidden, ValueError)
@@ -172,6 +181,102 @@ class DashboardData:
             except _REFUSALS as exc:
                 raise RuleRefused(str(exc)) from None
             return alert_rules.send_test(rule, who.project, self.base_url, self.deliverer)
+
+    def compare(
+        self,
+        who: Principal,
+        run_ids: Sequence[str],
+        metric: str,
+        *,
+        start: int | None,
+        end: int | None,
+        points: int,
+    ) -> CompareOut:
+        """``metric`` (a name or a derived expression) of the viewer's runs ``run_ids`` on
+        one step axis, a summary of each over ``[start, end]``, and the config keys that
+        differ; `RunNotFound` for a run outside the viewer's project, `MetricRefused` for a
+        metric the service will not read."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            found = [self._owned(session, who, run_id)[0] for run_id in dict.fromkeys(run_ids)]
+            try:
+                body = analytics.compare_runs(
+                    session, found, metric, start=start, end=end, points=points
+                )
+            except (Invalid, TooLarge) as exc:
+                raise MetricRefused(str(exc)) from None
+        return CompareOut.model_validate(body)
+
+    def metric_names(self, who: Principal, run_id: str) -> list[str]:
+        """The run's metric names, sorted: no values, so cheap for a run of thousands."""
+        with self.sessions() as session:
+            run, _ = self._owned(session, who, run_id)
+            return full_resolution.Reader(session, run, None, None).names()
+
+    def layer_grid(
+        self,
+        who: Principal,
+        run_id: str,
+        prefix: str,
+        *,
+        start: int | None,
+        end: int | None,
+        points: int,
+        at: int | None = None,
+    ) -> LayerGrid:
+        """The layer × step grid of the metrics under ``prefix`` (`services.layers`);
+        `MetricRefused` for a prefix with more layers than a grid may have."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            run, _ = self._owned(session, who, run_id)
+            try:
+                return layers.layer_grid(
+                    session, run, prefix, start=start, end=end, points=points, at=at
+                )
+            except Invalid as exc:
+                raise MetricRefused(str(exc)) from None
+
+    def layer_profile(
+        self, who: Principal, run_id: str, prefix: str, *, at: int | None, radius: int
+    ) -> LayerGrid | None:
+        """The layers under ``prefix`` with their depth profile at step ``at`` (the run's
+        last step when None): each layer's value at its logged step nearest ``at``, within
+        about ``radius`` steps. None while the run has no step."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            run, _ = self._owned(session, who, run_id)
+            step = run.last_step if at is None else at
+            if step is None:
+                return None
+            try:
+                return layers.layer_grid(
+                    session, run, prefix, start=step - radius, end=step + radius, points=1, at=step
+                )
+            except Invalid as exc:
+                raise MetricRefused(str(exc)) from None
+
+    def spike_report(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        optional: Sequence[str] = (),
+        start: int | None,
+        end: int | None,
+    ) -> SpikeReport:
+        """Spikes of ``metrics`` and of those of ``optional`` the run has logged
+        (`services.analytics.spike_report`: found over the whole run, listed where they
+        overlap ``[start, end]``); `MetricRefused` for a metric the service will not read."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            run, _ = self._owned(session, who, run_id)
+            logged = set(full_resolution.Reader(session, run, None, None).names())
+            chosen = [*metrics, *(m for m in optional if m in logged)]
+            try:
+                return analytics.spike_report(session, run, chosen, start=start, end=end)
+            except (Invalid, TooLarge) as exc:
+                raise MetricRefused(str(exc)) from None
 
     @staticmethod
     def _admin(who: Principal) -> None:

@@ -287,3 +287,83 @@ def depth_figure(
         uirevision=family,
     )
     return fig
+
+
+RUN_COLORS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+)
+"""One colour a compared run, in turn (plotly's first eight, far apart from each other)."""
+
+
+def run_color(index: int) -> str:
+    """The colour of the ``index``-th compared run (the palette starts over after eight)."""
+    return RUN_COLORS[index % len(RUN_COLORS)]
+
+
+def compare_figure(
+    runs: Sequence[tuple[str, Line]],
+    *,
+    x_range: tuple[int, int] | None = None,
+    uirevision: str = "compare",
+    height: int = 480,
+) -> Figure:
+    """One metric of several runs on one step axis: a line a run, in `run_color` order,
+    named after its run in the legend (``runs`` pairs each run's label with its line).
+
+    Non-finite values break a line and are flagged with an ✕ on the top edge, as on
+    :func:`overlay_figure`. The y axis is titled with the metric of the first line.
+    """
+    traces: list[dict[str, Any]] = []
+    for index, (label, line) in enumerate(runs):
+        xs, ys = _finite(line)
+        traces.append(
+            {
+                "type": "scatter",
+                "x": xs,
+                "y": ys,
+                "name": plot_text(label),
+                "meta": plot_text(label),
+                "mode": "lines",
+                "line": {"color": run_color(index), "width": 1.5},
+                "connectgaps": False,
+                "hovertemplate": "step %{x}<br>%{y:.6g}<extra>%{meta}</extra>",
+            }
+        )
+    flagged = [(s, flag, label) for label, line in runs for s, flag in _non_finite(line)]
+    if flagged:
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [s for s, _, _ in flagged],
+                "y": [1.0] * len(flagged),
+                "yaxis": "y2",
+                "mode": "markers",
+                "marker": {"symbol": "x", "color": "black", "size": 9},
+                "name": "non-finite",
+                "text": [f"{plot_text(label)}: {flag}" for _, flag, label in flagged],
+                "hovertemplate": "step %{x}<br>%{text}<extra></extra>",
+            }
+        )
+    xaxis: dict[str, object] = {"title": {"text": "step"}, "showgrid": True}
+    if x_range is not None:
+        xaxis["range"] = list(x_range)
+    metric = plot_text(runs[0][1].metric) if runs else ""
+    layout = {
+        "uirevision": uirevision,
+        "template": WHITE_TEMPLATE,
+        "margin": {"l": 70, "r": 30, "t": 30, "b": 50},
+        "height": height,
+        "hovermode": "x unified",
+        "legend": {"orientation": "h", "x": 0, "y": -0.18},
+        "xaxis": xaxis,
+        "yaxis": {"title": {"text": metric}},
+        "yaxis2": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
+    }
+    return {"data": traces, "layout": layout}

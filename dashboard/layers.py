@@ -1,77 +1,314 @@
-"""Per-layer views: which metric names are layers, in depth order. Pure functions."""
+"""Per-layer views: which families have layers, which rows of a layer grid to draw, and the
+figures of the layer × step heatmap and of the U-index over time. Pure functions.
+
+The server orders a family's parts by depth and gives the grid and its U-index
+(`normwatch.server.services.layers`); what is left here is what a chart needs of them. The
+figures are plain dicts, as in `.figures`, and every name a trainer chose goes through
+`.figures.plot_text`.
+"""
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from normwatch.server.analytics.layers import u_index
+
+from .figures import WHITE_TEMPLATE, Figure, empty_figure, plot_text
+
+__all__ = [
+    "FAMILIES",
+    "LayerHeatmap",
+    "colour_ticks",
+    "families_with_layers",
+    "family_of",
+    "layer_heatmap_figure",
+    "layer_rows",
+    "log_cells",
+    "pin_shapes",
+    "rows_u_index",
+    "small_empty",
+    "u_index_figure",
+    "u_index_shapes",
+]
 
 FAMILIES = ("grad/norm", "updates/norm", "params/norm")
 _LAYER = re.compile(r"^(?P<family>.+)/layers\.(?P<index>\d+)$")
-# Modules around the stack (a name's first segment), in the order data flows through a decoder.
-_BOTTOM = ("embed", "embedding", "embeddings", "wte", "wpe", "tok_embeddings")
-_TOP = ("final_norm", "norm_f", "ln_f", "lm_head", "unembed")
-
-
-@dataclass(frozen=True)
-class DepthProfile:
-    """One family's latest value per depth position, bottom (embedding) to top (lm_head)."""
-
-    family: str
-    labels: list[str]
-    values: list[float]
-
-    @property
-    def end_to_middle(self) -> float | None:
-        """Mean of the two ends over the median of the middle half: how steep the U is."""
-        finite = [v for v in self.values if math.isfinite(v)]
-        if len(finite) < 4:
-            return None
-        quarter = len(finite) // 4
-        middle = statistics.median(finite[quarter : len(finite) - quarter])
-        if middle <= 0:
-            return None
-        return (finite[0] + finite[-1]) / 2 / middle
-
-
-def depth_profile(latest: Iterable[tuple[str, float | None]], family: str) -> DepthProfile:
-    """Order ``family``'s per-layer metrics by depth from ``(name, last value)`` pairs.
-
-    ``<family>/layers.{i}`` give the stack; ``<family>/embed`` (and similar) go below it,
-    ``<family>/lm_head`` (and similar) above it.
-
-    >>> depth_profile([("grad/norm/layers.1", 2.0), ("grad/norm/lm_head", 9.0),
-    ...                ("grad/norm/layers.0", 3.0)], "grad/norm").labels
-    ['layers.0', 'layers.1', 'lm_head']
-    """
-    layers: dict[int, float] = {}
-    bottom: dict[str, float] = {}
-    top: dict[str, float] = {}
-    for name, value in latest:
-        v = math.nan if value is None else float(value)
-        found = _LAYER.match(name)
-        if found and found.group("family") == family:
-            layers[int(found.group("index"))] = v
-            continue
-        if not name.startswith(family + "/"):
-            continue
-        rest = name[len(family) + 1 :]
-        head = rest.split(".", 1)[0]
-        if head in _BOTTOM:
-            bottom[rest] = v
-        elif head in _TOP:
-            top[rest] = v
-    below = sorted(bottom, key=lambda r: (_BOTTOM.index(r.split(".", 1)[0]), r))
-    above = sorted(top, key=lambda r: (_TOP.index(r.split(".", 1)[0]), r))
-    stack = sorted(layers)
-    labels = [*below, *(f"layers.{i}" for i in stack), *above]
-    values = [*(bottom[k] for k in below), *(layers[i] for i in stack), *(top[k] for k in above)]
-    return DepthProfile(family, labels, values)
 
 
 def families_with_layers(names: Iterable[str]) -> list[str]:
-    """The families that have per-layer metrics, in the usual order."""
+    """The families that have per-layer metrics (``<family>/layers.<i>``), the usual three
+    first.
+
+    >>> families_with_layers(["params/norm/layers.0", "grad/norm/layers.3", "opt/x/layers.1"])
+    ['grad/norm', 'params/norm', 'opt/x']
+    """
     present = {m.group("family") for n in names if (m := _LAYER.match(n))}
     return [f for f in FAMILIES if f in present] + sorted(present - set(FAMILIES))
+
+
+def family_of(metric: str, families: Iterable[str]) -> str | None:
+    """The family among ``families`` that ``metric`` belongs to, the longest that fits
+    (``updates/norm/total`` → ``updates/norm``), or None.
+
+    >>> family_of("updates/norm/total", ["grad/norm", "updates/norm"])
+    'updates/norm'
+    >>> family_of("train/loss", ["grad/norm"]) is None
+    True
+    """
+    fitting = [f for f in families if metric.startswith(f + "/")]
+    return max(fitting, key=len) if fitting else None
+
+
+def layer_rows(parts: Sequence[str]) -> list[int]:
+    """The indices of the rows of a layer grid that stand for a whole part: a part inside
+    another part of the grid (``layers.3.mlp.w1`` beside ``layers.3``) is left out.
+
+    Trainers that log every leaf and every layer (``stability_metrics`` by default) give
+    the server a grid of both; the heatmap shows the layers, one row each.
+
+    >>> layer_rows(["embed", "layers.0", "layers.0.mlp.w1", "layers.1", "lm_head"])
+    [0, 1, 3, 4]
+    >>> layer_rows(["embed.embedding", "layers.0.w", "lm_head.kernel"])
+    [0, 1, 2]
+    """
+    present = set(parts)
+
+    def inside_another(part: str) -> bool:
+        pieces = part.split(".")
+        return any(".".join(pieces[:k]) in present for k in range(1, len(pieces)))
+
+    return [i for i, part in enumerate(parts) if not inside_another(part)]
+
+
+def rows_u_index(rows: Sequence[Sequence[float | None]]) -> list[float | None]:
+    """The U-index of each column of ``rows`` (in depth order), as the server defines it:
+    the mean of the two end rows over the median of the middle rows (None where undefined).
+
+    >>> rows_u_index([[6.0], [1.0], [2.0], [3.0], [10.0]])
+    [4.0]
+    """
+    if not rows:
+        return []
+    grid = np.array([[math.nan if v is None else v for v in row] for row in rows], dtype=float)
+    return [v if math.isfinite(v) else None for v in u_index(grid).tolist()]
+
+
+def log_cells(rows: Sequence[Sequence[float | None]], digits: int = 3) -> list[list[float | None]]:
+    """``log10`` of each cell, rounded to ``digits`` (enough for a colour); None where the
+    cell has no value or one a log scale cannot place (zero, negative, non-finite).
+
+    >>> log_cells([[100.0, None, 0.0, 2.0]])
+    [[2.0, None, None, 0.301]]
+    """
+    return [
+        [
+            round(math.log10(v), digits) if v is not None and math.isfinite(v) and v > 0 else None
+            for v in row
+        ]
+        for row in rows
+    ]
+
+
+def colour_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
+    """Colourbar ticks for a scale of ``log10`` values from ``low`` to ``high``: the
+    positions of 1, 2 and 5 times each power of ten in between, labelled in real values.
+
+    Where the span holds fewer than two of those, the two ends are labelled instead.
+
+    >>> colour_ticks(0.0, 1.0)
+    ([0.0, 0.301, 0.699, 1.0], ['1', '2', '5', '10'])
+    >>> colour_ticks(-2.5, 2.5)[1]
+    ['0.01', '0.1', '1', '10', '100']
+    """
+    if not (math.isfinite(low) and math.isfinite(high)) or high < low:
+        return [], []
+    mantissas = (1.0, 2.0, 5.0)
+    ticks = [
+        math.log10(m) + exponent
+        for exponent in range(math.floor(low), math.ceil(high) + 1)
+        for m in mantissas
+        if low - 1e-9 <= math.log10(m) + exponent <= high + 1e-9
+    ]
+    if len(ticks) > 8:  # a wide span: powers of ten only
+        ticks = [t for t in ticks if abs(t - round(t)) < 1e-9]
+    if len(ticks) < 2:
+        ticks = [low, high] if high > low else [low]
+    labels = [f"{10**t:.3g}" for t in ticks]
+    # Each tick sits where its label's value is, rounded as the cells are.
+    return [round(math.log10(float(label)), 3) for label in labels], labels
+
+
+PIN_BLACK = "#111111"
+U_INDEX_GREEN = "#2c7a4b"
+HEATMAP_COLOURS = "Viridis"
+RIGHT_MARGIN = 110
+"""The heatmap's colourbar fits in this margin; the U-index chart has the same, so that the
+two share their x axis pixel for pixel."""
+
+
+@dataclass(frozen=True)
+class LayerHeatmap:
+    """One family's layer × step grid as the heatmap draws it.
+
+    ``layers`` are in depth order (the embedding first, drawn at the bottom); ``values`` has
+    a row per layer and a column per step of ``steps`` (None: nothing logged there). With
+    ``bucketed`` each column stands for the steps up to the next column's, and its cells
+    are the largest values logged in them.
+    """
+
+    family: str
+    layers: Sequence[str]
+    steps: Sequence[int]
+    values: Sequence[Sequence[float | None]]
+    bucketed: bool = False
+    x_range: tuple[int, int] | None = None
+    pinned: int | None = None
+    height: int | None = None
+
+
+def pin_shapes(step: int | None) -> list[dict[str, Any]]:
+    """The dotted vertical line that marks the pinned step on the layer charts."""
+    if step is None:
+        return []
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": step,
+            "x1": step,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": PIN_BLACK, "width": 1.5, "dash": "dot"},
+            "name": "pinned",
+        }
+    ]
+
+
+def u_index_shapes(pinned: int | None) -> list[dict[str, Any]]:
+    """The U-index chart's lines: 1 (a flat profile), dashed, and the pinned step."""
+    flat = {
+        "type": "line",
+        "xref": "paper",
+        "yref": "y",
+        "x0": 0,
+        "x1": 1,
+        "y0": 1,
+        "y1": 1,
+        "line": {"color": "#999999", "width": 1, "dash": "dash"},
+        "name": "flat",
+    }
+    return [flat, *pin_shapes(pinned)]
+
+
+def _xaxis(x_range: tuple[int, int] | None) -> dict[str, Any]:
+    axis: dict[str, Any] = {"title": {"text": "step"}, "showgrid": False}
+    if x_range is not None:
+        axis["range"] = list(x_range)
+    return axis
+
+
+def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
+    """Layers (rows, the embedding at the bottom) × steps (columns), coloured by ``log10`` of
+    the value, with a colourbar labelled in real values; hover gives the real value.
+
+    A log scale because the U spans an order of magnitude and more: on a linear one the
+    middle layers would all share one colour.
+    """
+    z = log_cells(grid.values)
+    known = [v for row in z for v in row if v is not None]
+    low, high = (min(known), max(known)) if known else (0.0, 1.0)
+    if high == low:
+        low, high = low - 0.5, high + 0.5
+    tickvals, ticktext = colour_ticks(low, high)
+    what = "largest in its steps" if grid.bucketed else "at that step"
+    trace = {
+        "type": "heatmap",
+        "x": list(grid.steps),
+        "y": [plot_text(layer) for layer in grid.layers],
+        "z": z,
+        # The real values, 4 significant digits: what hover shows, at half the bytes.
+        "customdata": [
+            [None if v is None else float(f"{v:.4g}") for v in row] for row in grid.values
+        ],
+        "zmin": low,
+        "zmax": high,
+        "colorscale": HEATMAP_COLOURS,
+        "hoverongaps": False,
+        "colorbar": {
+            "title": {"text": plot_text(grid.family), "side": "right"},
+            "tickvals": tickvals,
+            "ticktext": ticktext,
+            "thickness": 14,
+            "x": 1.01,
+            "xanchor": "left",
+        },
+        "hovertemplate": f"%{{y}} · step %{{x}}<br>%{{customdata:.4g}} ({what})<extra></extra>",
+        "name": plot_text(grid.family),
+    }
+    height = grid.height or max(320, min(720, 110 + 9 * len(grid.layers)))
+    layout = {
+        "template": WHITE_TEMPLATE,
+        "height": height,
+        "margin": {"l": 110, "r": RIGHT_MARGIN, "t": 40, "b": 45},
+        "title": {
+            "text": f"{plot_text(grid.family)} by layer and step (log colour)",
+            "font": {"size": 14},
+        },
+        "xaxis": _xaxis(grid.x_range),
+        "yaxis": {
+            "type": "category",
+            "title": {"text": "embedding → lm_head"},
+            "tickfont": {"size": 9},
+            "automargin": True,
+        },
+        "shapes": pin_shapes(grid.pinned),
+        "uirevision": f"{grid.family}|{grid.x_range}",
+    }
+    return {"data": [trace], "layout": layout}
+
+
+def u_index_figure(
+    steps: Sequence[int],
+    values: Sequence[float | None],
+    *,
+    x_range: tuple[int, int] | None = None,
+    pinned: int | None = None,
+    uirevision: str = "u-index",
+) -> Figure:
+    """The U-index (mean of the two ends over the median of the middle) over steps, with a
+    dashed line at 1 (a flat profile): a steepening U is this line climbing."""
+    trace = {
+        "type": "scatter",
+        "mode": "lines",
+        "x": list(steps),
+        "y": [v if v is not None and math.isfinite(v) else None for v in values],
+        "name": "U-index",
+        "line": {"color": U_INDEX_GREEN, "width": 1.5},
+        "connectgaps": False,
+        "hovertemplate": "step %{x}<br>ends / middle %{y:.2f}×<extra></extra>",
+    }
+    layout = {
+        "template": WHITE_TEMPLATE,
+        "height": 210,
+        "margin": {"l": 110, "r": RIGHT_MARGIN, "t": 36, "b": 40},
+        "title": {"text": "U-index (ends / middle)", "font": {"size": 13}},
+        "showlegend": False,
+        "xaxis": _xaxis(x_range),
+        "yaxis": {"title": {"text": "ends / middle"}, "rangemode": "tozero"},
+        "shapes": u_index_shapes(pinned),
+        "uirevision": uirevision,
+    }
+    return {"data": [trace], "layout": layout}
+
+
+def small_empty(message: str, height: int) -> Figure:
+    """`.figures.empty_figure` at ``height`` pixels."""
+    figure = empty_figure(message)
+    figure["layout"] = {**figure["layout"], "height": height}
+    return figure

@@ -3,11 +3,13 @@
 Each page module offers ``ROUTES`` (its FastAPI path patterns), ``match(path)`` (its path
 parameters, or None), ``layout(data, who, query, **path_params)`` and
 ``register(app, data)``. The URL's ``pathname`` picks the page; its query parameters
-(the last of each name) go to the page's layout.
+(a :class:`Query`: the last of each name, and every value of a repeated one) go to the
+page's layout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -17,15 +19,16 @@ from normwatch.server.auth import Principal
 
 from .data import DashboardData, RunNotFound
 from .pages import alerts as alerts_page
+from .pages import compare as compare_page
 from .pages import rules as rules_page
 from .pages import run as run_page
 from .pages import runs as runs_page
 from .session import viewer
 from .wiring import in_thread
 
-__all__ = ["PAGES", "frame", "not_found", "query_of", "register", "route"]
+__all__ = ["PAGES", "Query", "frame", "not_found", "query_of", "register", "route"]
 
-PAGES = (runs_page, run_page, alerts_page, rules_page)
+PAGES = (runs_page, run_page, alerts_page, rules_page, compare_page)
 
 
 def frame() -> html.Div:
@@ -49,13 +52,34 @@ def frame() -> html.Div:
     )
 
 
-def query_of(search: object) -> dict[str, str]:
-    """``?a=1&b=2`` as ``{"a": "1", "b": "2"}`` (the last value of a repeated name).
+class Query(dict[str, str]):
+    """A URL's query parameters: the last value of each name, as a dict, and every value of
+    a name, in order, from :meth:`every` (a page that takes a list: ``?run=a&run=b``)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
+        pairs = list(pairs)
+        super().__init__(pairs)
+        self._every: dict[str, list[str]] = {}
+        for name, value in pairs:
+            self._every.setdefault(name, []).append(value)
+
+    def every(self, name: str) -> list[str]:
+        """Every value of ``name``, in the URL's order (``[]`` when it has none).
+
+        >>> query_of("?run=a&metric=m&run=b").every("run")
+        ['a', 'b']
+        """
+        return list(self._every.get(name, ()))
+
+
+def query_of(search: object) -> Query:
+    """``?a=1&b=2`` as ``{"a": "1", "b": "2"}`` (the last value of a repeated name; all of
+    them from :meth:`Query.every`).
 
     >>> query_of("?left=grad%2Fnorm%2Ftotal&log=1&log=0")
     {'left': 'grad/norm/total', 'log': '0'}
     """
-    return dict(parse_qsl(search.lstrip("?"))) if isinstance(search, str) else {}
+    return Query(parse_qsl(search.lstrip("?"))) if isinstance(search, str) else Query()
 
 
 def not_found(path: str) -> html.Div:

@@ -22,7 +22,7 @@ from ..data import RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..session import viewer
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
-from . import run_layers
+from . import run_layers, run_spikes
 from .run_overlay import (
     POINTS,
     chart_shape,
@@ -45,7 +45,7 @@ Drawn = tuple[Any, Any, str, Any]
 """The chart's figure (or a patch), its shape, the range text and the event list."""
 
 
-class RunReads(Protocol):
+class RunReads(run_layers.LayerReads, run_spikes.SpikeReads, Protocol):
     """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
 
     def run(self, who: Principal, run_id: str) -> RunOut: ...
@@ -128,7 +128,8 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="range-info", className="muted"),
-            run_layers.section(names),
+            run_spikes.section(),
+            run_layers.section(names, query.get("at")),
             html.H3("Events"),
             html.Div(id="event-list"),
             dcc.Store(id="view", data=view.to_store()),
@@ -241,6 +242,7 @@ def _name(value: object) -> str | None:
 
 def register(app: dash.Dash, data: RunReads) -> None:
     run_layers.register(app, data)
+    run_spikes.register(app, data)
 
     @app.callback(
         Output("view", "data"),

@@ -103,8 +103,12 @@ def layer_grid(
     for key in keys:
         got = pyramid.gather(session, run.key, key, lineage, lo, hi, pixel)
         rows.append(got.finish())
-    logged = np.unique(np.concatenate([row.steps for row in rows]))
-    bucketed = len(logged) > points
+    # One row with more steps than columns settles it without merging every row's steps.
+    bucketed = any(len(row.steps) > points for row in rows)
+    logged = np.empty(0, dtype=np.int64)
+    if not bucketed:
+        logged = np.unique(np.concatenate([row.steps for row in rows]))
+        bucketed = len(logged) > points
     if bucketed:
         edges = bucket_edges(lo, hi, points)
         grid = np.vstack([bucket_max(row.steps, row.values, edges) for row in rows])

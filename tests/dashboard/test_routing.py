@@ -56,6 +56,7 @@ def test_page_routes() -> None:
         ("/runs/{run_id}",),
         ("/alerts",),
         ("/rules",),
+        ("/compare",),
     ]
 
 

@@ -1,0 +1,241 @@
+"""Runs side by side: one metric of several runs on one step axis, a summary of each, and
+the config keys whose values differ between them.
+
+The view (:class:`~.compare_view.CompareView`: runs, metric, step range) lives in a store
+and in the URL (``?run=&run=&metric=&start=&end=``), so a deep link reproduces it. The
+metric is a stored name or a derived expression (``share(grad/norm/lm_head*,
+grad/norm/total)``). Zooming re-reads the range, as on the run page: the summary's largest
+and final values and slope follow it, its spikes are those of the whole run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import dash
+from dash import Input, Output, State, dcc, html
+from normwatch.server.auth import Principal
+from normwatch.server.schemas import MetricOut, RunOut
+from normwatch.server.schemas.analytics import CompareOut
+from normwatch.server.services.analytics import MAX_COMPARED_RUNS
+
+from ..data import MetricRefused, RunNotFound
+from ..figures import compare_figure, empty_figure
+from ..session import viewer
+from ..wiring import in_thread, or_prevent, triggered_id
+from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table, swatch
+from .compare_view import URL_SYNC_JS, CompareView, metric_options, picker_state, update_view
+from .run_overlay import POINTS
+from .run_view import RUN_ID
+
+ROUTES = ("/compare",)
+NO_RUNS = "Tick two or more runs on the runs page, then follow “compare”."
+TOO_MANY = f"Compare at most {MAX_COMPARED_RUNS} runs at once."
+NO_METRIC = "These runs share no metric: pick one, or type an expression."
+SUMMARY_NOTE = "Max, final and slope over the steps shown; spikes over the whole run."
+EXPRESSION_HINT = "share(grad/norm/lm_head*, grad/norm/total)"
+
+Drawn = tuple[Any, str, Any, Any]
+"""The chart, the text under it, the summary table and the config diff table."""
+
+
+class PageQuery(Protocol):
+    """A URL's query as routing passes it: the last value of a name, and every value."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+    def every(self, name: str, /) -> list[str]: ...
+
+
+class CompareReads(Protocol):
+    """What the page reads, each for the viewer (`RunNotFound` outside its project)."""
+
+    def run(self, who: Principal, run_id: str) -> RunOut: ...
+
+    def metrics(self, who: Principal, run_id: str) -> list[MetricOut]: ...
+
+    def compare(
+        self,
+        who: Principal,
+        run_ids: Sequence[str],
+        metric: str,
+        *,
+        start: int | None,
+        end: int | None,
+        points: int,
+    ) -> CompareOut: ...
+
+
+def match(path: str) -> dict[str, str] | None:
+    return {} if path in ("/compare", "/compare/") else None
+
+
+def cannot_compare(message: str) -> html.Div:
+    """What the page shows instead of a comparison, and why."""
+    return html.Div(
+        [html.H2("Cannot compare"), html.P(message), dcc.Link("All runs", href="/")],
+        className="card",
+    )
+
+
+def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
+    """The comparison the URL's ``query`` names (``run`` repeated, ``metric``, ``start``,
+    ``end``): a message instead when it names no run, too many, or one that is no run of
+    the viewer's project."""
+    ids = list(dict.fromkeys(query.every("run")))
+    if not ids:
+        return cannot_compare(NO_RUNS)
+    if len(ids) > MAX_COMPARED_RUNS:
+        return cannot_compare(TOO_MANY)
+    runs: list[RunOut] = []
+    names: list[list[str]] = []
+    missing = []
+    for run_id in ids:
+        try:
+            if not RUN_ID.match(run_id):
+                raise RunNotFound(run_id)
+            runs.append(data.run(who, run_id))
+            names.append([m.name for m in data.metrics(who, run_id)])
+        except RunNotFound:
+            missing.append(run_id)
+    if missing:
+        return cannot_compare(f"No run {', '.join(missing)} in your project.")
+    view = CompareView.from_query(
+        ids, names, metric=query.get("metric"), start=query.get("start"), end=query.get("end")
+    )
+    logged = set().union(*names)
+    title = [
+        html.Span([swatch(i), label], className="compared-run")
+        for i, label in enumerate(run_labels(runs))
+    ]
+    controls = [
+        html.Label(
+            [
+                "metric",
+                dcc.Dropdown(
+                    id="compare-metric",
+                    options=metric_options(names, view.metric),
+                    value=view.metric,
+                    clearable=False,
+                ),
+            ],
+            className="picker",
+        ),
+        html.Label(
+            [
+                "or an expression (Enter draws it)",
+                dcc.Input(
+                    id="compare-expression",
+                    type="text",
+                    value=view.metric if view.metric and view.metric not in logged else "",
+                    placeholder=EXPRESSION_HINT,
+                    className="expression",
+                ),
+            ],
+            className="picker",
+        ),
+        html.Button("draw", id="compare-apply", n_clicks=0),
+        html.Button("full range", id="compare-reset", n_clicks=0),
+    ]
+    return html.Div(
+        [
+            html.Div([html.H1("Compare runs"), *title], className="run-title"),
+            html.Div(controls, className="controls"),
+            dcc.Graph(
+                id="compare-chart",
+                config={"displaylogo": False, "scrollZoom": True},
+                figure=empty_figure("loading…"),
+            ),
+            html.Div(id="compare-range", className="muted"),
+            html.H3("Summary"),
+            html.Div(id="compare-summary"),
+            html.P(SUMMARY_NOTE, className="muted"),
+            html.H3("Config differences"),
+            html.Div(id="compare-diff"),
+            dcc.Store(id="compare-view", data=view.to_store()),
+            html.Div(id="compare-url-sync", hidden=True),
+        ],
+        className="card compare-page",
+    )
+
+
+def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
+    """The chart (a line a run), the range text, the summary and the config diff for
+    ``view``; a chart that says why when there is nothing to draw: no view, no metric, a
+    run outside the viewer's project, a metric the service refuses, or no points."""
+    if view is None:
+        return nothing_drawn(NO_RUNS)
+    if view.metric is None:
+        return nothing_drawn(NO_METRIC)
+    try:
+        compared = data.compare(
+            who, view.runs, view.metric, start=view.start, end=view.end, points=POINTS
+        )
+    except RunNotFound as exc:
+        return nothing_drawn(f"No run {exc} in your project.")
+    except MetricRefused as exc:
+        return nothing_drawn(f"Cannot draw {view.metric}: {exc}")
+    labels = run_labels(compared.runs)
+    lines = [(label, line_of(r)) for label, r in zip(labels, compared.runs, strict=True)]
+    if any(line.steps for _, line in lines):
+        # Plotly keeps the user's zoom until this changes: other runs or another metric.
+        uirevision = "|".join([*view.runs, view.metric])
+        fig = compare_figure(lines, x_range=view.x_range, uirevision=uirevision)
+    else:
+        fig = empty_figure(f"None of these runs logged {view.metric} in this range.")
+    return fig, range_text(lines), summary_table(compared, labels), diff_table(compared, labels)
+
+
+def nothing_drawn(message: str) -> Drawn:
+    return empty_figure(message), "", [], []
+
+
+def register(app: dash.Dash, data: CompareReads) -> None:
+    @app.callback(
+        Output("compare-view", "data"),
+        Output("compare-metric", "options"),
+        Output("compare-metric", "value"),
+        Input("compare-metric", "value"),
+        Input("compare-expression", "n_submit"),
+        Input("compare-apply", "n_clicks"),
+        Input("compare-chart", "relayoutData"),
+        Input("compare-reset", "n_clicks"),
+        State("compare-expression", "value"),
+        State("compare-metric", "options"),
+        State("compare-view", "data"),
+        prevent_initial_call=True,
+    )
+    def on_controls(
+        picked: object,
+        _submit: object,
+        _apply: object,
+        relayout: object,
+        _reset: object,
+        expression: object,
+        options: object,
+        store: object,
+    ) -> tuple[dict[str, Any], list[Any], str | None]:
+        new = update_view(
+            CompareView.from_store(store),
+            picked=picked,
+            expression=expression,
+            relayout=relayout,
+            trigger=triggered_id(),
+        )
+        view = or_prevent(new)
+        return (view.to_store(), *picker_state(view, options))
+
+    @app.callback(
+        Output("compare-chart", "figure"),
+        Output("compare-range", "children"),
+        Output("compare-summary", "children"),
+        Output("compare-diff", "children"),
+        Input("compare-view", "data"),
+    )
+    async def on_draw(store: object) -> Drawn:
+        return await in_thread(draw, data, viewer(), CompareView.from_store(store))
+
+    app.clientside_callback(
+        URL_SYNC_JS, Output("compare-url-sync", "children"), Input("compare-view", "data")
+    )

@@ -1,0 +1,371 @@
+"""The run page's spikes section: each spike of the charted metrics (and of the loss and the
+update norm), the share of steps spent in spikes, and which metric's spikes come first.
+
+Spikes are found by the server over the whole run, from every stored point
+(`normwatch.server.services.analytics.spike_report`); the view's range only chooses which
+are listed and the window of the second share. Clicking a spike's row zooms the chart to
+it and pins the depth profile to its peak (on the family of the spiking metric when that
+family has layers): the per-layer magnitudes at a spike in one click.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import dash
+from dash import ALL, Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+from normwatch.server.auth import Principal
+from normwatch.server.services.analytics import SpikeReport
+
+from ..data import MetricRefused, RunNotFound
+from ..layers import family_of
+from ..session import viewer
+from ..wiring import TriggerId, clicked, in_thread, triggered_id
+from .run_layers import pin_store
+from .run_view import MAX_STEP, RunView, is_step
+
+__all__ = [
+    "ALSO",
+    "MAX_ROWS",
+    "NO_SPIKES",
+    "SPIKE_ROW",
+    "SPIKES_EVERY",
+    "SpikeReads",
+    "SpikeZoom",
+    "draw_spikes",
+    "fractions_table",
+    "lead_lag_table",
+    "register",
+    "section",
+    "spike_metrics",
+    "spike_table",
+    "spike_window",
+    "spikes_due",
+    "zoom_to_spike",
+]
+
+ALSO = ("train/loss", "updates/norm/total")
+"""Metrics whose spikes are listed beside the charted ones, when the run has them: a loss
+spike and the update-norm spike that often comes before it."""
+SPIKE_ROW = "spike-row"
+MAX_ROWS = 100
+SPIKES_EVERY = 10
+"""A view of the latest steps looks for new spikes every this many ticks."""
+MIN_PAD = 50
+"""A spike's zoom shows at least this many steps either side of it."""
+NO_SPIKES = "No spikes in these steps."
+NO_PAIRS = "No metric's spikes were followed by another's within 50 steps."
+_CELL = {"padding": ".2rem .5rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}
+_ROW = {"cursor": "pointer"}
+
+DrawnSpikes = tuple[Any, Any, Any]
+"""The spike table, the shares of steps in spikes, and the lead-lag table."""
+
+
+class SpikeReads(Protocol):
+    """What the section reads (`RunNotFound` outside the viewer's project)."""
+
+    def spike_report(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        optional: Sequence[str] = (),
+        start: int | None,
+        end: int | None,
+    ) -> SpikeReport: ...
+
+
+def section() -> html.Div:
+    return html.Div(
+        [
+            html.H3("Spikes"),
+            html.P(
+                "Each spike runs from its first abnormal step to its recovery; click one to "
+                "zoom the chart to it and pin the depth profile to its peak.",
+                className="muted",
+            ),
+            html.Div(id="spike-table", style={"maxHeight": "18rem", "overflowY": "auto"}),
+            html.Div(
+                [
+                    html.Div([html.H4("Steps in spikes"), html.Div(id="spike-fractions")]),
+                    html.Div([html.H4("Which spikes come first"), html.Div(id="lead-lag")]),
+                ],
+                style={"display": "flex", "gap": "1.5rem", "flexWrap": "wrap"},
+            ),
+            dcc.Store(id="spikes-tick"),
+        ],
+        className="spikes-section",
+    )
+
+
+def spike_metrics(view: RunView) -> tuple[list[str], list[str]]:
+    """The view's metrics, and those of `ALSO` the view does not chart (read when logged).
+
+    >>> spike_metrics(RunView("r", "grad/norm/total", "train/loss"))
+    (['grad/norm/total', 'train/loss'], ['updates/norm/total'])
+    """
+    charted = view.metrics
+    return charted, [m for m in ALSO if m not in charted]
+
+
+def spikes_due(view: RunView | None, n_intervals: object) -> bool:
+    """Whether a tick looks for new spikes: for a view of the latest steps (no end), every
+    `SPIKES_EVERY`-th tick.
+
+    >>> spikes_due(RunView("r"), 10), spikes_due(RunView("r", end=5), 10)
+    (True, False)
+    """
+    if view is None or view.end is not None:
+        return False
+    return isinstance(n_intervals, int) and n_intervals % SPIKES_EVERY == 0
+
+
+def spike_window(start: int, end: int) -> tuple[int, int]:
+    """The steps a spike's zoom shows: the spike and twice its length either side (at least
+    `MIN_PAD` steps), so that what led it and its recovery are in view.
+
+    >>> spike_window(1208, 1212), spike_window(20, 500)
+    ((1158, 1262), (0, 1460))
+    """
+    pad = max(MIN_PAD, 2 * (end - start))
+    return max(0, start - pad), min(MAX_STEP, end + pad)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if value == "Infinity":
+        return math.inf
+    return None
+
+
+def _value_text(value: object) -> str:
+    number = _number(value)
+    return "—" if number is None else f"{number:.4g}"
+
+
+def _magnitude_text(value: object) -> str:
+    number = _number(value)
+    if number is None:
+        return "—"
+    return "∞" if math.isinf(number) else f"{number:.2f}×"
+
+
+def percent(fraction: float) -> str:
+    """A share of steps as text.
+
+    >>> percent(0.0), percent(0.0004), percent(0.052)
+    ('0%', '<0.1%', '5.2%')
+    """
+    if fraction <= 0:
+        return "0%"
+    if fraction < 0.001:
+        return "<0.1%"
+    return f"{100 * fraction:.1f}%"
+
+
+def steps_text(count: int) -> str:
+    """'1 step', '1,200 steps'."""
+    return f"{count:,} step" + ("" if count == 1 else "s")
+
+
+def _cell(content: Any, **props: Any) -> html.Td:
+    return html.Td(content, style=_CELL, **props)
+
+
+def _table(header: list[str], body: list[Any], class_name: str) -> html.Table:
+    return html.Table(
+        [
+            html.Thead(html.Tr([html.Th(h, style=_CELL) for h in header])),
+            html.Tbody(body),
+        ],
+        className=class_name,
+        style={"borderCollapse": "collapse", "fontSize": ".88rem", "marginBottom": ".8rem"},
+    )
+
+
+SPIKE_HEADER = ["metric", "start", "peak", "peak value", "magnitude", "recovery end", "duration"]
+
+
+def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> Any:
+    """One clickable row per spike (in step order), at most ``limit``."""
+    if not spikes:
+        return html.P(NO_SPIKES, className="muted")
+    rows = []
+    for spike in spikes[:limit]:
+        start, peak, end = spike["start"], spike["peak"], spike["end"]
+        recovered = bool(spike.get("recovered", True))
+        duration = end - start
+        row_id = {
+            "type": SPIKE_ROW,
+            "metric": str(spike["metric"]),
+            "start": start,
+            "peak": peak,
+            "end": end,
+        }
+        rows.append(
+            html.Tr(
+                [
+                    _cell(str(spike["metric"]), className="metric"),
+                    _cell(f"{start:,}"),
+                    _cell(f"{peak:,}"),
+                    _cell(_value_text(spike.get("peak_value"))),
+                    _cell(_magnitude_text(spike.get("magnitude"))),
+                    _cell(f"{end:,}" if recovered else "not recovered"),
+                    _cell(steps_text(duration) if recovered else f"≥ {steps_text(duration)}"),
+                ],
+                id=row_id,
+                n_clicks=0,
+                style=_ROW,
+                title="zoom the chart to this spike and pin the depth profile to its peak",
+            )
+        )
+    table = _table(SPIKE_HEADER, rows, "spike-list")
+    if len(spikes) <= limit:
+        return table
+    more = f"… and {len(spikes) - limit:,} more: zoom the chart in to list them."
+    return html.Div([table, html.P(more, className="muted")])
+
+
+def fractions_table(report: SpikeReport) -> Any:
+    """Per metric: how many spikes are listed, and the share of its logged steps inside a
+    spike over the whole run and over the view's range."""
+    if not report.fraction_in_spikes:
+        return html.P("No metric to look at.", className="muted")
+    listed: dict[str, int] = {}
+    for spike in report.spikes:
+        listed[str(spike["metric"])] = listed.get(str(spike["metric"]), 0) + 1
+    window = report.fraction_in_window
+    rows = [
+        html.Tr(
+            [
+                _cell(metric, className="metric"),
+                _cell(f"{listed.get(metric, 0):,}"),
+                _cell(percent(share)),
+                _cell("—" if window is None else percent(window.get(metric, 0.0))),
+            ]
+        )
+        for metric, share in report.fraction_in_spikes.items()
+    ]
+    header = ["metric", "spikes listed", "steps in spikes (run)", "(visible range)"]
+    return _table(header, rows, "spike-fractions")
+
+
+def lead_lag_table(report: SpikeReport) -> Any:
+    """The ordered pairs whose leader's spikes some follower spike came after: the median
+    lag, how many were followed, how many were not."""
+    pairs = sorted(
+        (p for p in report.lead_lag if p.matched > 0),
+        key=lambda p: (-p.matched, p.leader, p.follower),
+    )
+    if not pairs:
+        return html.P(NO_PAIRS, className="muted")
+    rows = [
+        html.Tr(
+            [
+                _cell(f"{p.leader} → {p.follower}", className="metric"),
+                _cell("—" if p.lag_steps is None else f"{p.lag_steps:g}"),
+                _cell(f"{p.matched:,}"),
+                _cell(f"{p.unmatched_leader:,}"),
+            ],
+            className="lead-lag-row",
+        )
+        for p in pairs
+    ]
+    header = ["leader → follower", "median lag (steps)", "followed", "not followed"]
+    return _table(header, rows, "lead-lag")
+
+
+def draw_spikes(data: SpikeReads, who: Principal, view: RunView | None) -> DrawnSpikes:
+    """The section's three parts for the view's run and range."""
+    nothing = html.P("", className="muted")
+    if view is None:
+        return nothing, nothing, nothing
+    metrics, optional = spike_metrics(view)
+    try:
+        report = data.spike_report(
+            who, view.run, metrics, optional=optional, start=view.start, end=view.end
+        )
+    except RunNotFound:
+        return nothing, nothing, nothing
+    except MetricRefused as exc:
+        return html.P(str(exc), className="muted"), nothing, nothing
+    return spike_table(report.spikes), fractions_table(report), lead_lag_table(report)
+
+
+@dataclass(frozen=True)
+class SpikeZoom:
+    """What a click on a spike changes: the view's range, the pinned step, the family."""
+
+    view: RunView
+    pin: dict[str, int | None]
+    family: str | None
+
+
+def zoom_to_spike(
+    view: RunView | None, trigger: TriggerId, was_clicked: bool, families: object
+) -> SpikeZoom | None:
+    """The view zoomed to the clicked spike's window (`spike_window`), the profile pinned
+    to its peak, and the family of its metric when ``families`` (the picker's options)
+    has it; None for no real click, or a row id that is no spike's."""
+    if view is None or not was_clicked or not isinstance(trigger, Mapping):
+        return None
+    start, peak, end = trigger.get("start"), trigger.get("peak"), trigger.get("end")
+    metric = trigger.get("metric")
+    if not (is_step(start) and is_step(peak) and is_step(end) and isinstance(metric, str)):
+        return None
+    if not start <= end:
+        return None
+    lo, hi = spike_window(start, end)
+    options = families if isinstance(families, list) else []
+    names = [o.get("value") for o in options if isinstance(o, dict)]
+    family = family_of(metric, [n for n in names if isinstance(n, str)])
+    return SpikeZoom(replace(view, start=lo, end=hi), pin_store(peak), family)
+
+
+def register(app: dash.Dash, data: SpikeReads) -> None:
+    @app.callback(
+        Output("spikes-tick", "data"),
+        Input("tick", "n_intervals"),
+        State("view", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_tick(n: object, store: object) -> Any:
+        # The tables listen to this store, not to the tick: a tick that asked for nothing
+        # would otherwise supersede (and so drop) a redraw still on its way.
+        return n if spikes_due(RunView.from_store(store), n) else dash.no_update
+
+    @app.callback(
+        Output("spike-table", "children"),
+        Output("spike-fractions", "children"),
+        Output("lead-lag", "children"),
+        Input("view", "data"),
+        Input("spikes-tick", "data"),
+    )
+    async def on_spikes(store: object, _n: object) -> DrawnSpikes:
+        return await in_thread(draw_spikes, data, viewer(), RunView.from_store(store))
+
+    row = {"type": SPIKE_ROW, "metric": ALL, "start": ALL, "peak": ALL, "end": ALL}
+
+    @app.callback(
+        Output("view", "data", allow_duplicate=True),
+        Output("layers-pin", "data", allow_duplicate=True),
+        Output("depth-family", "value", allow_duplicate=True),
+        Input(row, "n_clicks"),
+        State("view", "data"),
+        State("depth-family", "options"),
+        prevent_initial_call=True,
+    )
+    async def on_row(_clicks: object, store: object, families: object) -> tuple[Any, Any, Any]:
+        zoom = zoom_to_spike(RunView.from_store(store), triggered_id(), clicked(), families)
+        if zoom is None:
+            raise PreventUpdate
+        return zoom.view.to_store(), zoom.pin, zoom.family or dash.no_update
