@@ -1,5 +1,5 @@
-"""Analytics over stored series: layers, attribution, spikes, comparisons (see
-docs/analytics.md)."""
+"""Analytics over stored series: transitions, layers, attribution, spikes, comparisons
+(see docs/analytics.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from ..schemas import INT64_MAX, MetricName
-from ..schemas.analytics import AttributionOut, CompareOut, LayersOut, SpikesOut
-from ..services import analytics, attribution, layers, query
+from ..schemas.analytics import (
+    AttributionOut,
+    CompareOut,
+    LayersOut,
+    SpikesOut,
+    TransitionsOut,
+)
+from ..services import analytics, attribution, layers, query, transitions
 from .deps import Reader, SnapshotDep, owned_run
 from .errors import API, documented
 
@@ -59,6 +65,24 @@ def get_attribution(
         session, run, prefix, start=start, end=end, points=points, by=by
     )
     return Response(orjson.dumps(shares.to_json()), media_type="application/json")
+
+
+@router.get("/transitions", response_model=TransitionsOut)
+def get_transitions(
+    run_id: str,
+    session: SnapshotDep,
+    who: Reader,
+    metric: Annotated[list[MetricName], Query(min_length=1, max_length=transitions.MAX_METRICS)],
+    start: Step = None,
+    end: Step = None,
+    window: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
+) -> Response:
+    """Every event in ``[start, end]`` and every detected change of level or slope, with
+    each metric's least-squares slopes over ``window`` steps before and after it (default:
+    a twentieth of the range), largest slope change first."""
+    run, _ = owned_run(session, who, run_id)
+    body = transitions.run_transitions(session, run, metric, start=start, end=end, window=window)
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 @router.get("/spikes", response_model=SpikesOut)

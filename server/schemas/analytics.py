@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -107,3 +107,44 @@ class AttributionOut(BaseModel):
     mismatched: list[int]
     """Steps where the parts do not add up to the total (``|sum - 1| > tolerance``)."""
     tolerance: float
+
+
+class FitOut(BaseModel):
+    """Least-squares lines on each side of a transition; slopes per 1,000 steps."""
+
+    slope_before: float
+    slope_after: float
+    ratio: float | None
+    """``slope_after / slope_before``; None where the slope before is within its noise of 0."""
+    level_before: float
+    """The line before, at the transition's step."""
+    level_after: float
+    """The line after, at the transition's step (the jump is the difference)."""
+    slope_change: float
+    """How much the slope changed, in noise units: ``≈ |ln(ratio)|`` for clear slopes."""
+    slope_before_stderr: float
+    slope_after_stderr: float
+    n_before: int
+    n_after: int
+    before_segment: list[list[float]]
+    """The fitted line before: ``[[step, value], [step, value]]``, for drawing."""
+    after_segment: list[list[float]]
+
+
+class TransitionOut(BaseModel):
+    step: int
+    source: Literal["event", "detected"]
+    label: str
+    """The event's text, or which metric the change was detected in."""
+    detected_in: str | None
+    score: float | None
+    """A detection's strength in noise variances (None for an event)."""
+    slope_change: float | None
+    """The largest of the metrics' slope changes: the ranking key."""
+    metrics: dict[str, FitOut]
+
+
+class TransitionsOut(BaseModel):
+    window: int
+    """Steps fitted on each side of a transition."""
+    transitions: list[TransitionOut]

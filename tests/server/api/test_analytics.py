@@ -304,3 +304,76 @@ def test_the_llmc_logs_grad_norm_spikes_are_listed(api: httpx.Client, tenant: Te
         assert any(abs(start - near) <= 3 for start in starts), (near, starts)
     assert min(starts) > 1500 and len(starts) < 60
     assert r.json()["fraction_in_spikes"]["grad/norm/total"] < 0.01
+
+
+def norm_growth(n: int = 120_000, at: int = 81_000, gain: float = 2.5, seed: int = 0) -> np.ndarray:
+    """A parameter norm growing 2.0 per 1k steps, 2.5 times faster from ``at`` on, plus noise."""
+    t = np.arange(n, dtype=np.float64)
+    slope = 2.0 / 1000
+    trend = 78.4 + slope * t + (gain - 1.0) * slope * np.maximum(t - at, 0.0)
+    return trend + 0.3 * np.random.default_rng(seed).standard_normal(n)
+
+
+def transitions_of(api: httpx.Client, tenant: Tenant, run_id: str, **params: Any) -> dict[str, Any]:
+    r = api.get(f"/api/v1/runs/{run_id}/transitions", params=params, headers=tenant.headers("read"))
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def post_long(api: httpx.Client, tenant: Tenant, run_id: str, **columns: np.ndarray) -> None:
+    n = len(next(iter(columns.values())))
+    for lo in range(0, n, 40_000):
+        steps = list(range(lo, min(n, lo + 40_000)))
+        post(
+            api,
+            tenant,
+            run_id,
+            steps,
+            {k: v[lo : lo + 40_000].tolist() for k, v in columns.items()},
+        )
+
+
+def test_an_event_where_a_norms_slope_grows_reports_the_ratio(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    run_id = new_run(api, tenant, "81k")
+    gain = norm_growth()
+    post_long(api, tenant, run_id, **{"params/norm/final_norm.weight": gain, "flat": 0 * gain + 1})
+    event = {"step": 81_000, "kind": "config", "text": "near-dropless EP routing"}
+    assert (
+        api.post(
+            f"/api/v1/runs/{run_id}/events", json=event, headers=tenant.headers("ingest")
+        ).status_code
+        == 201
+    )
+    body = transitions_of(api, tenant, run_id, metric="params/norm/final_norm.weight")
+    first = body["transitions"][0]
+    assert (first["step"], first["source"], first["label"]) == (81_000, "event", event["text"])
+    fit = first["metrics"]["params/norm/final_norm.weight"]
+    assert fit["ratio"] == pytest.approx(2.5, rel=0.1)
+    assert fit["slope_before"] == pytest.approx(2.0, rel=0.1)
+    assert fit["slope_after"] == pytest.approx(5.0, rel=0.1)
+    assert fit["before_segment"][1][0] == 81_000 and fit["after_segment"][0][0] == 81_000
+    # A detection at the event is the event's, not a second row.
+    assert all(abs(t["step"] - 81_000) > 1_500 for t in body["transitions"][1:])
+
+
+def test_a_change_with_no_event_is_detected_and_a_straight_line_has_none(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    run_id = new_run(api, tenant, "no-event")
+    line = norm_growth(gain=1.0, seed=1)
+    post_long(
+        api, tenant, run_id, **{"params/norm/a": norm_growth(seed=2), "params/norm/line": line}
+    )
+    body = transitions_of(api, tenant, run_id, metric="params/norm/a")
+    detected = [t for t in body["transitions"] if t["source"] == "detected"]
+    assert detected and abs(detected[0]["step"] - 81_000) <= 1_500
+    assert detected[0]["detected_in"] == "params/norm/a"
+    assert detected[0]["metrics"]["params/norm/a"]["ratio"] == pytest.approx(2.5, rel=0.15)
+    assert transitions_of(api, tenant, run_id, metric="params/norm/line")["transitions"] == []
+    # Both metrics on one chart: the change found in one is fitted for both.
+    both = transitions_of(api, tenant, run_id, metric=["params/norm/line", "params/norm/a"])
+    [row] = [t for t in both["transitions"] if t["source"] == "detected"]
+    assert set(row["metrics"]) == {"params/norm/line", "params/norm/a"}
+    assert row["metrics"]["params/norm/line"]["ratio"] == pytest.approx(1.0, rel=0.1)

@@ -110,6 +110,9 @@ API = [
     Row("GET /api/v1/runs/{run_id}/layers", "read a layer grid",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/runs/{run_id}/transitions", "read a run's transitions",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
     Row("GET /api/v1/runs/{run_id}/attribution", "read an attribution",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
@@ -194,6 +197,8 @@ SITE = [
         own=(303, 303, 303, 303, 200, 200)),
     Row("GET /runs/{run_id}", "a run page (its data comes through the page router)",
         own=(303, 303, 303, 303, 200, 200), other=(303, 303, 303, 303, 200, 200)),
+    Row("GET /compare", "the compare page (its data comes through the page router)",
+        own=(303, 303, 303, 303, 200, 200), other=(303, 303, 303, 303, 200, 200)),
     Row("GET /alerts", "the alerts page",
         own=(303, 303, 303, 303, 200, 200)),
     Row("GET /rules", "the rules page",
@@ -214,7 +219,7 @@ SITE = [
         own=(403, 403, 403, 403, 101, 101)),
 ]
 
-# POST /_dash-update-component, by callback (each known by its first input: CALLBACK_INPUTS).
+# POST /_dash-update-component, by callback (each known by `callback_key`: CALLBACK_KEYS).
 CALLBACKS = [
     Row("route", "open / (the runs list)",
         own=(401, 401, 401, 401, OK, OK)),
@@ -232,7 +237,27 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run.refresh_options", "refresh the view's run's metric names",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("runs.pick", "tick runs to compare",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_layers.pin", "pin the depth profile by a click",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run_layers.tick", "time the layer views' refresh",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run_layers.draw_grid", "draw the view's run's layer heatmap",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_layers.pin_text", "say where the profile is pinned",
+        own=(401, 401, 401, 401, OK, OK)),
     Row("run_layers.draw_depth", "draw the view's run's layers",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_spikes.tick", "time the spike tables' refresh",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run_spikes.draw", "list the view's run's spikes",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_spikes.zoom", "zoom to a spike",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("compare.update_view", "pick the compared metric",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("compare.draw", "draw a comparison",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("alerts.refresh", "refresh the alerts of a run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
@@ -259,23 +284,36 @@ CALLBACKS = [
 ]
 # fmt: on
 
-CALLBACK_INPUTS = {
-    "route": "url.pathname",
-    "runs.refresh": "runs-refresh.n_intervals",
-    "run.update_view": "left-metric.value",
-    "run.draw": "view.data",
-    "run.refresh_options": "tick.n_intervals",
-    "run_layers.draw_depth": "depth-family.value",
-    "alerts.refresh": "alerts-refresh.n_intervals",
-    "rule_form.show_fields": "rule-kind.value",
-    "rule_form.show_mode": "rule-editing.data",
-    "rules.submit": "rule-create.n_clicks",
-    "rules.edit": '{"rule":["ALL"],"type":"rule-edit"}.n_clicks',
-    "rules.act": '{"rule":["ALL"],"type":"rule-toggle"}.n_clicks',
-    "rules.refresh": "rules-changed.data",
-    "rules.run_preview": "preview-go.n_clicks",
+CALLBACK_KEYS = {
+    "route": "page.children <- url.pathname",
+    "runs.refresh": "runs-table.children <- runs-refresh.n_intervals",
+    "runs.pick": 'compare-action.children <- {"run":["ALL"],"type":"compare-pick"}.value',
+    "run.update_view": "view.data <- left-metric.value",
+    "run.draw": "overlay.figure <- view.data",
+    "run.refresh_options": "left-metric.options <- tick.n_intervals",
+    "run_layers.pin": "layers-pin.data <- layer-heatmap.clickData",
+    "run_layers.tick": "layers-grid-tick.data <- tick.n_intervals",
+    "run_layers.draw_grid": "layer-heatmap.figure <- view.data",
+    "run_layers.pin_text": "pin-info.children <- layers-pin.data",
+    "run_layers.draw_depth": "depth.figure <- layers-pin.data",
+    "run_spikes.tick": "spikes-tick.data <- tick.n_intervals",
+    "run_spikes.draw": "spike-table.children <- view.data",
+    "run_spikes.zoom": (
+        'view.data <- {"end":["ALL"],"metric":["ALL"],"peak":["ALL"],"start":["ALL"],'
+        '"type":"spike-row"}.n_clicks'
+    ),
+    "compare.update_view": "compare-view.data <- compare-metric.value",
+    "compare.draw": "compare-chart.figure <- compare-view.data",
+    "alerts.refresh": "alerts-firing.children <- alerts-refresh.n_intervals",
+    "rule_form.show_fields": "rule-op-field.style <- rule-kind.value",
+    "rule_form.show_mode": "rule-create.children <- rule-editing.data",
+    "rules.submit": "rule-message.children <- rule-create.n_clicks",
+    "rules.edit": 'rule-message.children <- {"rule":["ALL"],"type":"rule-edit"}.n_clicks',
+    "rules.act": 'rule-message.children <- {"rule":["ALL"],"type":"rule-toggle"}.n_clicks',
+    "rules.refresh": "rules-table.children <- rules-changed.data",
+    "rules.run_preview": "preview-result.children <- preview-go.n_clicks",
 }
-"""Each server-side callback by its first input, as /_dash-dependencies lists it."""
+"""Each server-side callback by `callback_key`, as /_dash-dependencies lists it."""
 
 
 # --- the world: a server, two projects, the callers ---------------------------------------
@@ -507,6 +545,9 @@ API_REQUESTS: dict[str, ApiRequest] = {
     "read a layer grid": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/layers", params={"prefix": "grad/norm", "at": 1}
     ),
+    "read a run's transitions": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/transitions", params={"metric": "grad/norm/total"}
+    ),
     "read an attribution": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/attribution", params={"prefix": "grad/norm"}
     ),
@@ -605,6 +646,9 @@ SITE_REQUESTS: dict[str, SiteRequest] = {
     "the runs page": lambda w, c, o: Request("GET", "/"),
     "a run page (its data comes through the page router)": lambda w, c, o: Request(
         "GET", f"/runs/{o.run_id}"
+    ),
+    "the compare page (its data comes through the page router)": lambda w, c, o: Request(
+        "GET", "/compare", params={"run": o.run_id, "metric": "grad/norm/total"}
     ),
     "the alerts page": lambda w, c, o: Request("GET", "/alerts"),
     "the rules page": lambda w, c, o: Request("GET", "/rules"),
@@ -810,6 +854,16 @@ def _zoom(o: Objects) -> Callback:
     )
 
 
+def _spike_zoom(o: Objects) -> Callback:
+    component = {"end": 3, "metric": "grad/norm/total", "peak": 1, "start": 1, "type": "spike-row"}
+    key = _pattern_key(
+        {"end": ["ALL"], "metric": ["ALL"], "peak": ["ALL"], "start": ["ALL"], "type": "spike-row"},
+        "n_clicks",
+    )
+    values = {key: [(component, 1)], "view.data": _view(o.run_id), "depth-family.options": []}
+    return Callback("run_spikes.zoom", values, [_pattern_key(component, "n_clicks")], '{"step":1}')
+
+
 def _submit(w: World, t: str, o: Objects, editing: bool) -> Callback:
     name = f"{t} form {w.next()}"
     target = w.fresh_rule(t) if editing else o
@@ -891,6 +945,63 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         [],
         "layers.0",
     ),
+    "tick runs to compare": lambda w, t, o: Callback(
+        "runs.pick",
+        {
+            '{"run":["ALL"],"type":"compare-pick"}.value': [
+                ({"run": o.run_id, "type": "compare-pick"}, [o.run_id])
+            ],
+            "compare-ticked.data": [],
+        },
+        [],
+        "Tick two or more runs",
+    ),
+    "pin the depth profile by a click": lambda w, t, o: Callback(
+        "run_layers.pin",
+        {"layer-heatmap.clickData": {"points": [{"x": 3, "y": "layers.0"}]}},
+        ["layer-heatmap.clickData"],
+        '{"step":3}',
+    ),
+    "time the layer views' refresh": lambda w, t, o: Callback(
+        "run_layers.tick",
+        {"tick.n_intervals": 5, "view.data": _view(o.run_id), "layers-pin.data": None},
+        ["tick.n_intervals"],
+        "5",
+    ),
+    "draw the view's run's layer heatmap": lambda w, t, o: Callback(
+        "run_layers.draw_grid",
+        {"view.data": _view(o.run_id), "depth-family.value": "grad/norm"},
+        [],
+        "layers.0",
+    ),
+    "say where the profile is pinned": lambda w, t, o: Callback(
+        "run_layers.pin_text", {"layers-pin.data": {"step": 3}}, ["layers-pin.data"], "3"
+    ),
+    "time the spike tables' refresh": lambda w, t, o: Callback(
+        "run_spikes.tick",
+        {"tick.n_intervals": 10, "view.data": _view(o.run_id)},
+        ["tick.n_intervals"],
+        "10",
+    ),
+    "list the view's run's spikes": lambda w, t, o: Callback(
+        "run_spikes.draw", {"view.data": _view(o.run_id)}, [], "grad/norm/total"
+    ),
+    "zoom to a spike": lambda w, t, o: _spike_zoom(o),
+    "pick the compared metric": lambda w, t, o: Callback(
+        "compare.update_view",
+        {
+            "compare-metric.value": "grad/norm/total",
+            "compare-view.data": {"runs": [o.run_id], "metric": None, "start": None, "end": None},
+        },
+        ["compare-metric.value"],
+        '"metric":"grad/norm/total"',
+    ),
+    "draw a comparison": lambda w, t, o: Callback(
+        "compare.draw",
+        {"compare-view.data": {"runs": [o.run_id], "metric": "grad/norm/total"}},
+        [],
+        o.run_name,
+    ),
     "refresh the alerts of a run": lambda w, t, o: Callback(
         "alerts.refresh",
         {"alerts-refresh.n_intervals": 1, "alerts-filter.data": {"run": o.run_id}},
@@ -967,16 +1078,22 @@ def app_routes(database_url: str) -> set[str]:
 
 
 def server_callbacks(w: World) -> dict[str, dict[str, Any]]:
-    """The dashboard's server-side callbacks, by first input."""
+    """The dashboard's server-side callbacks, by `callback_key`."""
     listed = httpx.get(
         f"{w.server.url}/_dash-dependencies", headers=_cookie(w.cookies["read"]), timeout=30
     )
     assert listed.status_code == 200
-    return {
-        f"{d['inputs'][0]['id']}.{d['inputs'][0]['property']}": d
-        for d in listed.json()
-        if not d.get("clientside_function")
-    }
+    found = {callback_key(d): d for d in listed.json() if not d.get("clientside_function")}
+    assert len(found) == len([d for d in listed.json() if not d.get("clientside_function")])
+    return found
+
+
+def callback_key(dependency: dict[str, Any]) -> str:
+    """``first output <- first input``: several callbacks share a first input (the tick,
+    the view) or a first output (the view, through ``allow_duplicate``), never both."""
+    output = dependency["output"].strip(".").split("...")[0].split("@")[0]
+    first = dependency["inputs"][0]
+    return f"{output} <- {first['id']}.{first['property']}"
 
 
 @dataclass
@@ -1057,7 +1174,7 @@ def callback_cell(
     callback = CALLBACK_REQUESTS[row.what](w, target, w.objects[target])
     assert callback.name == row.route, (callback.name, row.route)
     body = callback_body(
-        w.callbacks[CALLBACK_INPUTS[callback.name]], callback.values, callback.changed
+        w.callbacks[CALLBACK_KEYS[callback.name]], callback.values, callback.changed
     )
     before = read_state(w.sessions)
     w.requests += 1
@@ -1108,8 +1225,8 @@ def test_authorization_matrix(world: World, fresh_pg_url: str) -> None:
     assert set(API_REQUESTS) == {row.what for row in API}
     assert set(SITE_REQUESTS) == {row.what for row in SITE if not row.route.startswith("WS ")}
     assert set(CALLBACK_REQUESTS) == {row.what for row in CALLBACKS}
-    assert {row.route for row in CALLBACKS} == set(CALLBACK_INPUTS)
-    assert set(CALLBACK_INPUTS.values()) == set(w.callbacks)
+    assert {row.route for row in CALLBACKS} == set(CALLBACK_KEYS)
+    assert set(CALLBACK_KEYS.values()) == set(w.callbacks)
 
     findings = Findings()
     for table, cell in ((API, api_cell), (SITE, site_cell), (CALLBACKS, callback_cell)):

@@ -1,0 +1,114 @@
+"""Transitions of a run's metrics: every event and every detected change point, with the
+least-squares slopes before and after it for every metric asked about, ranked by how much a
+slope changed.
+
+Each metric is read at full resolution over the range (a derived expression is computed
+first). Its events are the run's within the range; a change point is detected in each metric
+separately, and detections in different metrics within a quarter window of each other are one
+transition (at the strongest one's step), fitted for every metric: "the slope of
+``final_norm.weight`` steepened at 81k, and so did the grad norm's".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from ..analytics import transitions as fitting
+from ..errors import Invalid
+from ..models import Run
+from ..storage.runs import events_of
+from .analytics import full_series
+from .full_resolution import Reader
+
+MAX_METRICS = 16
+
+
+@dataclass
+class _Row:
+    step: int
+    source: str
+    label: str
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    detected_in: str | None = None
+    score: float | None = None
+
+    def change(self) -> float:
+        return max((m["slope_change"] for m in self.metrics.values()), default=-1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "source": self.source,
+            "label": self.label,
+            "detected_in": self.detected_in,
+            "score": self.score,
+            "slope_change": max(0.0, self.change()) if self.metrics else None,
+            "metrics": self.metrics,
+        }
+
+
+def run_transitions(
+    session: Session,
+    run: Run,
+    metrics: list[str],
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    window: int | None = None,
+) -> dict[str, Any]:
+    """``{"window", "transitions": [...]}``: one transition per event in the range and per
+    detected change point, each with every metric's fit (a metric with fewer than two points
+    on a side has none), largest slope change first."""
+    if not 1 <= len(metrics) <= MAX_METRICS:
+        raise Invalid(f"name 1 to {MAX_METRICS} metrics, got {len(metrics)}")
+    if start is not None and end is not None and end < start:
+        raise Invalid(f"end ({end}) must not be below start ({start})")
+    if window is not None and window < 1:
+        raise Invalid(f"window must be at least 1 step, got {window}")
+    reader = Reader(session, run, start, end)
+    series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
+    if window is None:
+        spans = [int(s[-1] - s[0]) for s, _ in series.values() if len(s) > 1]
+        window = max(1, max(spans, default=0) // 20)
+    events = [
+        (int(e.step), e.text)
+        for e in events_of(session, run.key)
+        if (start is None or e.step >= start) and (end is None or e.step <= end)
+    ]
+    rows: dict[tuple[str, int], _Row] = {
+        ("event", step): _Row(step, "event", label) for step, label in events
+    }
+    detected: list[tuple[float, int, str]] = []
+    for metric, (steps, values) in series.items():
+        for found in fitting.transitions(steps, values, events, window):
+            if found.source == "event":
+                if found.fit is not None:
+                    rows[("event", found.step)].metrics[metric] = _fields(found.fit)
+            elif found.score is not None:
+                detected.append((found.score, found.step, metric))
+    merge = max(1, window // 4)
+    taken: list[int] = []
+    for score, step, metric in sorted(detected, reverse=True):
+        if any(abs(step - other) <= merge for other in taken):
+            continue
+        taken.append(step)
+        row = _Row(step, "detected", f"change in {metric}", detected_in=metric, score=score)
+        for name, (steps, values) in series.items():
+            fit = fitting.fit_transition(steps, values, step, window)
+            if fit is not None:
+                row.metrics[name] = _fields(fit)
+        rows[("detected", step)] = row
+    ranked = sorted(rows.values(), key=lambda r: (-r.change(), r.step))
+    return {"window": window, "transitions": [row.to_json() for row in ranked]}
+
+
+def _fields(fit: fitting.Fit) -> dict[str, Any]:
+    out = fit.to_dict()
+    for key, value in out.items():
+        if isinstance(value, float) and not np.isfinite(value):
+            out[key] = None
+    return out
