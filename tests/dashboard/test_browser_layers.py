@@ -3,7 +3,6 @@ a 48-layer run whose U steepens, and update-norm spikes 8 steps before loss spik
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -17,7 +16,6 @@ from tests.helpers.tenants import Tenant, make_tenant
 from .seed import create_run, post_points
 from .test_browser import FIGURE_JS, figure, login
 
-DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 STEPS = 2000
 LEADS = (400, 1000, 1600)
 """Update-norm spikes, each followed 8 steps later by a loss spike (and a grad-norm one)."""
@@ -214,7 +212,4 @@ def test_layer_heatmap_u_index_profile_and_spikes(
         "height": bottom["y"] + bottom["height"] - top["y"],
     }
     page.screenshot(path=str(artifacts / "spikes.png"), full_page=True, clip=clip)
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    for name in ("layers.png", "spikes.png"):
-        shutil.copyfile(artifacts / name, DOCS_IMAGES / name)
     assert errors == []
