@@ -92,10 +92,12 @@ def attribution(
     pixel = (hi - lo + 1) / points
     # The parts are read as a chart reads them; the total at full resolution, so that any
     # step the parts share has its total, whatever buckets the total's points fell into.
+    # Values compacted as float32 are used merely widened: their shortest-decimal form
+    # (`Gathered.finish`) costs 0.2 µs a value and moves a share by less than 1e-7.
     read = {
         name: pyramid.gather(
             session, run.key, ids[name], lineage, lo, hi, 0.0 if name == names[0] else pixel
-        ).finish()
+        ).points
         for name in names
         if name in ids
     }
