@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from normwatch.server.alerts.delivery import Deliverer
+from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.db import begin_snapshot
 from normwatch.server.errors import Invalid, TooLarge
@@ -23,9 +25,12 @@ from normwatch.server.schemas import (
 )
 from normwatch.server.schemas.analytics import CompareOut
 from normwatch.server.services import alert_rules, analytics, full_resolution, layers, query, runs
-from normwatch.server.services.analytics import SpikeReport
+from normwatch.server.services.analytics import SpikeReport, full_series
+from normwatch.server.services.attribution import Attribution
+from normwatch.server.services.attribution import attribution as group_shares
 from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.runs import Forbidden
+from normwatch.server.services.transitions import run_transitions
 from sqlalchemy.orm import Session, sessionmaker
 
 from .figures import AlertMark, Line, Marker
@@ -85,10 +90,17 @@ class DashboardData:
         end: int | None,
         points: int,
     ) -> dict[str, Line]:
+        """Each of ``metrics`` (names or derived expressions) over ``[start, end]``, as the
+        chart draws it; `MetricRefused` for an expression the service will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            series = query.read_series(session, run, metrics, start=start, end=end, points=points)
+            try:
+                series = query.read_series(
+                    session, run, metrics, start=start, end=end, points=points
+                )
+            except (Invalid, TooLarge) as exc:
+                raise MetricRefused(str(exc)) from None
         return {
             s.metric: Line(
                 s.metric, s.steps.tolist(), s.values.tolist(), s.downsampled, s.total_points
@@ -276,6 +288,79 @@ class DashboardData:
             try:
                 return analytics.spike_report(session, run, chosen, start=start, end=end)
             except (Invalid, TooLarge) as exc:
+                raise MetricRefused(str(exc)) from None
+
+    def transitions(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        start: int | None,
+        end: int | None,
+        window: int | None = None,
+    ) -> dict[str, Any]:
+        """The run's events and detected change points in ``[start, end]``, each with every
+        metric's slopes before and after it, largest slope change first
+        (`services.transitions.run_transitions`); `MetricRefused` for metrics the service
+        will not read."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            run, _ = self._owned(session, who, run_id)
+            try:
+                return run_transitions(
+                    session, run, list(metrics), start=start, end=end, window=window
+                )
+            except (Invalid, TooLarge) as exc:
+                raise MetricRefused(str(exc)) from None
+
+    def transition_fits(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        at: int,
+        start: int | None,
+        end: int | None,
+        window: int,
+    ) -> dict[str, Fit]:
+        """Each metric's least-squares lines on the ``window`` steps before ``at`` and from it
+        on, from every stored point in ``[start, end]`` (a metric without two points on a
+        side has none); `MetricRefused` for metrics the service will not read."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            run, _ = self._owned(session, who, run_id)
+            reader = full_resolution.Reader(session, run, start, end)
+            try:
+                series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
+            except (Invalid, TooLarge) as exc:
+                raise MetricRefused(str(exc)) from None
+        fits = {m: fit_transition(s, v, at, max(1, window)) for m, (s, v) in series.items()}
+        return {metric: fit for metric, fit in fits.items() if fit is not None}
+
+    def attribution(
+        self,
+        who: Principal,
+        run_id: str,
+        prefix: str,
+        *,
+        start: int | None,
+        end: int | None,
+        points: int,
+        by: str = "group",
+    ) -> Attribution:
+        """Each parameter group's (or part's, ``by="part"``) share of ``<prefix>/total``
+        squared at sampled steps, and the steps where the shares do not add up
+        (`services.attribution`); `MetricRefused` for a family the service refuses."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            run, _ = self._owned(session, who, run_id)
+            try:
+                return group_shares(
+                    session, run, prefix, start=start, end=end, points=points, by=by
+                )
+            except Invalid as exc:
                 raise MetricRefused(str(exc)) from None
 
     @staticmethod

@@ -84,6 +84,9 @@ class AlertMark:
 
 @dataclass(frozen=True)
 class OverlayView:
+    """What the overlay chart draws: ``left`` (red) and ``right`` (blue, on its own axis
+    unless ``one_axis``), and ``extra`` lines on the left axis in `EXTRA_COLORS`."""
+
     left: Line | None
     right: Line | None
     events: Sequence[Marker] = field(default_factory=tuple)
@@ -92,6 +95,37 @@ class OverlayView:
     uirevision: str = "overlay"
     alerts: Sequence[AlertMark] = field(default_factory=tuple)
     height: int = 480
+    extra: Sequence[Line] = field(default_factory=tuple)
+    one_axis: bool = False
+
+
+EXTRA_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+"""The extra series' colours, in turn: none of them the left's red or the right's blue."""
+
+
+@dataclass(frozen=True)
+class SeriesStyle:
+    """How the overlay chart draws one line: its colour and its y axis (``y`` or ``y2``)."""
+
+    line: Line
+    color: str
+    axis: str
+
+
+def series_styles(view: OverlayView) -> list[SeriesStyle]:
+    """The lines of ``view`` in drawing order (left, right, extras), each with its colour
+    and axis: the right on ``y2`` unless ``one_axis``, every other line on ``y``."""
+    right_axis = "y" if view.one_axis else "y2"
+    styled = [
+        SeriesStyle(line, color, axis)
+        for line, color, axis in ((view.left, GRAD_RED, "y"), (view.right, PARAM_BLUE, right_axis))
+        if line is not None
+    ]
+    styled += [
+        SeriesStyle(line, EXTRA_COLORS[i % len(EXTRA_COLORS)], "y")
+        for i, line in enumerate(view.extra)
+    ]
+    return styled
 
 
 def _finite(line: Line) -> tuple[list[int], list[float | None]]:
@@ -114,13 +148,14 @@ def overlay_figure(view: OverlayView) -> Figure:
     Events are dashed vertical lines labelled at the top. Non-finite values break the
     line and are flagged with an ✕ marker on the top edge, so a NaN is never invisible.
     Alerts are triangles on the top edge: red where a rule fired, green where it resolved.
-    The metric traces come first (left ``y``, then right ``y2``), markers after them.
+    The metric traces come first (left ``y``, then right ``y2``, then the extra lines on
+    ``y``; with ``one_axis`` all on ``y``), markers after them.
     """
     traces: list[dict[str, Any]] = []
     axis_type = "log" if view.log_y else "linear"
-    for line, color, axis in ((view.left, GRAD_RED, "y"), (view.right, PARAM_BLUE, "y2")):
-        if line is None:
-            continue
+    styles = series_styles(view)
+    for style in styles:
+        line, color, axis = style.line, style.color, style.axis
         xs, ys = _finite(line)
         suffix = " (M4)" if line.downsampled else ""
         traces.append(
@@ -138,10 +173,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             }
         )
     flagged = [
-        (s, label, line.metric)
-        for line in (view.left, view.right)
-        if line is not None
-        for s, label in _non_finite(line)
+        (s, label, style.line.metric) for style in styles for s, label in _non_finite(style.line)
     ]
     if flagged:
         traces.append(
@@ -203,8 +235,16 @@ def overlay_figure(view: OverlayView) -> Figure:
         )
     left_title = plot_text(view.left.metric) if view.left else ""
     right_title = plot_text(view.right.metric) if view.right else ""
+    left_color = GRAD_RED
+    if view.one_axis and view.right is not None:
+        # One axis for both: its title names both, in neither's colour.
+        left_title = " · ".join(t for t in (left_title, right_title) if t)
+        right_title, left_color = "", EVENT_GREY
     xaxis: dict[str, object] = {"title": {"text": "step"}, "showgrid": True}
-    if view.x_range is not None:
+    if view.x_range is None:
+        # Said outright: with the same uirevision, Plotly keeps a range drawn before.
+        xaxis["autorange"] = True
+    else:
         xaxis["range"] = list(view.x_range)
     layout = {
         "uirevision": view.uirevision,
@@ -215,8 +255,8 @@ def overlay_figure(view: OverlayView) -> Figure:
         "legend": {"orientation": "h", "x": 0, "y": -0.18},
         "xaxis": xaxis,
         "yaxis": {
-            "title": {"text": left_title, "font": {"color": GRAD_RED}},
-            "tickfont": {"color": GRAD_RED},
+            "title": {"text": left_title, "font": {"color": left_color}},
+            "tickfont": {"color": left_color},
             "type": axis_type,
         },
         "yaxis2": {
@@ -226,6 +266,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "side": "right",
             "type": axis_type,
             "showgrid": False,
+            **({"visible": False} if view.one_axis else {}),
         },
         "yaxis3": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
         "shapes": shapes,

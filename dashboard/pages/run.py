@@ -1,9 +1,12 @@
 """A run: the red/blue overlay of grad norm against a parameter norm, live.
 
-The view (:class:`~.run_view.RunView`: metrics, step range, log scale) lives in a store and
-in the URL, so a deep link reproduces it. Zooming re-queries the series for the new range,
-so detail appears as you zoom; a 1 s tick patches only the data, so a zoom is never reset
-by a refresh.
+The view (:class:`~.run_view.RunView`: metrics, step range, log scale, extra series, one
+axis or two, forecast, focus) lives in a store and in the URL, so a deep link reproduces
+it. Zooming re-queries the series for the new range, so detail appears as you zoom; a 1 s
+tick patches only the data, so a zoom is never reset by a refresh. Over the lines the chart
+draws its aids (`.run_aids`: alert thresholds, the lines fitted around a focused
+transition, the forecast); under it come the sections: transitions, spikes, layers,
+attribution, events.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from dash import ALL, Input, Output, State, dcc, html
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 
-from ..data import RunNotFound
+from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..session import viewer
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
-from . import run_layers, run_spikes
+from . import run_aids, run_attribution, run_layers, run_series, run_spikes, run_transitions
+from .run_config import config_section
 from .run_overlay import (
     POINTS,
     chart_shape,
@@ -32,7 +36,15 @@ from .run_overlay import (
     range_text,
     view_figure,
 )
-from .run_view import URL_SYNC_JS, RunView, event_window, is_step, view_from_relayout
+from .run_view import (
+    MAX_METRIC,
+    URL_SYNC_JS,
+    RunView,
+    event_window,
+    extra_series,
+    is_step,
+    view_from_relayout,
+)
 
 ROUTES = ("/runs/{run_id}",)
 _PATH = re.compile(r"^/runs/([0-9A-Za-z_-]+)/?$")
@@ -45,7 +57,14 @@ Drawn = tuple[Any, Any, str, Any]
 """The chart's figure (or a patch), its shape, the range text and the event list."""
 
 
-class RunReads(run_layers.LayerReads, run_spikes.SpikeReads, Protocol):
+class RunReads(
+    run_layers.LayerReads,
+    run_spikes.SpikeReads,
+    run_transitions.TransitionReads,
+    run_attribution.AttributionReads,
+    run_aids.AidReads,
+    Protocol,
+):
     """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
 
     def run(self, who: Principal, run_id: str) -> RunOut: ...
@@ -73,10 +92,6 @@ def match(path: str) -> dict[str, str] | None:
     return {"run_id": found.group(1)} if found else None
 
 
-def metric_options(names: list[str]) -> list[dict[str, str]]:
-    return [{"label": n, "value": n} for n in names]
-
-
 def restarts_text(run: RunOut) -> str:
     """'segment 3 · restarted at 1,200, 5,000' (the steps each later segment began at)."""
     restarts = [s.start_step for s in run.segments or [] if s.segment > 1]
@@ -96,8 +111,12 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
         start=query.get("start"),
         end=query.get("end"),
         log=query.get("log"),
+        series=_every(query, "series"),
+        axes=query.get("axes"),
+        forecast=query.get("forecast"),
+        focus=query.get("focus"),
     )
-    options = metric_options(names)
+    options = run_series.options_with(names, view)
     title = [
         html.H1(run.name),
         html.Span(run.status, className=f"status status-{run.status}"),
@@ -116,29 +135,52 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             value=["log"] if view.log else [],
             className="toggle",
         ),
+        dcc.Checklist(
+            id="chart-options",
+            options=run_series.CHART_OPTIONS,
+            value=run_series.chart_options(view),
+            inline=True,
+            className="toggle",
+        ),
         html.Button("full range", id="reset-range", n_clicks=0),
     ]
     return html.Div(
         [
             html.Div(title, className="run-title"),
+            config_section(run.config),
             html.Div(controls, className="controls"),
+            run_series.controls(names, view),
             dcc.Graph(
                 id="overlay",
                 config={"displaylogo": False, "scrollZoom": True},
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="range-info", className="muted"),
+            run_transitions.section(),
             run_spikes.section(),
             run_layers.section(names, query.get("at")),
+            run_attribution.section(names),
             html.H3("Events"),
             html.Div(id="event-list"),
             dcc.Store(id="view", data=view.to_store()),
             dcc.Store(id="overlay-shape", data=None),
+            dcc.Store(id="overlay-aids", data=None),
+            dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
             html.Div(id="url-sync", hidden=True),
         ],
         className="card run-page",
     )
+
+
+def _every(query: Mapping[str, str], name: str) -> list[str]:
+    """Every value of a repeated parameter, where routing's query keeps them all."""
+    every = getattr(query, "every", None)
+    if callable(every):
+        found = every(name)
+        return [v for v in found if isinstance(v, str)] if isinstance(found, list) else []
+    value = query.get(name)
+    return [value] if value else []
 
 
 def update_view(
@@ -152,18 +194,31 @@ def update_view(
     relayout: object,
     zooms: object,
     trigger: TriggerId,
+    extra: object = None,
+    options: object = None,
 ) -> RunView | None:
     """The view after a change of the page's controls; None when it stays as it is.
 
-    The pickers and the log toggle always count. Then ``trigger`` says what else moved: the
-    chart (``relayout``, a zoom or pan), the "full range" button, or an event's zoom button
+    The pickers (``extra``: the "add series" picker's value), the log toggle and the chart
+    toggles (``options``) always count. Then ``trigger`` says what else moved: the chart
+    (``relayout``, a zoom or pan), the "full range" button, or an event's zoom button
     (``{"type": "event-zoom", "step": s}``, which counts only once one was clicked: a list
-    of events redrawn fires it too). ``view`` None (a store that holds no view) changes
-    nothing, nor does an event of a run outside the viewer's project.
+    of events redrawn fires it too), which also focuses the event. A focus the new range
+    no longer shows is dropped. ``view`` None (a store that holds no view) changes nothing,
+    nor does an event of a run outside the viewer's project.
     """
     if view is None:
         return None
-    new = replace(view, left=_name(left), right=_name(right), log=bool(log))
+    flags = options if isinstance(options, list) else []
+    new = replace(
+        view,
+        left=_name(left),
+        right=_name(right),
+        log=bool(log),
+        extra=extra_series(extra, exclude=(_name(left), _name(right))),
+        one_axis="one-axis" in flags,
+        forecast="forecast" in flags,
+    )
     if trigger == "overlay":
         new = view_from_relayout(new, relayout)
     elif trigger == "reset-range":
@@ -177,19 +232,28 @@ def update_view(
         except RunNotFound:
             return None
         start, end = event_window(step, run.last_step)
-        new = replace(new, start=start, end=end)
+        new = replace(new, start=start, end=end, focus=step)
+    if new.focus is not None and new.focused is None:
+        new = replace(new, focus=None)
     return None if new == view else new
 
 
 def draw(
-    data: RunReads, who: Principal, view: RunView | None, shape: object, *, trigger: TriggerId
+    data: RunReads,
+    who: Principal,
+    view: RunView | None,
+    shape: object,
+    *,
+    trigger: TriggerId,
+    aids: object = None,
 ) -> Drawn:
-    """The chart, its shape, the range text and the events for ``view``.
+    """The chart, its shape, the range text and the events for ``view``, with the aids of
+    the ``aids`` store (`.run_aids.aids_of`) drawn over its lines.
 
     On a tick (``trigger == "tick"``) with the chart's ``shape`` unchanged, the figure is a
     patch of its data and the shape and event list are left as they are (``no_update``);
     anything else draws the whole figure. A view of no run of the viewer's project (or
-    None) draws the not-found chart.
+    None) draws the not-found chart; a series the service will not read, a chart saying why.
     """
     if view is None:
         return not_found_drawn()
@@ -203,8 +267,10 @@ def draw(
         )
     except RunNotFound:
         return not_found_drawn()
+    except MetricRefused as exc:
+        return empty_figure(f"Cannot draw these series: {exc}"), [], "", event_list(markers)
     overlay = overlay_for(view, lines, markers, alerts)
-    fig = view_figure(overlay)
+    fig = view_figure(overlay, run_aids.aids_of(aids, view, overlay))
     new_shape = chart_shape(fig, markers, alerts)
     info = range_text(overlay)
     if trigger != "tick" or shape != new_shape:
@@ -227,7 +293,7 @@ def refresh_options(
     label = "" if last is None else f"last step {last:,}"
     if isinstance(n_intervals, int) and n_intervals % OPTIONS_EVERY:
         return dash.no_update, dash.no_update, label
-    options = metric_options([m.name for m in metrics])
+    options = run_series.options_with([m.name for m in metrics], view)
     return options, options, label
 
 
@@ -237,12 +303,16 @@ def not_found_drawn() -> Drawn:
 
 
 def _name(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and len(value) <= MAX_METRIC else None
 
 
 def register(app: dash.Dash, data: RunReads) -> None:
     run_layers.register(app, data)
     run_spikes.register(app, data)
+    run_transitions.register(app, data)
+    run_attribution.register(app, data)
+    run_aids.register(app, data)
+    run_series.register(app)
 
     @app.callback(
         Output("view", "data"),
@@ -252,6 +322,8 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Input("overlay", "relayoutData"),
         Input("reset-range", "n_clicks"),
         Input({"type": "event-zoom", "step": ALL}, "n_clicks"),
+        Input("add-series", "value"),
+        Input("chart-options", "value"),
         State("view", "data"),
         prevent_initial_call=True,
     )
@@ -262,6 +334,8 @@ def register(app: dash.Dash, data: RunReads) -> None:
         relayout: object,
         _reset: object,
         zooms: object,
+        extra: object,
+        options: object,
         store: object,
     ) -> dict[str, Any]:
         new = await in_thread(
@@ -275,6 +349,8 @@ def register(app: dash.Dash, data: RunReads) -> None:
             relayout=relayout,
             zooms=zooms,
             trigger=triggered_id(),
+            extra=extra,
+            options=options,
         )
         return or_prevent(new).to_store()
 
@@ -285,11 +361,12 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("event-list", "children"),
         Input("view", "data"),
         Input("tick", "n_intervals"),
+        Input("overlay-aids", "data"),
         State("overlay-shape", "data"),
     )
-    async def on_draw(store: object, _tick: object, shape: object) -> Drawn:
+    async def on_draw(store: object, _tick: object, aids: object, shape: object) -> Drawn:
         view = RunView.from_store(store)
-        return await in_thread(draw, data, viewer(), view, shape, trigger=triggered_id())
+        return await in_thread(draw, data, viewer(), view, shape, trigger=triggered_id(), aids=aids)
 
     @app.callback(
         Output("left-metric", "options"),

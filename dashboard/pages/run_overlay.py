@@ -14,6 +14,7 @@ import dash
 from dash import html
 
 from ..figures import AlertMark, Figure, Line, Marker, OverlayView, empty_figure, overlay_figure
+from ..overlay_aids import Aids, with_aids
 from .run_view import RunView
 
 __all__ = [
@@ -44,22 +45,28 @@ def overlay_for(
     None when the view names no metric (the run has none yet)."""
     if not view.metrics:
         return None
+    charted = (view.left, view.right)
     return OverlayView(
         left=lines.get(view.left) if view.left else None,
         right=lines.get(view.right) if view.right else None,
         events=markers,
         log_y=view.log,
         x_range=view.x_range,
-        # Plotly keeps the user's zoom until this changes: a new run, metric or scale.
-        uirevision=f"{view.run}|{view.left}|{view.right}|{view.log}",
+        # Plotly keeps the user's zoom until this changes: a new run, metric, scale or axes.
+        uirevision=f"{view.run}|{view.left}|{view.right}|{view.log}"
+        + ("|one" if view.one_axis else ""),
         alerts=alerts,
+        extra=tuple(lines[m] for m in view.extra if m in lines and m not in charted),
+        one_axis=view.one_axis,
     )
 
 
-def view_figure(overlay: OverlayView | None) -> Figure:
+def view_figure(overlay: OverlayView | None, aids: Aids | None = None) -> Figure:
+    """The chart of ``overlay``, with ``aids`` drawn over its lines."""
     if overlay is None:
         return empty_figure(NO_METRICS)
-    return overlay_figure(overlay)
+    fig = overlay_figure(overlay)
+    return fig if aids is None else with_aids(fig, overlay, aids)
 
 
 def chart_shape(fig: Figure, markers: Sequence[Marker], alerts: Sequence[AlertMark]) -> list[str]:
@@ -94,7 +101,7 @@ def range_text(overlay: OverlayView | None) -> str:
     if overlay is None:
         return ""
     parts = []
-    for line in (overlay.left, overlay.right):
+    for line in (overlay.left, overlay.right, *overlay.extra):
         if line is not None and len(line.steps):
             name = line.metric + (" (M4)" if line.downsampled else "")
             parts.append(

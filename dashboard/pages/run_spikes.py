@@ -313,9 +313,10 @@ class SpikeZoom:
 def zoom_to_spike(
     view: RunView | None, trigger: TriggerId, was_clicked: bool, families: object
 ) -> SpikeZoom | None:
-    """The view zoomed to the clicked spike's window (`spike_window`), the profile pinned
-    to its peak, and the family of its metric when ``families`` (the picker's options)
-    has it; None for no real click, or a row id that is no spike's."""
+    """The view zoomed to the clicked spike's window (`spike_window`, no longer focused on
+    a transition), the profile pinned to its peak, and the family of its metric when
+    ``families`` (the picker's options) has it; None for no real click, or a row id that
+    is no spike's."""
     if view is None or not was_clicked or not isinstance(trigger, Mapping):
         return None
     start, peak, end = trigger.get("start"), trigger.get("peak"), trigger.get("end")
@@ -328,7 +329,7 @@ def zoom_to_spike(
     options = families if isinstance(families, list) else []
     names = [o.get("value") for o in options if isinstance(o, dict)]
     family = family_of(metric, [n for n in names if isinstance(n, str)])
-    return SpikeZoom(replace(view, start=lo, end=hi), pin_store(peak), family)
+    return SpikeZoom(replace(view, start=lo, end=hi, focus=None), pin_store(peak), family)
 
 
 def register(app: dash.Dash, data: SpikeReads) -> None:

@@ -1,23 +1,31 @@
 """What the run page shows: :class:`RunView` and how zooms and clicks change it. Pure.
 
 The view lives in the page's ``dcc.Store`` (id ``view``) as JSON, and in the URL as
-``?left=&right=&start=&end=&log=1``, so that a link reproduces it.
+``?left=&right=&start=&end=&log=1&series=&series=&axes=one&forecast=1&focus=``, so that a
+link reproduces it; a parameter left out takes its default, so older links still work.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
+from normwatch.server.analytics.derived import ExpressionError, parse
+
 __all__ = [
     "DEFAULT_LEFT",
+    "MAX_EXTRA",
+    "MAX_METRIC",
     "MAX_STEP",
     "URL_SYNC_JS",
     "RunView",
     "default_metrics",
     "event_window",
+    "expression_error",
+    "extra_series",
     "is_step",
     "view_from_relayout",
 ]
@@ -25,16 +33,24 @@ __all__ = [
 DEFAULT_LEFT = "grad/norm/total"
 MAX_STEP = 2**63 - 1
 """Steps are stored as 64-bit integers: a range past this could not be read."""
+MAX_EXTRA = 6
+"""Series drawn on the left axis beside the left and right metrics, at most."""
+MAX_METRIC = 512
+"""The longest metric name or expression (the API's bound)."""
 URL_SYNC_JS = """
 function(view) {
     if (!view) { return window.dash_clientside.no_update; }
     const params = new URLSearchParams(window.location.search);
-    for (const key of ["left", "right", "start", "end"]) {
+    for (const key of ["left", "right", "start", "end", "focus"]) {
         const v = view[key];
         if (v === null || v === undefined || v === "") { params.delete(key); }
         else { params.set(key, String(v)); }
     }
     if (view.log) { params.set("log", "1"); } else { params.delete("log"); }
+    params.delete("series");
+    for (const name of view.extra || []) { params.append("series", name); }
+    if (view.one_axis) { params.set("axes", "one"); } else { params.delete("axes"); }
+    if (view.forecast) { params.set("forecast", "1"); } else { params.delete("forecast"); }
     const query = params.toString();
     const target = window.location.pathname + (query ? "?" + query : "");
     if (target !== window.location.pathname + window.location.search) {
@@ -51,10 +67,15 @@ _TRUE = ("1", "true", "yes")
 
 @dataclass(frozen=True)
 class RunView:
-    """One run's overlay chart: which metrics on which axis, which steps, which scale.
+    """One run's overlay chart: which metrics on which axis, which steps, which scale, and
+    which aids.
 
     ``left`` and ``right`` name metrics (None or ``""``: nothing on that axis); ``start``
-    and ``end`` bound the steps shown (None: from the first, to the last).
+    and ``end`` bound the steps shown (None: from the first, to the last). ``extra`` are
+    more series (names or derived expressions) drawn on the left axis; ``one_axis`` puts
+    the right metric on the left axis too (same units); ``forecast`` projects the left
+    metric ahead; ``focus`` is the step of the transition (or event) the view was zoomed
+    around, whose fitted lines the chart draws while it is in view.
     """
 
     run: str
@@ -63,11 +84,19 @@ class RunView:
     start: int | None = None
     end: int | None = None
     log: bool = False
+    extra: tuple[str, ...] = ()
+    one_axis: bool = False
+    forecast: bool = False
+    focus: int | None = None
 
     @property
     def metrics(self) -> list[str]:
-        """The metrics drawn, left axis first."""
-        return [m for m in (self.left, self.right) if m]
+        """The metrics drawn, left axis first, then right, then the extra series (each once).
+
+        >>> RunView("r", "a", "b", extra=("c", "a")).metrics
+        ['a', 'b', 'c']
+        """
+        return list(dict.fromkeys(m for m in (self.left, self.right, *self.extra) if m))
 
     @property
     def x_range(self) -> tuple[int, int] | None:
@@ -76,11 +105,26 @@ class RunView:
             return None
         return self.start, self.end
 
+    @property
+    def focused(self) -> int | None:
+        """`focus` while the view shows it (both ends set, the step between them), else None.
+
+        >>> RunView("r", start=100, end=300, focus=200).focused, RunView("r", focus=5).focused
+        (200, None)
+        """
+        shown = self.x_range
+        if self.focus is None or shown is None or not shown[0] <= self.focus <= shown[1]:
+            return None
+        return self.focus
+
     def to_store(self) -> dict[str, Any]:
         """The view as the page's store holds it (JSON), in a fixed key order.
 
-        >>> RunView("r1", "grad/norm/total", None, 0, 10).to_store()
-        {'run': 'r1', 'left': 'grad/norm/total', 'right': None, 'start': 0, 'end': 10, 'log': False}
+        >>> store = RunView("r1", "grad/norm/total", None, 0, 10).to_store()
+        >>> list(store)
+        ['run', 'left', 'right', 'start', 'end', 'log', 'extra', 'one_axis', 'forecast', 'focus']
+        >>> store["left"], store["end"], store["extra"], store["focus"]
+        ('grad/norm/total', 10, [], None)
         """
         return {
             "run": self.run,
@@ -89,6 +133,10 @@ class RunView:
             "start": self.start,
             "end": self.end,
             "log": self.log,
+            "extra": list(self.extra),
+            "one_axis": self.one_axis,
+            "forecast": self.forecast,
+            "focus": self.focus,
         }
 
     @classmethod
@@ -97,10 +145,11 @@ class RunView:
 
         The store comes back from the browser with each callback, so a crafted request can
         put anything in it: a run id that is no id, a step that is no step, a range that
-        ends before it starts. Missing keys take their defaults.
+        ends before it starts, more extra series than the chart draws. Missing keys take
+        their defaults (a store written before a key existed still reads).
 
-        >>> RunView.from_store({"run": "r1", "start": 5, "end": 9})
-        RunView(run='r1', left=None, right=None, start=5, end=9, log=False)
+        >>> RunView.from_store({"run": "r1", "start": 5, "end": 9}) == RunView("r1", start=5, end=9)
+        True
         >>> RunView.from_store({"run": "r1", "start": 9, "end": 5}) is None
         True
         """
@@ -109,16 +158,25 @@ class RunView:
         run = data.get("run")
         left, right = data.get("left"), data.get("right")
         start, end = data.get("start"), data.get("end")
-        log = data.get("log", False)
+        extra = data.get("extra", [])
+        flags = [data.get(k, False) for k in ("log", "one_axis", "forecast")]
+        focus = data.get("focus")
         if not (isinstance(run, str) and RUN_ID.match(run)):
             return None
-        if not all(m is None or isinstance(m, str) for m in (left, right)):
+        if not all(m is None or _metric_text(m) for m in (left, right)):
             return None
-        if not all(s is None or is_step(s) for s in (start, end)) or not isinstance(log, bool):
+        if not (isinstance(extra, list) and len(extra) <= MAX_EXTRA):
+            return None
+        if not all(_metric_text(m) and m for m in extra):
+            return None
+        if not all(s is None or is_step(s) for s in (start, end, focus)):
+            return None
+        if not all(isinstance(flag, bool) for flag in flags):
             return None
         if isinstance(start, int) and isinstance(end, int) and end < start:
             return None
-        return cls(run, left, right, start, end, log)
+        log, one_axis, forecast = flags
+        return cls(run, left, right, start, end, log, tuple(extra), one_axis, forecast, focus)
 
     @classmethod
     def from_query(
@@ -131,26 +189,79 @@ class RunView:
         start: str | None = None,
         end: str | None = None,
         log: str | None = None,
+        series: Sequence[str] = (),
+        axes: str | None = None,
+        forecast: str | None = None,
+        focus: str | None = None,
     ) -> RunView:
         """The view of a page URL's query parameters; ``names`` are the run's metrics, for
         the defaults of :func:`default_metrics`.
 
-        ``start`` and ``end`` are steps (``1e3`` reads as 1000); one that is no step is left
-        out, and a range that ends before it starts is dropped whole. ``right=`` (empty)
-        keeps the right axis empty; ``log`` is on for ``1``, ``true`` or ``yes``.
+        ``start``, ``end`` and ``focus`` are steps (``1e3`` reads as 1000); one that is no
+        step is left out, and a range that ends before it starts is dropped whole.
+        ``right=`` (empty) keeps the right axis empty; ``log`` and ``forecast`` are on for
+        ``1``, ``true`` or ``yes``; ``axes=one`` draws one y axis. ``series`` (the
+        parameter repeated) are the extra series: malformed expressions, repeats and those
+        past `MAX_EXTRA` are left out (:func:`extra_series`).
         """
         default_left, default_right = default_metrics(names)
         first, last = _step_or_none(start), _step_or_none(end)
         if first is not None and last is not None and last < first:
             first = last = None
+        picked_left = (left or "")[:MAX_METRIC] or default_left
+        picked_right = right[:MAX_METRIC] if right is not None else default_right
         return cls(
             run=run_id,
-            left=left or default_left,
-            right=right if right is not None else default_right,
+            left=picked_left,
+            right=picked_right,
             start=first,
             end=last,
             log=log in _TRUE,
+            extra=extra_series(series, exclude=(picked_left, picked_right)),
+            one_axis=axes == "one",
+            forecast=forecast in _TRUE,
+            focus=_step_or_none(focus),
         )
+
+
+def _metric_text(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_METRIC
+
+
+def expression_error(text: str) -> str | None:
+    """Why ``text`` cannot be drawn as a series (a malformed derived expression, or too
+    long), or None when it can.
+
+    >>> expression_error("ratio(grad/norm/total, params/norm/total)") is None
+    True
+    >>> expression_error("share(a)")
+    "share takes 2 arguments, got 1 in 'share(a)'"
+    """
+    if len(text) > MAX_METRIC:
+        return f"at most {MAX_METRIC} characters, got {len(text)}"
+    try:
+        parse(text)
+    except ExpressionError as exc:
+        return str(exc)
+    return None
+
+
+def extra_series(picked: object, exclude: Sequence[str | None] = ()) -> tuple[str, ...]:
+    """The extra series a picker's value (or the URL's ``series``) asks for: the texts
+    that can be drawn, each once, none of ``exclude`` (the left and right metrics), at most
+    `MAX_EXTRA`. Anything that is no list of texts (a cleared picker: None) is none.
+
+    >>> extra_series(["a", "a", "share(x)", "", 5, "b"], exclude=["b"])
+    ('a',)
+    """
+    if not isinstance(picked, list | tuple):
+        return ()
+    kept = [
+        name
+        for name in dict.fromkeys(p for p in picked if isinstance(p, str))
+        if name and name not in exclude and expression_error(name) is None
+    ]
+    return tuple(kept[:MAX_EXTRA])
 
 
 def is_step(value: object) -> TypeGuard[int]:
@@ -197,8 +308,8 @@ def view_from_relayout(view: RunView, relayout: object) -> RunView:
     set the steps to the whole steps around the range, none below 0. Anything else (a
     change of the y axes, a value that is no number) leaves the view as it was.
 
-    >>> view_from_relayout(RunView("r"), {"xaxis.range[0]": 9.5, "xaxis.range[1]": 20.2})
-    RunView(run='r', left=None, right=None, start=9, end=21, log=False)
+    >>> view_from_relayout(RunView("r"), {"xaxis.range[0]": 9.5, "xaxis.range[1]": 20.2}).x_range
+    (9, 21)
     """
     if not isinstance(relayout, dict) or not relayout:
         return view

@@ -38,9 +38,12 @@ def api(server: ServerProcess, tenant: Tenant, scope: str = "ingest") -> httpx.C
     return httpx.Client(base_url=server.url, headers=tenant.headers(scope), timeout=30)
 
 
-def create_run(server: ServerProcess, tenant: Tenant, name: str) -> str:
+def create_run(
+    server: ServerProcess, tenant: Tenant, name: str, config: Mapping[str, Any] | None = None
+) -> str:
+    body = {"name": name, "start_step": 0, **({"config": dict(config)} if config else {})}
     with api(server, tenant) as client:
-        made = client.post("/api/v1/runs", json={"name": name, "start_step": 0})
+        made = client.post("/api/v1/runs", json=body)
     assert made.status_code == 200, made.text
     return str(made.json()["id"])
 

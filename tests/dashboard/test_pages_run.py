@@ -3,6 +3,7 @@ Postgres: the viewer's own run is drawn, another project's run looks like no run
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,16 +21,18 @@ from normwatch.dashboard.pages.run import (
     restarts_text,
     update_view,
 )
+from normwatch.dashboard.pages.run_config import NO_CONFIG
 from normwatch.dashboard.pages.run_layers import NO_LAYERS, draw_depth
 from normwatch.dashboard.pages.run_overlay import NO_METRICS
 from normwatch.dashboard.pages.run_view import RunView
+from normwatch.dashboard.routing import query_of
 from normwatch.server.schemas import RunOut, SegmentOut
 from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 
-from .components import find, text
+from .components import find, nodes, rows, text
 from .seed import (
     Viewers,
     create_rule,
@@ -50,6 +53,7 @@ METRICS: dict[str, list[float]] = {
     "grad/norm/lm_head": [9.0] * len(STEPS),
 }
 NAMES = sorted(METRICS)
+CONFIG = {"optimizer": {"name": "adamw", "lr": 3e-4}}
 LEFT, RIGHT = "grad/norm/total", "params/norm/final_norm.weight"
 ZOOM = {"type": "event-zoom", "step": 1000}
 CALLBACK = "/_dash-update-component"
@@ -68,7 +72,7 @@ class World:
 def world(pg_server: ServerProcess, dashboard_sessions: sessionmaker[Session]) -> World:
     mine, theirs = make_tenant(pg_server.database_url), make_tenant(pg_server.database_url)
     create_rule(pg_server, mine, threshold_rule("grad-high", 5.0))
-    run = create_run(pg_server, mine, "overlay-run")
+    run = create_run(pg_server, mine, "overlay-run", config=CONFIG)
     post_points(pg_server, mine, run, STEPS, METRICS)
     post_event(pg_server, mine, run, 1000, "lr warmup ends", "config")
     empty_run = create_run(pg_server, mine, "empty-run")
@@ -105,12 +109,15 @@ def test_layout_shows_the_run_in_its_default_view(
     assert find(page, "Span", className="muted")[0]["children"] == "segment 1"
     (link,) = find(page, "Link", id="run-alerts-link")
     assert link["href"] == f"/alerts?run={world.run}"
-    left, right, family = find(page, "Dropdown")
+    left, right, extra, family, shared = find(page, "Dropdown")
     options = [{"label": n, "value": n} for n in NAMES]
     assert (left["id"], left["value"], left["options"]) == ("left-metric", LEFT, options)
     assert (right["id"], right["value"], right["options"]) == ("right-metric", RIGHT, options)
+    assert (extra["id"], extra["value"], extra["options"]) == ("add-series", [], options)
     assert (family["id"], family["value"]) == ("depth-family", "grad/norm")
+    assert (shared["id"], shared["value"]) == ("attribution-family", "grad/norm")
     assert find(page, "Checklist", id="log-scale")[0]["value"] == []
+    assert find(page, "Checklist", id="chart-options")[0]["value"] == []
     assert find(page, "Interval", id="tick")[0]["interval"] == 1000
 
 
@@ -119,6 +126,47 @@ def test_layout_takes_the_view_from_the_url(world: World, dashboard_data: Dashbo
     page = layout(dashboard_data, world.mine.read, query, world.run)
     assert store_of(page) == RunView(world.run, "train/loss", "", 100, 300, True).to_store()
     assert find(page, "Checklist", id="log-scale")[0]["value"] == ["log"]
+
+
+def test_layout_takes_the_series_axes_forecast_and_focus_from_the_url(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    share = "share(grad/norm/lm_head, grad/norm/total)"
+    query = query_of(
+        "?series=train/loss&series=" + share.replace(",", "%2C") + "&series=share(a)"
+        "&axes=one&forecast=1&focus=1000&start=800&end=1200"
+    )
+    page = layout(dashboard_data, world.mine.read, query, world.run)
+    expected = full_view(
+        world,
+        start=800,
+        end=1200,
+        extra=("train/loss", share),
+        one_axis=True,
+        forecast=True,
+        focus=1000,
+    )
+    assert store_of(page) == expected.to_store()
+    assert find(page, "Checklist", id="chart-options")[0]["value"] == ["one-axis", "forecast"]
+    (extra,) = find(page, "Dropdown", id="add-series")
+    assert extra["value"] == ["train/loss", share]
+    assert extra["options"][-1] == {"label": share, "value": share}
+    (left,) = find(page, "Dropdown", id="left-metric")
+    assert left["options"][-1] == {"label": share, "value": share}
+
+
+def test_layout_shows_the_config_and_the_attribution_families(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    page = layout(dashboard_data, world.mine.read, {}, world.run)
+    (details,) = [n for n in nodes(page) if n["props"].get("id") == "run-config"]
+    assert text(details).startswith("Config (2 keys)")
+    assert rows(details) == [["optimizer.lr", "0.0003"], ["optimizer.name", "adamw"]]
+    (family,) = find(page, "Dropdown", id="attribution-family")
+    assert family["options"] == [{"label": "grad/norm", "value": "grad/norm"}]
+    empty = layout(dashboard_data, world.mine.read, {}, world.empty_run)
+    (bare,) = [n for n in nodes(empty) if n["props"].get("id") == "run-config"]
+    assert text(bare) == "Config (0 keys)" + NO_CONFIG
 
 
 def test_layout_of_a_run_without_metrics(world: World, dashboard_data: DashboardData) -> None:
@@ -183,7 +231,7 @@ def test_update_view_zooms_on_an_event_of_the_viewers_run(
     world: World, dashboard_data: DashboardData
 ) -> None:
     new = changed(world, dashboard_data, full_view(world), zooms=[1], trigger=ZOOM)
-    assert new == full_view(world, start=800, end=1200)
+    assert new == full_view(world, start=800, end=1200, focus=1000)
     assert new.to_store() == {
         "run": world.run,
         "left": LEFT,
@@ -191,6 +239,10 @@ def test_update_view_zooms_on_an_event_of_the_viewers_run(
         "start": 800,
         "end": 1200,
         "log": False,
+        "extra": [],
+        "one_axis": False,
+        "forecast": False,
+        "focus": 1000,
     }
 
 
@@ -239,6 +291,40 @@ def test_update_view_follows_pickers_chart_and_full_range_button(
     assert reset == replace(view, start=None, end=None)
     crafted = changed(world, dashboard_data, view, left={"x": 1}, right=5)
     assert crafted == replace(view, left=None, right=None)
+    long = changed(world, dashboard_data, view, left="x" * 513)
+    assert long == replace(view, left=None)
+
+
+def test_update_view_follows_the_series_picker_and_the_chart_toggles(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    view = full_view(world)
+    share = "share(grad/norm/lm_head, grad/norm/total)"
+    picked = changed(
+        world,
+        dashboard_data,
+        view,
+        extra=["train/loss", share, "train/loss", LEFT, "share(a)", 5],
+        options=["one-axis", "forecast"],
+        trigger="add-series",
+    )
+    assert picked == replace(view, extra=("train/loss", share), one_axis=True, forecast=True)
+    cleared = changed(world, dashboard_data, picked, extra=None, options=None)
+    assert cleared == view
+
+
+def test_update_view_keeps_a_focus_only_while_the_range_shows_it(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    focused = full_view(world, start=800, end=1200, focus=1000)
+    inside = {"xaxis.range[0]": 900, "xaxis.range[1]": 1100}
+    moved = changed(world, dashboard_data, focused, trigger="overlay", relayout=inside)
+    assert moved == replace(focused, start=900, end=1100)
+    away = {"xaxis.range[0]": 1500, "xaxis.range[1]": 1700}
+    panned = changed(world, dashboard_data, focused, trigger="overlay", relayout=away)
+    assert panned == full_view(world, start=1500, end=1700)
+    reset = changed(world, dashboard_data, focused, trigger="reset-range")
+    assert reset == full_view(world)
 
 
 # --- draw ---------------------------------------------------------------------------------
@@ -413,7 +499,7 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             CALLBACK,
             json=callback_request(
                 DRAW_OUTPUTS,
-                {"view.data": store, "tick.n_intervals": 3},
+                {"view.data": store, "tick.n_intervals": 3, "overlay-aids.data": None},
                 {"overlay-shape.data": None},
                 ["view.data"],
             ),
@@ -433,6 +519,10 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
         }
         request = callback_request(["view.data"], controls, {"view.data": store}, [])
         request["inputs"].append([])  # no event-zoom buttons
+        request["inputs"] += [
+            {"id": "add-series", "property": "value", "value": ["train/loss"]},
+            {"id": "chart-options", "property": "value", "value": ["forecast"]},
+        ]
         request["changedPropIds"] = ["reset-range.n_clicks"]
         assert browser.post(CALLBACK, json=request).status_code == 204
 
@@ -451,3 +541,133 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             "right-metric": {"options": []},
             "run-last-step": {"children": ""},
         }
+
+
+# --- the chart aids and the sections below the chart, through the real server --------------
+
+AID_STORES = [
+    *CRAFTED,
+    {"run": "0" * 32, "left": LEFT, "start": 1, "end": 9, "focus": 5},
+    {"run": "0" * 32, "extra": ["share(a)"], "forecast": True},
+]
+
+
+@pytest.mark.parametrize("store", AID_STORES)
+def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, store: Any) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+
+        def post(outputs: list[str], inputs: dict[str, Any], state: dict[str, Any]) -> Any:
+            answer = browser.post(
+                CALLBACK, json=callback_request(outputs, inputs, state, [next(iter(inputs))])
+            )
+            assert answer.status_code in (200, 204), answer.text
+            return answer.json()["response"] if answer.status_code == 200 else None
+
+        aids = post(
+            ["overlay-aids.data"],
+            {"view.data": store, "aids-tick.data": None},
+            {"overlay-aids.data": {"run": "x"}},
+        )
+        assert aids == {"overlay-aids": {"data": None}}
+        table = post(
+            ["transition-table.children"], {"view.data": store, "transitions-tick.data": None}, {}
+        )
+        assert table["transition-table"]["children"]["props"]["children"] == ""
+        shares = post(
+            ["attribution-chart.figure", "attribution-info.children"],
+            {
+                "view.data": store,
+                "attribution-family.value": "grad/norm",
+                "attribution-by.value": ["part"],
+                "attribution-tick.data": None,
+            },
+            {},
+        )
+        assert shares["attribution-info"]["children"] == ""
+        ticks = post(
+            ["aids-tick.data", "transitions-tick.data", "attribution-tick.data"],
+            {"tick.n_intervals": 20},
+            {"view.data": store},
+        )
+        # A store that holds no view asks for nothing; a view asks for what is due.
+        assert all(value == {"data": 20} for value in (ticks or {}).values())
+        row = {"type": "transition-row", "step": 5}
+        request = callback_request(["view.data"], {}, {"view.data": store}, [])
+        (zoom,) = [
+            d["output"]
+            for d in browser.get("/_dash-dependencies").json()
+            if "transition-row" in json.dumps(d["inputs"][0]["id"])
+        ]
+        request["output"] = zoom  # the view again (allow_duplicate): `view.data@<hash>`
+        request["inputs"] = [[{"id": row, "property": "n_clicks", "value": 1}]]
+        request["changedPropIds"] = ['{"step":5,"type":"transition-row"}.n_clicks']
+        assert browser.post(CALLBACK, json=request).status_code == 204
+        added = post(
+            [
+                "add-series.value",
+                "add-series.options",
+                "expression-info.children",
+                "expression.value",
+            ],
+            {"add-expression.n_clicks": 1, "expression.n_submit": None},
+            {
+                "expression.value": "share(a)",
+                "add-series.value": store,
+                "add-series.options": store,
+            },
+        )
+        assert "share takes 2 arguments" in json.dumps(added)
+
+
+def test_draw_draws_the_extra_series_and_the_aids(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    view = full_view(world, extra=("train/loss", "ratio(grad/norm/lm_head, grad/norm/total)"))
+    aids = {
+        "run": world.run,
+        "thresholds": [{"rule": "grad-high", "metric": LEFT, "value": 5.0, "kind": "threshold"}],
+        "fit": None,
+    }
+    fig, shape, info, _ = draw(
+        dashboard_data, world.mine.read, replace(view, forecast=True), None, trigger=None, aids=aids
+    )
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["train/loss"]["yaxis"] == "y"
+    assert by_name["ratio(grad/norm/lm_head, grad/norm/total)"]["y"][0] == 9.0
+    assert by_name["threshold grad-high (5.0)"]["y"] == [5.0, 5.0]
+    assert f"forecast: {LEFT}|y" in shape
+    assert info.endswith("ratio(grad/norm/lm_head, grad/norm/total): 2,000 points, steps 0–1,999")
+    # On a tick with the same shape, the aids are patched like the lines.
+    patch, same, _, _ = draw(
+        dashboard_data,
+        world.mine.read,
+        replace(view, forecast=True),
+        shape,
+        trigger="tick",
+        aids=aids,
+    )
+    assert isinstance(patch, dash.Patch) and same is dash.no_update
+
+
+def test_draw_of_a_malformed_extra_series_says_why(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    view = full_view(world, extra=("share(a)",))
+    fig, shape, info, events = draw(dashboard_data, world.mine.read, view, None, trigger=None)
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == (
+        "Cannot draw these series: share takes 2 arguments, got 1 in 'share(a)'"
+    )
+    assert (shape, info) == ([], "")
+    assert text(events) == "zoom step 1,000 · config · lr warmup ends"
+
+
+def test_refresh_options_keep_the_views_expressions(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    share = "share(grad/norm/lm_head, grad/norm/total)"
+    view = full_view(world, right=share)
+    left, right, _ = refresh_options(dashboard_data, world.mine.read, view, 5)
+    assert left == right == [{"label": n, "value": n} for n in (*NAMES, share)]

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import doctest
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from normwatch.dashboard.pages import run_view
 from normwatch.dashboard.pages.run_view import (
+    MAX_EXTRA,
     MAX_STEP,
+    URL_SYNC_JS,
     RunView,
     default_metrics,
     event_window,
+    expression_error,
+    extra_series,
     is_step,
     view_from_relayout,
 )
@@ -17,6 +24,13 @@ from normwatch.dashboard.pages.run_view import (
 RUN = "0123456789abcdef0123456789abcdef"
 VIEW = RunView(RUN, "grad/norm/total", "params/norm/final_norm.weight", 100, 300, True)
 NAMES = ["grad/norm/layers.0", "grad/norm/total", "params/norm/a", "params/norm/final_norm.w"]
+
+
+SHARE = "share(grad/norm/lm_head, grad/norm/total)"
+AIDED = RunView(
+    RUN, "grad/norm/total", "params/norm/final_norm.weight", 100, 300, False,
+    extra=("train/loss", SHARE), one_axis=True, forecast=True, focus=200,
+)  # fmt: skip
 
 
 def test_to_store_is_json_in_a_fixed_order() -> None:
@@ -28,8 +42,14 @@ def test_to_store_is_json_in_a_fixed_order() -> None:
         "start": 100,
         "end": 300,
         "log": True,
+        "extra": [],
+        "one_axis": False,
+        "forecast": False,
+        "focus": None,
     }
-    assert list(store) == ["run", "left", "right", "start", "end", "log"]
+    assert list(store) == [
+        "run", "left", "right", "start", "end", "log", "extra", "one_axis", "forecast", "focus"
+    ]  # fmt: skip
     assert RunView(RUN).to_store() == {
         "run": RUN,
         "left": None,
@@ -37,12 +57,23 @@ def test_to_store_is_json_in_a_fixed_order() -> None:
         "start": None,
         "end": None,
         "log": False,
+        "extra": [],
+        "one_axis": False,
+        "forecast": False,
+        "focus": None,
     }
+    assert AIDED.to_store() | {"extra": ["train/loss", SHARE], "focus": 200} == AIDED.to_store()
 
 
 @pytest.mark.parametrize(
     "view",
-    [VIEW, RunView(RUN), RunView("a-b_C", "", None, 0, 0), RunView(RUN, start=MAX_STEP)],
+    [
+        VIEW,
+        AIDED,
+        RunView(RUN),
+        RunView("a-b_C", "", None, 0, 0),
+        RunView(RUN, start=MAX_STEP, focus=MAX_STEP),
+    ],
 )
 def test_from_store_reads_what_to_store_wrote(view: RunView) -> None:
     assert RunView.from_store(view.to_store()) == view
@@ -51,6 +82,9 @@ def test_from_store_reads_what_to_store_wrote(view: RunView) -> None:
 def test_from_store_takes_defaults_for_missing_keys_and_ignores_others() -> None:
     assert RunView.from_store({"run": RUN}) == RunView(RUN)
     assert RunView.from_store({"run": RUN, "end": 5, "zoom": "x"}) == RunView(RUN, end=5)
+    # A store written before the extra series and the chart aids existed.
+    old = {"run": RUN, "left": "a", "right": "b", "start": 1, "end": 9, "log": True}
+    assert RunView.from_store(old) == RunView(RUN, "a", "b", 1, 9, True)
 
 
 @pytest.mark.parametrize(
@@ -77,6 +111,17 @@ def test_from_store_takes_defaults_for_missing_keys_and_ignores_others() -> None
         {"run": RUN, "log": 1},
         {"run": RUN, "log": "1"},
         {"run": RUN, "log": None},
+        {"run": RUN, "left": "x" * 513},
+        {"run": RUN, "extra": "train/loss"},
+        {"run": RUN, "extra": ["train/loss", None]},
+        {"run": RUN, "extra": [""]},
+        {"run": RUN, "extra": ["x" * 513]},
+        {"run": RUN, "extra": [f"m{i}" for i in range(7)]},
+        {"run": RUN, "one_axis": 1},
+        {"run": RUN, "forecast": "yes"},
+        {"run": RUN, "focus": -1},
+        {"run": RUN, "focus": "200"},
+        {"run": RUN, "focus": True},
     ],
 )
 def test_from_store_refuses_what_to_store_cannot_write(store: Any) -> None:
@@ -127,12 +172,73 @@ def test_from_query_steps(start: str, end: str, steps: tuple[int | None, int | N
     assert (view.start, view.end) == steps
 
 
+def test_from_query_reads_the_series_axes_forecast_and_focus() -> None:
+    view = RunView.from_query(
+        RUN,
+        NAMES,
+        start="100",
+        end="300",
+        series=["train/loss", SHARE, "share(a)", "train/loss", "grad/norm/total"],
+        axes="one",
+        forecast="1",
+        focus="2e2",
+    )
+    assert view == replace(AIDED, left="grad/norm/total", right="params/norm/final_norm.w")
+    plain = RunView.from_query(RUN, NAMES, axes="two", forecast="0", focus="-3")
+    assert (plain.one_axis, plain.forecast, plain.focus, plain.extra) == (False, False, None, ())
+    many = RunView.from_query(RUN, NAMES, series=[f"m{i}" for i in range(10)])
+    assert many.extra == tuple(f"m{i}" for i in range(MAX_EXTRA))
+
+
 def test_metrics_and_x_range() -> None:
     assert VIEW.metrics == ["grad/norm/total", "params/norm/final_norm.weight"]
     assert RunView(RUN, "", "params/norm/a").metrics == ["params/norm/a"]
     assert RunView(RUN).metrics == []
+    assert AIDED.metrics == [
+        "grad/norm/total", "params/norm/final_norm.weight", "train/loss", SHARE
+    ]  # fmt: skip
     assert VIEW.x_range == (100, 300)
     assert RunView(RUN, start=100).x_range is None
+
+
+@pytest.mark.parametrize(
+    ("view", "focused"),
+    [
+        (AIDED, 200),
+        (replace(AIDED, focus=100), 100),
+        (replace(AIDED, focus=301), None),
+        (replace(AIDED, end=None), None),
+        (replace(AIDED, focus=None), None),
+    ],
+)
+def test_focused_only_while_the_range_shows_the_focus(view: RunView, focused: int | None) -> None:
+    assert view.focused == focused
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("grad/norm/total", None),
+        (SHARE, None),
+        ("rss(grad/norm/layers.*)", None),
+        ("share(a)", "share takes 2 arguments, got 1 in 'share(a)'"),
+        ("x" * 513, "at most 512 characters, got 513"),
+    ],
+)
+def test_expression_error(text: str, error: str | None) -> None:
+    assert expression_error(text) == error
+
+
+def test_extra_series_keeps_what_can_be_drawn_once() -> None:
+    picked = ["a", SHARE, "a", "", None, 5, "share(a)", "b", "left"]
+    assert extra_series(picked, exclude=["left", None]) == ("a", SHARE, "b")
+    assert extra_series(None) == extra_series("a") == extra_series({"a": 1}) == ()
+    assert extra_series([f"m{i}" for i in range(9)]) == tuple(f"m{i}" for i in range(MAX_EXTRA))
+
+
+def test_url_sync_writes_every_parameter_from_query_reads() -> None:
+    for key in ("left", "right", "start", "end", "focus", "log", "series", "axes", "forecast"):
+        assert f'"{key}"' in URL_SYNC_JS
 
 
 @pytest.mark.parametrize(
@@ -216,3 +322,8 @@ def test_event_window(step: int, last_step: int | None, window: tuple[int, int])
 )
 def test_is_step(value: object, step: bool) -> None:
     assert is_step(value) is step
+
+
+def test_doctests() -> None:
+    failed, tried = doctest.testmod(run_view)
+    assert (failed, tried > 0) == (0, True)

@@ -255,6 +255,18 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_spikes.zoom", "zoom to a spike",
         own=(401, 401, 401, 401, OK, OK)),
+    Row("run_transitions.draw", "list the view's run's transitions",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_transitions.zoom", "zoom to a transition",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_attribution.draw", "draw the view's run's attribution",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_aids.tick", "time the chart aids' refresh",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run_aids.read", "read the view's run's thresholds",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_series.add_expression", "add a derived series",
+        own=(401, 401, 401, 401, OK, OK)),
     Row("compare.update_view", "pick the compared metric",
         own=(401, 401, 401, 401, OK, OK)),
     Row("compare.draw", "draw a comparison",
@@ -302,6 +314,12 @@ CALLBACK_KEYS = {
         'view.data <- {"end":["ALL"],"metric":["ALL"],"peak":["ALL"],"start":["ALL"],'
         '"type":"spike-row"}.n_clicks'
     ),
+    "run_transitions.draw": "transition-table.children <- view.data",
+    "run_transitions.zoom": 'view.data <- {"step":["ALL"],"type":"transition-row"}.n_clicks',
+    "run_attribution.draw": "attribution-chart.figure <- view.data",
+    "run_aids.tick": "aids-tick.data <- tick.n_intervals",
+    "run_aids.read": "overlay-aids.data <- view.data",
+    "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
     "compare.update_view": "compare-view.data <- compare-metric.value",
     "compare.draw": "compare-chart.figure <- compare-view.data",
     "alerts.refresh": "alerts-firing.children <- alerts-refresh.n_intervals",
@@ -854,6 +872,15 @@ def _zoom(o: Objects) -> Callback:
     )
 
 
+def _transition_zoom(o: Objects) -> Callback:
+    component = {"step": 2, "type": "transition-row"}
+    key = _pattern_key({"step": ["ALL"], "type": "transition-row"}, "n_clicks")
+    values = {key: [(component, 1)], "view.data": _view(o.run_id)}
+    return Callback(
+        "run_transitions.zoom", values, [_pattern_key(component, "n_clicks")], '"focus":2'
+    )
+
+
 def _spike_zoom(o: Objects) -> Callback:
     component = {"end": 3, "metric": "grad/norm/total", "peak": 1, "start": 1, "type": "spike-row"}
     key = _pattern_key(
@@ -987,6 +1014,48 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         "run_spikes.draw", {"view.data": _view(o.run_id)}, [], "grad/norm/total"
     ),
     "zoom to a spike": lambda w, t, o: _spike_zoom(o),
+    "list the view's run's transitions": lambda w, t, o: Callback(
+        "run_transitions.draw",
+        {"view.data": _view(o.run_id), "transitions-tick.data": None},
+        [],
+        o.event_text,
+    ),
+    "zoom to a transition": lambda w, t, o: _transition_zoom(o),
+    "draw the view's run's attribution": lambda w, t, o: Callback(
+        "run_attribution.draw",
+        {
+            "view.data": _view(o.run_id),
+            "attribution-family.value": "grad/norm",
+            "attribution-by.value": [],
+            "attribution-tick.data": None,
+        },
+        [],
+        '"stackgroup":"shares"',
+    ),
+    "time the chart aids' refresh": lambda w, t, o: Callback(
+        "run_aids.tick",
+        {"tick.n_intervals": 20, "view.data": _view(o.run_id)},
+        ["tick.n_intervals"],
+        '"aids-tick":{"data":20}',
+    ),
+    "read the view's run's thresholds": lambda w, t, o: Callback(
+        "run_aids.read",
+        {"view.data": _view(o.run_id), "aids-tick.data": None, "overlay-aids.data": None},
+        [],
+        o.rule_name,
+    ),
+    "add a derived series": lambda w, t, o: Callback(
+        "run_series.add_expression",
+        {
+            "add-expression.n_clicks": 1,
+            "expression.n_submit": None,
+            "expression.value": "ratio(grad/norm/total, params/norm/final_norm.weight)",
+            "add-series.value": [],
+            "add-series.options": [],
+        },
+        ["add-expression.n_clicks"],
+        "ratio(grad/norm/total, params/norm/final_norm.weight)",
+    ),
     "pick the compared metric": lambda w, t, o: Callback(
         "compare.update_view",
         {

@@ -1,0 +1,224 @@
+"""What the overlay chart draws over its lines to help read them: alert thresholds, the
+lines fitted before and after a transition, and the forecast. Pure.
+
+Each aid is drawn in the colour and on the axis of the line it belongs to
+(`.figures.series_styles`), as traces after the chart's own (so a tick's data patch, which
+goes by trace index, keeps working) and annotations in paper coordinates (which read the
+same on a log axis). Every text a trainer chose goes through `.figures.plot_text`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .figures import Figure, OverlayView, SeriesStyle, plot_text, series_styles
+from .forecast import Forecast, forecast_text, value_text
+
+__all__ = [
+    "Aids",
+    "FitLines",
+    "Threshold",
+    "continued",
+    "number_text",
+    "slope_text",
+    "with_aids",
+]
+
+Segment = tuple[tuple[float, float], tuple[float, float]]
+"""A fitted line's two ends, ``((step, value), (step, value))``."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """An alert rule's value on one charted metric: drawn as a dotted horizontal line."""
+
+    metric: str
+    value: float
+    rule: str
+    kind: str = "threshold"
+
+
+@dataclass(frozen=True)
+class FitLines:
+    """One metric's least-squares lines before and after the transition at ``at``; slopes
+    per 1,000 steps, ``ratio`` after over before (None when the slope before is flat)."""
+
+    metric: str
+    at: int
+    before: Segment
+    after: Segment
+    slope_before: float
+    slope_after: float
+    ratio: float | None
+
+
+@dataclass(frozen=True)
+class Aids:
+    thresholds: Sequence[Threshold] = field(default_factory=tuple)
+    fits: Sequence[FitLines] = field(default_factory=tuple)
+    forecast: Forecast | None = None
+
+
+def number_text(value: float) -> str:
+    """A slope or a ratio as the chart writes it: one decimal from 1 to 1,000, three
+    significant digits below, whole numbers above.
+
+    >>> number_text(1.967), number_text(0.0034), number_text(0.99999), number_text(2500.0)
+    ('2.0', '0.0034', '1.0', '2,500')
+    """
+    size = abs(value)
+    if size >= 999.5:
+        return f"{value:,.0f}"
+    if round(size, 1) >= 1:
+        return f"{value:.1f}"
+    return f"{value:.2g}" if size else "0"
+
+
+def slope_text(fit: FitLines) -> str:
+    """'2.0 → 7.5 per 1k steps, ×3.8' (no ratio when the slope before is flat).
+
+    >>> slope_text(FitLines("m", 5, ((0, 0), (5, 1)), ((5, 1), (9, 4)), 1.967, 7.503, 3.81))
+    '2.0 → 7.5 per 1k steps, ×3.8'
+    """
+    text = f"{number_text(fit.slope_before)} → {number_text(fit.slope_after)} per 1k steps"
+    return text if fit.ratio is None else f"{text}, ×{number_text(fit.ratio)}"
+
+
+def _x_span(view: OverlayView, forecast: Forecast | None) -> tuple[float, float] | None:
+    """The steps the chart shows: the view's range (else the lines' own), up to the
+    forecast's end."""
+    if view.x_range is not None:
+        steps = list(view.x_range)
+    else:
+        steps = [s.line.steps[i] for s in series_styles(view) if len(s.line.steps) for i in (0, -1)]
+    if forecast is not None and steps:
+        steps.append(forecast.end)
+    return (min(steps), max(steps)) if steps else None
+
+
+def _threshold_trace(threshold: Threshold, style: SeriesStyle, span: tuple[float, float]) -> Any:
+    label = plot_text(threshold.rule)
+    return {
+        "type": "scatter",
+        "x": list(span),
+        "y": [threshold.value, threshold.value],
+        "yaxis": style.axis,
+        "mode": "lines+text",
+        "line": {"color": style.color, "width": 1.2, "dash": "dot"},
+        "text": ["", label],
+        "textposition": "top left",
+        "textfont": {"color": style.color, "size": 11},
+        "name": f"threshold {label} ({value_text(threshold.value)})",
+        "meta": f"{label}: {plot_text(threshold.metric)} at {value_text(threshold.value)}",
+        "hovertemplate": "%{meta}<extra></extra>",
+        "showlegend": False,
+    }
+
+
+def continued(fit: FitLines) -> Segment:
+    """The line fitted before the step, carried on over the steps fitted after it: where
+    the metric would have gone had its slope not changed.
+
+    >>> continued(FitLines("m", 10, ((0, 0.0), (10, 1.0)), ((10, 1.0), (20, 5.0)), 100, 400, 4))
+    ((10, 1.0), (20, 2.0))
+    """
+    (at, level), end = fit.before[1], fit.after[1][0]
+    return (at, level), (end, level + fit.slope_before * (end - at) / 1000)
+
+
+def _fit_traces(fit: FitLines, style: SeriesStyle) -> list[Any]:
+    name = plot_text(fit.metric)
+    sides = (
+        ("before", fit.before, "dash", 3),
+        ("after", fit.after, "dash", 3),
+        ("before, continued", continued(fit), "dot", 1.5),
+    )
+    return [
+        {
+            "type": "scatter",
+            "x": [segment[0][0], segment[1][0]],
+            "y": [segment[0][1], segment[1][1]],
+            "yaxis": style.axis,
+            "mode": "lines",
+            "line": {"color": style.color, "width": width, "dash": dash},
+            "opacity": 0.9,
+            "name": f"fit {side}: {name}",
+            "meta": f"{name}, fit {side} {fit.at:,}",
+            "hovertemplate": "%{meta}: %{y:.6g} at %{x}<extra></extra>",
+            "showlegend": False,
+        }
+        for side, segment, dash, width in sides
+    ]
+
+
+def _forecast_trace(found: Forecast, style: SeriesStyle) -> Any:
+    return {
+        "type": "scatter",
+        "x": [found.first, found.end],
+        "y": [found.value(found.first), found.value(found.end)],
+        "yaxis": style.axis,
+        "mode": "lines",
+        "line": {"color": style.color, "width": 2, "dash": "dashdot"},
+        "name": f"forecast: {plot_text(found.metric)}",
+        "hovertemplate": "forecast<br>step %{x}<br>%{y:.6g}<extra></extra>",
+    }
+
+
+def _note(text: str, color: str, y: float, x: float = 0.01) -> dict[str, Any]:
+    return {
+        "text": text,
+        "x": x,
+        "y": y,
+        "xref": "paper",
+        "yref": "paper",
+        "xanchor": "left" if x < 0.5 else "right",
+        "yanchor": "top" if y > 0.5 else "bottom",
+        "showarrow": False,
+        "align": "left",
+        "font": {"size": 12, "color": color},
+        "bgcolor": "rgba(255,255,255,0.85)",
+    }
+
+
+def with_aids(fig: Figure, view: OverlayView, aids: Aids) -> Figure:
+    """``fig`` (the overlay chart of ``view``) with ``aids`` drawn on it: each aid of a
+    metric the chart draws, in that line's colour on its axis.
+
+    - a **threshold**: a dotted horizontal line across the steps shown, the rule's name at
+      its right end;
+    - a **fit**: the two dashed fitted lines, the one before carried on dotted past the
+      step (where the metric was heading), and a note at the top with the slopes
+      ('final_norm.weight: 2.0 → 7.5 per 1k steps, ×3.8');
+    - the **forecast**: a dash-dot line from the first point fitted to its end (the
+      range shown stretched to take it in), and a note at the bottom right saying when it
+      reaches a threshold.
+    """
+    styles = {s.line.metric: s for s in series_styles(view)}
+    span = _x_span(view, aids.forecast)
+    traces: list[Any] = []
+    notes: list[dict[str, Any]] = []
+    if span is not None:
+        traces += [
+            _threshold_trace(t, styles[t.metric], span)
+            for t in aids.thresholds
+            if t.metric in styles
+        ]
+    fits = [f for f in aids.fits if f.metric in styles]
+    for i, fit in enumerate(fits):
+        style = styles[fit.metric]
+        traces += _fit_traces(fit, style)
+        text = f"{plot_text(fit.metric)}: {slope_text(fit)}"
+        notes.append(_note(text, style.color, 0.98 - 0.07 * i))
+    found = aids.forecast
+    if found is not None and found.metric in styles:
+        style = styles[found.metric]
+        traces.append(_forecast_trace(found, style))
+        notes.append(_note(plot_text(forecast_text(found)), style.color, 0.02, x=0.99))
+        if view.x_range is not None and span is not None:
+            # A range that ends at the last point drawn would hide the forecast.
+            fig["layout"]["xaxis"]["range"] = list(span)
+    fig["data"] = [*fig["data"], *traces]
+    fig["layout"]["annotations"] = [*fig["layout"].get("annotations", []), *notes]
+    return fig

@@ -1,0 +1,354 @@
+"""The run page's chart aids: what the overlay draws over its lines, read into a store.
+
+- **Thresholds**: the enabled alert rules of the viewer's project that watch the run (their
+  run selector matches it) and hold a value (``threshold`` and ``forecast`` conditions),
+  each drawn on every charted metric its metric selector matches.
+- **Fitted lines**: while the view is zoomed around a transition or an event (its
+  ``focus``), each charted metric's least-squares lines on either side of that step, over
+  the steps shown.
+- **Forecast**: the left metric's trend over the last points drawn, ahead of the latest
+  step, and when it reaches the nearest threshold (`normwatch.dashboard.forecast`).
+
+Rules and fits are read when the view changes (and rules every `AIDS_EVERY` ticks, so a new
+rule shows up) into the ``overlay-aids`` store; the chart's callback takes them from there,
+so its one-second tick reads nothing more. The store comes back from the browser, so
+:func:`aids_of` takes from it only what it could have written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import dash
+from dash import Input, Output, State
+from dash.exceptions import PreventUpdate
+from normwatch.server.alerts.selectors import metric_matches, run_matches
+from normwatch.server.analytics.derived import is_derived
+from normwatch.server.analytics.transitions import Fit
+from normwatch.server.auth import Principal
+from normwatch.server.schemas import AlertRuleOut, RunOut
+
+from ..data import MetricRefused, RunNotFound
+from ..figures import OverlayView
+from ..forecast import forecast
+from ..overlay_aids import Aids, FitLines, Threshold
+from ..session import viewer
+from ..wiring import in_thread
+from .run_view import RunView
+
+__all__ = [
+    "AIDS_EVERY",
+    "ATTRIBUTION_EVERY",
+    "TRANSITIONS_EVERY",
+    "AidReads",
+    "RuleLine",
+    "SectionTicks",
+    "aids_of",
+    "fit_window",
+    "read_aids",
+    "register",
+    "rule_lines",
+    "sections_due",
+    "watches",
+]
+
+AIDS_EVERY = 10
+"""The rules are read again every this many ticks."""
+TRANSITIONS_EVERY = 20
+"""A view of the latest steps looks for new transitions every this many ticks."""
+ATTRIBUTION_EVERY = 10
+"""A view of the latest steps redraws the attribution every this many ticks."""
+VALUE_KINDS = ("threshold", "forecast")
+"""Rule conditions that hold a value a line can be drawn at."""
+
+
+class AidReads(Protocol):
+    """What the aids read, each for the viewer (`RunNotFound` outside its project)."""
+
+    def run(self, who: Principal, run_id: str) -> RunOut: ...
+
+    def rules(self, who: Principal) -> list[AlertRuleOut]: ...
+
+    def transition_fits(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        at: int,
+        start: int | None,
+        end: int | None,
+        window: int,
+    ) -> dict[str, Fit]: ...
+
+
+@dataclass(frozen=True)
+class RuleLine:
+    """An enabled rule with a value, that watches the run: ``selector`` is its metric (a
+    name, a glob or an expression)."""
+
+    rule: str
+    selector: str
+    value: float
+    kind: str
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def rule_lines(rules: Sequence[AlertRuleOut], run: RunOut) -> list[RuleLine]:
+    """The rules of ``rules`` that draw a line on ``run``'s chart: enabled, watching the
+    run (its name and tags), with a ``threshold`` or ``forecast`` condition's value."""
+    found = []
+    for rule in rules:
+        value = _finite(rule.condition.get("value"))
+        if not rule.enabled or rule.condition.get("kind") not in VALUE_KINDS or value is None:
+            continue
+        if not run_matches(rule.runs.name, rule.runs.tags, run.name, run.tags):
+            continue
+        found.append(RuleLine(rule.name, rule.metric, value, str(rule.condition["kind"])))
+    return found
+
+
+def watches(selector: str, metric: str) -> bool:
+    """Whether a rule whose metric is ``selector`` watches the charted ``metric``: the same
+    text, or a name glob that matches a stored metric's name.
+
+    >>> watches("grad/norm/*", "grad/norm/total"), watches("grad/norm/*", "rss(grad/norm/*)")
+    (True, False)
+    """
+    if selector == metric:
+        return True
+    return not is_derived(selector) and not is_derived(metric) and metric_matches(selector, metric)
+
+
+def fit_window(view: RunView) -> int | None:
+    """The fits' window for a view zoomed around its focus: far enough either side to
+    reach both ends of the steps shown; None when the view shows no focus.
+
+    >>> fit_window(RunView("r", start=78_625, end=83_375, focus=81_000))
+    2375
+    """
+    at, shown = view.focused, view.x_range
+    if at is None or shown is None:
+        return None
+    return max(1, at - shown[0], shown[1] - at)
+
+
+def read_aids(data: AidReads, who: Principal, view: RunView | None) -> dict[str, Any] | None:
+    """The ``overlay-aids`` store for ``view``: the rule lines for its run and, when it is
+    zoomed around a focus, each charted metric's fitted lines there; None for a view of no
+    run of the viewer's project."""
+    if view is None:
+        return None
+    try:
+        run = data.run(who, view.run)
+        lines = rule_lines(data.rules(who), run)
+        window = fit_window(view)
+        fits: dict[str, Fit] = {}
+        if window is not None and view.focused is not None and view.metrics:
+            try:
+                fits = data.transition_fits(
+                    who,
+                    view.run,
+                    view.metrics,
+                    at=view.focused,
+                    start=view.start,
+                    end=view.end,
+                    window=window,
+                )
+            except MetricRefused:
+                fits = {}  # the chart says why; the rules' lines still draw
+    except RunNotFound:
+        return None
+    return {
+        "run": view.run,
+        "thresholds": [
+            {"rule": r.rule, "metric": r.selector, "value": r.value, "kind": r.kind} for r in lines
+        ],
+        "fit": None
+        if window is None
+        else {
+            "at": view.focused,
+            "start": view.start,
+            "end": view.end,
+            "metrics": {m: _fit_json(f) for m, f in fits.items()},
+        },
+    }
+
+
+def _fit_json(fit: Fit) -> dict[str, Any]:
+    return {
+        "slope_before": fit.slope_before,
+        "slope_after": fit.slope_after,
+        "ratio": fit.ratio,
+        "before": [list(p) for p in fit.before_segment],
+        "after": [list(p) for p in fit.after_segment],
+    }
+
+
+# --- from the store to the chart ----------------------------------------------------------
+
+
+def aids_of(store: object, view: RunView, overlay: OverlayView | None) -> Aids:
+    """What the chart of ``view`` (``overlay``: its lines) draws over its lines: the
+    store's thresholds on the metrics they watch, its fits when they are for the view's
+    focus and range, and the forecast when the view asks for it. Anything in ``store``
+    that :func:`read_aids` could not have written is left out."""
+    if overlay is None or not isinstance(store, Mapping) or store.get("run") != view.run:
+        return Aids()
+    # Rules at the same value on the same metric share one line, named after them all.
+    shared: dict[tuple[str, float], list[RuleLine]] = {}
+    for line in _rule_lines(store.get("thresholds")):
+        for metric in view.metrics:
+            if watches(line.selector, metric):
+                shared.setdefault((metric, line.value), []).append(line)
+    thresholds = [
+        Threshold(metric, value, " · ".join(r.rule for r in rules), rules[0].kind)
+        for (metric, value), rules in shared.items()
+    ]
+    fits = _fits(store.get("fit"), view)
+    found = None
+    if view.forecast and overlay.left is not None:
+        left = overlay.left
+        found = forecast(
+            left.metric,
+            left.steps,
+            left.values,
+            span=view.x_range,
+            thresholds=[t.value for t in thresholds if t.metric == left.metric],
+        )
+    return Aids(tuple(thresholds), tuple(fits), found)
+
+
+def _rule_lines(stored: object) -> list[RuleLine]:
+    if not isinstance(stored, list):
+        return []
+    found = []
+    for item in stored:
+        if not isinstance(item, Mapping):
+            continue
+        rule, selector, kind = item.get("rule"), item.get("metric"), item.get("kind")
+        value = _finite(item.get("value"))
+        if isinstance(rule, str) and isinstance(selector, str) and value is not None:
+            found.append(RuleLine(rule, selector, value, kind if isinstance(kind, str) else ""))
+    return found
+
+
+def _segment(stored: object) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    if not (isinstance(stored, list) and len(stored) == 2):
+        return None
+    points = []
+    for point in stored:
+        if not (isinstance(point, list) and len(point) == 2):
+            return None
+        step, value = _finite(point[0]), _finite(point[1])
+        if step is None or value is None:
+            return None
+        points.append((step, value))
+    return points[0], points[1]
+
+
+def _fits(stored: object, view: RunView) -> list[FitLines]:
+    if not isinstance(stored, Mapping) or view.focused is None:
+        return []
+    if (stored.get("at"), stored.get("start"), stored.get("end")) != (
+        view.focused,
+        view.start,
+        view.end,
+    ):
+        return []
+    metrics = stored.get("metrics")
+    if not isinstance(metrics, Mapping):
+        return []
+    found = []
+    for metric in view.metrics:
+        fit = metrics.get(metric)
+        if not isinstance(fit, Mapping):
+            continue
+        before, after = _segment(fit.get("before")), _segment(fit.get("after"))
+        slope_before, slope_after = (
+            _finite(fit.get("slope_before")),
+            _finite(fit.get("slope_after")),
+        )
+        if before is None or after is None or slope_before is None or slope_after is None:
+            continue
+        ratio = _finite(fit.get("ratio"))
+        found.append(
+            FitLines(metric, view.focused, before, after, slope_before, slope_after, ratio)
+        )
+    return found
+
+
+# --- ticks --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SectionTicks:
+    """Which of the page's tick-driven reads a tick asks for."""
+
+    aids: bool
+    transitions: bool
+    attribution: bool
+
+
+def sections_due(view: RunView | None, n_intervals: object) -> SectionTicks:
+    """The rules every `AIDS_EVERY` ticks; for a view of the latest steps (no end), the
+    transitions every `TRANSITIONS_EVERY` and the attribution every `ATTRIBUTION_EVERY`.
+
+    >>> sections_due(RunView("r"), 20)
+    SectionTicks(aids=True, transitions=True, attribution=True)
+    >>> sections_due(RunView("r", end=9), 30)
+    SectionTicks(aids=True, transitions=False, attribution=False)
+    """
+    if view is None or not isinstance(n_intervals, int) or isinstance(n_intervals, bool):
+        return SectionTicks(False, False, False)
+    live = view.end is None
+    return SectionTicks(
+        aids=n_intervals % AIDS_EVERY == 0,
+        transitions=live and n_intervals % TRANSITIONS_EVERY == 0,
+        attribution=live and n_intervals % ATTRIBUTION_EVERY == 0,
+    )
+
+
+# --- wiring -------------------------------------------------------------------------------
+
+
+def register(app: dash.Dash, data: AidReads) -> None:
+    @app.callback(
+        Output("aids-tick", "data"),
+        Output("transitions-tick", "data"),
+        Output("attribution-tick", "data"),
+        Input("tick", "n_intervals"),
+        State("view", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_tick(n: object, store: object) -> tuple[Any, Any, Any]:
+        # The sections listen to these stores, not to the tick: a tick that asked for
+        # nothing would otherwise supersede (and so drop) a read still on its way.
+        due = sections_due(RunView.from_store(store), n)
+        skip = dash.no_update
+        return (
+            n if due.aids else skip,
+            n if due.transitions else skip,
+            n if due.attribution else skip,
+        )
+
+    @app.callback(
+        Output("overlay-aids", "data"),
+        Input("view", "data"),
+        Input("aids-tick", "data"),
+        State("overlay-aids", "data"),
+    )
+    async def on_aids(store: object, _n: object, held: object) -> dict[str, Any] | None:
+        found = await in_thread(read_aids, data, viewer(), RunView.from_store(store))
+        # The same aids again would only redraw the chart for nothing.
+        if found == held:
+            raise PreventUpdate
+        return found

@@ -1,0 +1,250 @@
+"""The run page's transitions section: every event and every change of slope the server
+finds in the charted metrics over the view's steps, largest slope change first.
+
+Each row gives, per charted metric, the least-squares slope before and after the step (per
+1,000 steps), their ratio and the jump in level there
+(`normwatch.server.services.transitions`). Clicking a row zooms the chart around the step,
+as an event's zoom button does, and focuses it: the chart then draws the two fitted lines
+with their numbers (`.run_aids`), and the table is computed over the same window, so that
+both say the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+import dash
+from dash import ALL, Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+from normwatch.server.auth import Principal
+from normwatch.server.schemas import RunOut
+
+from ..data import MetricRefused, RunNotFound
+from ..overlay_aids import number_text
+from ..session import viewer
+from ..wiring import TriggerId, clicked, in_thread, triggered_id
+from .run_aids import fit_window
+from .run_view import RunView, event_window, is_step
+
+__all__ = [
+    "MAX_ROWS",
+    "NO_METRICS",
+    "NO_TRANSITIONS",
+    "TRANSITION_ROW",
+    "TransitionReads",
+    "draw_transitions",
+    "level_text",
+    "register",
+    "section",
+    "transition_table",
+    "zoom_to_transition",
+]
+
+TRANSITION_ROW = "transition-row"
+MAX_ROWS = 20
+NO_TRANSITIONS = "No events and no change of slope in these steps."
+NO_METRICS = "Chart a metric to see how its slope changes."
+HEADER = ["step", "source", "label", "metric", "slope per 1k steps", "ratio", "level change"]
+_CELL = {"padding": ".2rem .5rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}
+_ROW = {"cursor": "pointer"}
+_FOCUSED = {**_ROW, "background": "#fff4d6"}
+
+
+class TransitionReads(Protocol):
+    """What the section reads (`RunNotFound` outside the viewer's project)."""
+
+    def run(self, who: Principal, run_id: str) -> RunOut: ...
+
+    def transitions(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        start: int | None,
+        end: int | None,
+        window: int | None = None,
+    ) -> dict[str, Any]: ...
+
+
+def section() -> html.Div:
+    return html.Div(
+        [
+            html.H3("Transitions"),
+            html.P(
+                "Events and detected changes of slope in the charted metrics over the steps "
+                "shown, the largest change first; click one to zoom the chart to it and "
+                "draw the lines fitted on either side.",
+                className="muted",
+            ),
+            html.Div(id="transition-table", style={"maxHeight": "22rem", "overflowY": "auto"}),
+            dcc.Store(id="transitions-tick"),
+        ],
+        className="transitions-section",
+    )
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def level_text(before: object, after: object) -> str:
+    """The jump of the fitted lines at the step, signed; '—' without both levels.
+
+    >>> level_text(240.4, 240.42), level_text(1.0, 0.5), level_text(None, 2.0)
+    ('+0.02', '-0.5', '—')
+    """
+    a, b = _number(before), _number(after)
+    if a is None or b is None:
+        return "—"
+    jump = b - a
+    return f"{jump:+.3g}" if jump else "0"
+
+
+def _slopes_text(fit: Mapping[str, Any]) -> str:
+    before, after = _number(fit.get("slope_before")), _number(fit.get("slope_after"))
+    if before is None or after is None:
+        return "—"
+    return f"{number_text(before)} → {number_text(after)}"
+
+
+def _ratio_text(fit: Mapping[str, Any]) -> str:
+    ratio = _number(fit.get("ratio"))
+    return "—" if ratio is None else f"×{number_text(ratio)}"
+
+
+def _cell(content: Any, **props: Any) -> html.Td:
+    return html.Td(content, style=_CELL, **props)
+
+
+def _lines(texts: list[str], class_name: str | None = None) -> html.Td:
+    """A cell with one line a metric."""
+    return _cell([html.Div(t) for t in texts], className=class_name)
+
+
+def transition_table(
+    found: Mapping[str, Any], metrics: Sequence[str], focus: int | None, limit: int = MAX_ROWS
+) -> Any:
+    """One clickable row per transition of ``found`` (the service's answer), in its order,
+    at most ``limit``; a line per metric of ``metrics`` the transition has a fit for. The
+    row at ``focus`` is highlighted."""
+    rows = []
+    listed = [t for t in found.get("transitions", []) if isinstance(t, Mapping)]
+    for transition in listed[:limit]:
+        step = transition.get("step")
+        if not is_step(step):
+            continue
+        fits = transition.get("metrics")
+        fitted = fits if isinstance(fits, Mapping) else {}
+        names = [m for m in metrics if isinstance(fitted.get(m), Mapping)]
+        levels = [
+            level_text(fitted[m].get("level_before"), fitted[m].get("level_after")) for m in names
+        ]
+        rows.append(
+            html.Tr(
+                [
+                    _cell(f"{step:,}"),
+                    _cell(str(transition.get("source", ""))),
+                    _cell(str(transition.get("label", ""))),
+                    _lines(names or ["—"], "metric"),
+                    _lines([_slopes_text(fitted[m]) for m in names]),
+                    _lines([_ratio_text(fitted[m]) for m in names]),
+                    _lines(levels),
+                ],
+                id={"type": TRANSITION_ROW, "step": step},
+                n_clicks=0,
+                style=_FOCUSED if step == focus else _ROW,
+                className="transition focused" if step == focus else "transition",
+                title="zoom the chart to this step and draw the lines fitted either side",
+            )
+        )
+    if not rows:
+        return html.P(NO_TRANSITIONS, className="muted")
+    table = html.Table(
+        [
+            html.Thead(html.Tr([html.Th(h, style=_CELL) for h in HEADER])),
+            html.Tbody(rows),
+        ],
+        className="transition-list",
+        style={"borderCollapse": "collapse", "fontSize": ".88rem", "marginBottom": ".8rem"},
+    )
+    window = found.get("window")
+    note = f"Slopes fitted on {window:,} steps either side of each step." if is_step(window) else ""
+    more = len(listed) - limit
+    tail = f" … and {more:,} more: zoom the chart in to list them." if more > 0 else ""
+    return html.Div([table, html.P(note + tail, className="muted")])
+
+
+def draw_transitions(data: TransitionReads, who: Principal, view: RunView | None) -> Any:
+    """The table for the view's run, charted metrics and steps; while the view is zoomed
+    around a focus, fitted on the window the chart's fitted lines use."""
+    if view is None:
+        return html.P("", className="muted")
+    if not view.metrics:
+        return html.P(NO_METRICS, className="muted")
+    try:
+        found = data.transitions(
+            who, view.run, view.metrics, start=view.start, end=view.end, window=fit_window(view)
+        )
+    except RunNotFound:
+        return html.P("", className="muted")
+    except MetricRefused as exc:
+        return html.P(str(exc), className="muted")
+    return transition_table(found, view.metrics, view.focused)
+
+
+def zoom_to_transition(
+    data: TransitionReads,
+    who: Principal,
+    view: RunView | None,
+    trigger: TriggerId,
+    was_clicked: bool,
+) -> RunView | None:
+    """The view zoomed around the clicked transition's step (`event_window`, as an event's
+    zoom button) and focused on it; None for no real click, a row id that is no
+    transition's, or a view of no run of the viewer's project."""
+    if view is None or not was_clicked or not isinstance(trigger, Mapping):
+        return None
+    step = trigger.get("step")
+    if trigger.get("type") != TRANSITION_ROW or not is_step(step):
+        return None
+    try:
+        run = data.run(who, view.run)
+    except RunNotFound:
+        return None
+    start, end = event_window(step, run.last_step)
+    return replace(view, start=start, end=end, focus=step)
+
+
+def register(app: dash.Dash, data: TransitionReads) -> None:
+    @app.callback(
+        Output("transition-table", "children"),
+        Input("view", "data"),
+        Input("transitions-tick", "data"),
+    )
+    async def on_transitions(store: object, _n: object) -> Any:
+        return await in_thread(draw_transitions, data, viewer(), RunView.from_store(store))
+
+    @app.callback(
+        Output("view", "data", allow_duplicate=True),
+        Input({"type": TRANSITION_ROW, "step": ALL}, "n_clicks"),
+        State("view", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_row(_clicks: object, store: object) -> Any:
+        zoomed = await in_thread(
+            zoom_to_transition,
+            data,
+            viewer(),
+            RunView.from_store(store),
+            triggered_id(),
+            clicked(),
+        )
+        if zoomed is None:
+            raise PreventUpdate
+        return zoomed.to_store()
