@@ -15,7 +15,6 @@ series), so every step the parts share has its value.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ from ..storage import pyramid
 from ..storage.chunks import Points
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
-from .layers import MAX_COLUMNS, MAX_LAYERS
+from .layers import MAX_COLUMNS, MAX_LAYERS, cells
 
 TOLERANCE = 0.01
 """Largest ``|Σ shares - 1|`` that still counts as adding up (float32 compaction of the
@@ -119,8 +118,8 @@ def attribution(
         stem.rstrip("/"),
         groups,
         steps.tolist(),
-        [_cells(row) for row in shares],
-        _cells(summed),
+        [cells(row) for row in shares],
+        cells(summed),
         steps[bad].tolist(),
         TOLERANCE,
     )
@@ -141,7 +140,3 @@ def _sample_steps(series: list[Points | None], lo: int, hi: int, points: int) ->
     first = np.ones(len(common), dtype=bool)
     first[1:] = column[1:] != column[:-1]
     return common[first]
-
-
-def _cells(values: np.ndarray) -> list[float | None]:
-    return [v if math.isfinite(v) else None for v in values.tolist()]

@@ -123,8 +123,8 @@ def layer_grid(
         stem.rstrip("/"),
         layers,
         columns.tolist(),
-        [_cells(row) for row in grid],
-        _cells(u_index(grid)),
+        [cells(row) for row in grid],
+        cells(u_index(grid)),
         bucketed,
         profile,
     )
@@ -152,9 +152,9 @@ def _profile(
         steps.append(int(got.steps[nearest]))
         values.append(float(got.values[nearest]))
     profile = np.array(values, dtype=np.float64)
-    return Profile(at, steps, _cells(profile), _cells(u_index(profile[:, np.newaxis]))[0])
+    return Profile(at, steps, cells(profile), cells(u_index(profile[:, np.newaxis]))[0])
 
 
-def _cells(values: np.ndarray) -> list[float | None]:
+def cells(values: np.ndarray) -> list[float | None]:
     """Finite values as they are; no value (or a non-finite one) as None."""
     return [v if math.isfinite(v) else None for v in values.tolist()]
