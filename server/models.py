@@ -157,8 +157,10 @@ class Chunk(Base):
     """Consecutive compacted points of one series (see :mod:`normwatch.server.storage.chunks`).
 
     ``data`` holds the points; ``buckets`` their summary (first/last/min/max/first NaN of
-    every run of 64 points). Retention may drop ``data`` and keep ``buckets``: the chart
-    then still shows every spike at any zoom, from the summaries alone.
+    every run of 64 points), and ``outline`` the part of it that reads across many series
+    use, uncompressed (see :mod:`normwatch.server.storage.outline`). Retention may drop
+    ``data`` and keep the rest: the chart then still shows every spike at any zoom, from
+    the summaries alone.
     """
 
     __tablename__ = "chunks"
@@ -172,6 +174,7 @@ class Chunk(Base):
     count: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes | None] = mapped_column(LargeBinary)
     buckets: Mapped[bytes] = mapped_column(LargeBinary)
+    outline: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class Rollup(Base):

@@ -7,10 +7,11 @@ total over other parameters, a bug) and the step is flagged.
 
 Shares are exact values at sampled steps, never ratios of downsampled values: each column
 of the chart is represented by the first step in it that every part and the total logged.
-The parts' candidates come from the summary pyramid, as a chart read's do (a bucket's first
-point is a stored point, and parts logged together have the same buckets), so a 48-layer,
-million-step run costs what the chart has columns a part; the total is read whole (one
-series), so every step the parts share has its value.
+The parts' candidates are their 64-point buckets' first points, from the chunks' outlines
+(a bucket's first point is a stored point, and parts logged together have the same
+buckets), all parts in one statement, so a 48-layer, million-step run costs what the
+outlines weigh; the total is read whole (one series), so every step the parts share has
+its value.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 from ..analytics.layers import bucket_edges, depth_group, depth_order, values_at
 from ..errors import Invalid
 from ..models import Run
-from ..storage import pyramid
+from ..storage import across, pyramid
 from ..storage.chunks import Points
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
@@ -89,17 +90,16 @@ def attribution(
     lo = start if start is not None else span[0]
     hi = end if end is not None else span[1]
     pixel = (hi - lo + 1) / points
-    # The parts are read as a chart reads them; the total at full resolution, so that any
-    # step the parts share has its total, whatever buckets the total's points fell into.
-    # Values compacted as float32 are used merely widened: their shortest-decimal form
-    # (`Gathered.finish`) costs 0.2 µs a value and moves a share by less than 1e-7.
-    read = {
-        name: pyramid.gather(
-            session, run.key, ids[name], lineage, lo, hi, 0.0 if name == names[0] else pixel
-        ).points
-        for name in names
-        if name in ids
-    }
+    # The parts' bucket firsts, all parts in one statement (`storage.across`); the total at
+    # full resolution, so that any step the parts share has its total, whatever buckets the
+    # total's points fell into. Values compacted as float32 are used merely widened: their
+    # shortest-decimal form costs 0.2 µs a value and moves a share by less than 1e-7.
+    part_names = [name for name in names[1:] if name in ids]
+    part_ids = [ids[n] for n in part_names]
+    firsts = across.read(session, run.key, part_ids, lineage, lo, hi, pixel, "first")
+    whole = across.read(session, run.key, [total_id], lineage, lo, hi, 0.0, "first")
+    read = dict(zip(part_names, firsts.series, strict=True))
+    read[names[0]] = whole.series[0]
     steps = _sample_steps([read.get(name) for name in names], lo, hi, points)
     total = values_at(read[stem + "total"].steps, read[stem + "total"].values, steps)
     squares = np.zeros((len(groups), len(steps)))
@@ -128,11 +128,16 @@ def attribution(
 def _sample_steps(series: list[Points | None], lo: int, hi: int, points: int) -> np.ndarray:
     """One step a column: the first in it that every series has (none where they share
     none); every shared step when there are no more than ``points``."""
-    common: np.ndarray | None = None
-    for got in series:
-        steps = np.empty(0, dtype=np.int64) if got is None else got.steps
-        common = steps if common is None else np.intersect1d(common, steps, assume_unique=True)
-    assert common is not None
+    # Ascending, unique steps: each series narrows the shortest by binary search, no sort.
+    by_length = sorted(
+        (np.empty(0, dtype=np.int64) if got is None else got.steps for got in series), key=len
+    )
+    common = by_length[0]
+    for steps in by_length[1:]:
+        at = np.searchsorted(steps, common)
+        found = at < len(steps)
+        found[found] = steps[at[found]] == common[found]
+        common = common[found]
     if len(common) <= points:
         return common
     edges = bucket_edges(lo, hi, points)

@@ -4,9 +4,11 @@ Each row is one metric ``<prefix>/<part>`` (``grad/norm/layers.12``), ordered fr
 embedding to the head (`analytics.layers.depth_order`); the ``total`` is not a layer. Over a
 range holding no more logged steps than the grid has columns, cells are the values at
 those steps; otherwise each column is a bucket of steps and each cell the largest value
-logged in it, read from the summary pyramid as a chart read is (so a one-step spike keeps
-its colour, and a million steps cost what the grid has columns, not what the run has
-steps). A pinned step gives the depth profile there, from the stored points themselves.
+logged in it (so a one-step spike keeps its colour). Every layer is read in the same
+statement (`storage.across`), from the chunks' outlines where a 64-point bucket is narrower
+than a column, so a million steps cost what the chunks' outlines weigh, a few kilobytes a
+layer and 4,096 steps, not what the run has points. A pinned step gives the depth profile
+there, from the stored points themselves.
 """
 
 from __future__ import annotations
@@ -15,12 +17,22 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy.orm import Session
 
-from ..analytics.layers import bucket_edges, bucket_max, depth_order, u_index, values_at
+from ..analytics.layers import (
+    FloatArray,
+    StepArray,
+    bucket_edges,
+    bucket_max,
+    depth_order,
+    u_index,
+    values_at,
+)
 from ..errors import Invalid
 from ..models import Run
-from ..storage import pyramid
+from ..storage import across, chunks, pyramid
+from ..storage.chunks import Points
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
 from ..storage.runs import Lineage
@@ -99,22 +111,27 @@ def layer_grid(
     lo = start if start is not None else min(e[0] for e in extents)
     hi = end if end is not None else max(e[1] for e in extents)
     pixel = (hi - lo + 1) / points
-    rows = []
-    for key in keys:
-        got = pyramid.gather(session, run.key, key, lineage, lo, hi, pixel)
-        rows.append(got.finish())
+    got = across.read(session, run.key, keys, lineage, lo, hi, pixel, "max")
+    rows = got.series
     # One row with more steps than columns settles it without merging every row's steps.
-    bucketed = any(len(row.steps) > points for row in rows)
+    bucketed = not got.exact or any(len(row.steps) > points for row in rows)
     logged = np.empty(0, dtype=np.int64)
     if not bucketed:
         logged = np.unique(np.concatenate([row.steps for row in rows]))
         bucketed = len(logged) > points
     if bucketed:
         edges = bucket_edges(lo, hi, points)
-        grid = np.vstack([bucket_max(row.steps, row.values, edges) for row in rows])
+        grid = np.vstack(
+            [_column_max(row, narrow, edges) for row, narrow in zip(rows, got.narrow, strict=True)]
+        )
         columns = edges[:-1]
     else:
-        grid = np.vstack([values_at(row.steps, row.values, logged) for row in rows])
+        grid = np.vstack(
+            [
+                values_at(row.steps, _readable(row.values, narrow), logged)
+                for row, narrow in zip(rows, got.narrow, strict=True)
+            ]
+        )
         columns = logged
     profile = None
     if at is not None:
@@ -142,17 +159,44 @@ def _profile(
     layer logged every few steps still has a profile between its steps)."""
     steps: list[int | None] = []
     values: list[float] = []
-    for key in keys:
-        got = pyramid.read_all(session, run.key, key, lineage, at - radius, at + radius)
-        if not len(got.steps):
+    got = across.read(session, run.key, keys, lineage, at - radius, at + radius, 0.0, "max")
+    for row, narrow in zip(got.series, got.narrow, strict=True):
+        if not len(row.steps):
             steps.append(None)
             values.append(math.nan)
             continue
-        nearest = int(np.argmin(np.abs(got.steps - at)))
-        steps.append(int(got.steps[nearest]))
-        values.append(float(got.values[nearest]))
+        nearest = int(np.argmin(np.abs(row.steps - at)))
+        steps.append(int(row.steps[nearest]))
+        value = row.values[nearest : nearest + 1]
+        if narrow is not None and narrow[nearest]:
+            value = chunks.readable(value.astype(np.float32))
+        values.append(float(value[0]))
     profile = np.array(values, dtype=np.float64)
     return Profile(at, steps, cells(profile), cells(u_index(profile[:, np.newaxis]))[0])
+
+
+def _readable(values: FloatArray, narrow: npt.NDArray[np.bool_] | None) -> FloatArray:
+    """``values`` with the float32 ones (``narrow``) in their shortest-decimal form."""
+    if narrow is None or not narrow.any():
+        return values
+    out = values.copy()
+    out[narrow] = chunks.readable(values[narrow].astype(np.float32))
+    return out
+
+
+def _column_max(row: Points, narrow: npt.NDArray[np.bool_] | None, edges: StepArray) -> FloatArray:
+    """`bucket_max` of one row; a cell whose largest value is a float32 one gets that
+    value's shortest-decimal form (converting only the winners, not every candidate)."""
+    out = bucket_max(row.steps, row.values, edges)
+    if narrow is None or not narrow.any():
+        return out
+    column = np.searchsorted(edges, row.steps, side="right") - 1
+    inside = (column >= 0) & (column < len(out))
+    won = np.zeros(len(row.steps), dtype=np.bool_)
+    won[inside] = narrow[inside] & (row.values[inside] == out[column[inside]])
+    cells = np.unique(column[won])
+    out[cells] = chunks.readable(out[cells].astype(np.float32))
+    return out
 
 
 def cells(values: np.ndarray) -> list[float | None]:

@@ -28,7 +28,7 @@ import numpy as np
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import blocks, chunks
+from . import blocks, chunks, outline
 from .chunks import LEVELS, Points
 from .placement import SeriesState, SeriesWork, load_rollups, load_tails, place, set_slot
 from .policy import PassReport, Policy
@@ -139,6 +139,7 @@ def compact_group(
                     "count": len(pts),
                     "data": data,
                     "buckets": chunks.encode_buckets(buckets),
+                    "outline": outline.encode(buckets),
                 }
             )
             set_slot(rollups, work.metric_id, 1, seq, chunks.merge_buckets(buckets))
@@ -152,10 +153,11 @@ def compact_group(
     conn.execute(
         text(
             "INSERT INTO chunks (run_key, metric_id, segment, seq, first_step, last_step, count, "
-            "data, buckets) VALUES (:rk, :mid, :seg, :seq, :first, :last, :count, :data, :buckets) "
-            "ON CONFLICT (run_key, metric_id, segment, seq) DO UPDATE SET "
+            "data, buckets, outline) VALUES (:rk, :mid, :seg, :seq, :first, :last, :count, :data, "
+            ":buckets, :outline) ON CONFLICT (run_key, metric_id, segment, seq) DO UPDATE SET "
             "first_step = excluded.first_step, last_step = excluded.last_step, "
-            "count = excluded.count, data = excluded.data, buckets = excluded.buckets"
+            "count = excluded.count, data = excluded.data, buckets = excluded.buckets, "
+            "outline = excluded.outline"
         ),
         chunk_rows,
     )

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from normwatch.server.db import build_engine
+from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
 from normwatch.server.storage import blocks
+from normwatch.server.storage.policy import Policy
 from sqlalchemy import inspect, text
 
+from tests.helpers.committed import compact, new_run, post
 from tests.helpers.databases import scratch_pg
 
 
@@ -83,5 +85,27 @@ def test_hot_points_move_into_blocks_and_back(empty_db: str) -> None:
         downgrade(engine, "0003")
         with engine.connect() as conn:
             assert [tuple(r) for r in conn.execute(select_points)] == sorted(rows)
+    finally:
+        engine.dispose()
+
+
+def test_chunks_stored_before_outlines_get_theirs(empty_db: str) -> None:
+    """0006 gives every chunk stored already the outline compaction now writes with it."""
+    engine = build_engine(empty_db, pool_size=1)
+    select = text("SELECT metric_id, seq, outline FROM chunks ORDER BY 1, 2")
+    try:
+        upgrade(engine)
+        sessions = session_factory(engine)
+        run_id = new_run(sessions)
+        steps = np.arange(5000)
+        post(sessions, run_id, steps, a=np.sin(steps / 100.0), b=np.cos(steps / 7.0))
+        compact(sessions, run_id, Policy(chunk_points=1024))
+        with engine.connect() as conn:
+            written = [tuple(r) for r in conn.execute(select)]
+        assert len(written) == 10 and all(r[2] for r in written)
+        downgrade(engine, "0005")
+        upgrade(engine)
+        with engine.connect() as conn:
+            assert [tuple(r) for r in conn.execute(select)] == written
     finally:
         engine.dispose()
