@@ -84,7 +84,7 @@ from normwatch.server.models import Run
 from normwatch.server.schemas import EventCreate, RunCreate
 from normwatch.server.services import analytics, attribution, ingest, layers, query, runs
 from normwatch.server.services import transitions as transition_service
-from normwatch.server.storage import blocks, pgcopy, pyramid, schedule
+from normwatch.server.storage import across, blocks, pgcopy, pyramid, schedule
 from normwatch.server.storage.metric_ids import metric_names, resolve_metric_ids
 from normwatch.server.storage.points import point_count, series_keys
 from normwatch.server.storage.policy import Policy
@@ -436,22 +436,18 @@ def grid_parts(session: Session, run: Run, repeat: int) -> tuple[dict[str, Timin
         marks.append(time.perf_counter())
         lo, hi = min(e[0] for e in extents), max(e[1] for e in extents)
         pixel = (hi - lo + 1) / POINTS
-        gathered = [pyramid.gather(session, run.key, k, lineage, lo, hi, pixel) for k in keys]
+        got = across.read(session, run.key, keys, lineage, lo, hi, pixel, "max")
         marks.append(time.perf_counter())
-        rows = [got.finish() for got in gathered]
-        marks.append(time.perf_counter())
-        # As `layer_grid` decides it: one row with more steps than columns settles it.
-        if not any(len(r.steps) > POINTS for r in rows):
-            raise RuntimeError("the grid is not bucketed: a run this size should be")
-        marks.append(time.perf_counter())
+        if got.exact:
+            raise RuntimeError("the grid read every point: a run this size should use outlines")
         edges = bucket_edges(lo, hi, POINTS)
-        grid = np.vstack([bucket_max(r.steps, r.values, edges) for r in rows])
+        grid = np.vstack([bucket_max(r.steps, r.values, edges) for r in got.series])
         index = u_index(grid)
         marks.append(time.perf_counter())
         cells = [[v if math.isfinite(v) else None for v in row.tolist()] for row in (*grid, index)]
         marks.append(time.perf_counter())
         session.rollback()
-        candidates = sum(len(got.points) for got in gathered)
+        candidates = sum(len(r.steps) for r in got.series)
         del cells
         if i == 0:
             continue  # warm-up
@@ -459,9 +455,7 @@ def grid_parts(session: Session, run: Run, repeat: int) -> tuple[dict[str, Timin
             "metric names",
             "series keys",
             f"{len(keys)} x pyramid.extent",
-            f"{len(keys)} x pyramid.gather",
-            f"{len(keys)} x Gathered.finish",
-            "bucketed? (a row with more steps than columns)",
+            f"across.read of {len(keys)} layers (outline maxima)",
             "bucket_max + u_index",
             "cells for JSON",
         ]
@@ -758,7 +752,7 @@ def report(r: Results) -> None:
         )
     )
     say(
-        f"\nlayer grid, full run, by part (candidates gathered: {r.grid_candidates:,}; "
+        f"\nlayer grid, full run, by part (points read: {r.grid_candidates:,}; "
         f"one series read's: {r.series_candidates:,})\n"
     )
     say(table(["part", "ms median", "range ms"], [[k, *_ms(t)] for k, t in r.grid_parts.items()]))

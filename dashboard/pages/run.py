@@ -25,7 +25,15 @@ from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..session import viewer
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
-from . import run_aids, run_attribution, run_layers, run_series, run_spikes, run_transitions
+from . import (
+    run_aids,
+    run_attribution,
+    run_layers,
+    run_layers_draw,
+    run_series,
+    run_spikes,
+    run_transitions,
+)
 from .run_config import config_section
 from .run_overlay import (
     POINTS,
@@ -58,7 +66,7 @@ Drawn = tuple[Any, Any, str, Any]
 
 
 class RunReads(
-    run_layers.LayerReads,
+    run_layers_draw.LayerReads,
     run_spikes.SpikeReads,
     run_transitions.TransitionReads,
     run_attribution.AttributionReads,
@@ -163,6 +171,9 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             html.H3("Events"),
             html.Div(id="event-list"),
             dcc.Store(id="view", data=view.to_store()),
+            # The view the overlay last drew: the sections below follow it rather than the
+            # view itself, so that a zoom's overlay request runs first and alone.
+            dcc.Store(id="view-drawn", data=view.to_store()),
             dcc.Store(id="overlay-shape", data=None),
             dcc.Store(id="overlay-aids", data=None),
             dcc.Store(id="aids-tick"),
@@ -359,14 +370,22 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("overlay-shape", "data"),
         Output("range-info", "children"),
         Output("event-list", "children"),
+        Output("view-drawn", "data"),
         Input("view", "data"),
         Input("tick", "n_intervals"),
         Input("overlay-aids", "data"),
         State("overlay-shape", "data"),
     )
-    async def on_draw(store: object, _tick: object, aids: object, shape: object) -> Drawn:
+    async def on_draw(
+        store: object, _tick: object, aids: object, shape: object
+    ) -> tuple[Any, Any, str, Any, Any]:
         view = RunView.from_store(store)
-        return await in_thread(draw, data, viewer(), view, shape, trigger=triggered_id(), aids=aids)
+        trigger = triggered_id()
+        drawn = await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
+        # A changed view, once drawn, moves the sections below (the first view is theirs
+        # already, and a tick or new aids leave the view as it was).
+        follow = view is not None and trigger == "view"
+        return (*drawn, view.to_store() if follow and view is not None else dash.no_update)
 
     @app.callback(
         Output("left-metric", "options"),

@@ -147,7 +147,7 @@ def register(app: dash.Dash, data: AttributionReads) -> None:
     @app.callback(
         Output("attribution-chart", "figure"),
         Output("attribution-info", "children"),
-        Input("view", "data"),
+        Input("view-drawn", "data"),
         Input("attribution-family", "value"),
         Input("attribution-by", "value"),
         Input("attribution-tick", "data"),

@@ -1,5 +1,6 @@
 """The run page's layers section: a layer × step heatmap that follows the chart's zoom, the
-U-index over time under it, and the depth profile at a pinned step.
+U-index over time under it, and the depth profile at a pinned step (drawn by
+:mod:`.run_layers_draw`).
 
 The heatmap reads one family (``grad/norm``...) through the server's layer grid, about
 `HEATMAP_COLUMNS` columns of bucket maxima whatever the run's length, and only when the
@@ -14,38 +15,30 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import dash
 from dash import Input, Output, State, dcc, html
-from normwatch.server.auth import Principal
-from normwatch.server.services.layers import LayerGrid
 
-from ..data import MetricRefused, RunNotFound
-from ..figures import Figure, depth_figure, empty_figure
 from ..layers import (
-    LayerHeatmap,
     families_with_layers,
-    layer_heatmap_figure,
-    layer_rows,
-    rows_u_index,
     small_empty,
-    u_index_figure,
 )
 from ..session import viewer
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
+from .run_layers_draw import (
+    DrawnGrid,
+    LayerReads,
+    draw_depth,
+    draw_grid,
+    family_options,
+)
 from .run_view import MAX_STEP, RunView, is_step
 
 __all__ = [
-    "HEATMAP_COLUMNS",
     "LAYERS_EVERY",
-    "NO_LAYERS",
     "PIN_SYNC_JS",
-    "LayerReads",
-    "draw_depth",
-    "draw_grid",
     "Refreshes",
-    "grid_text",
     "pin_store",
     "pin_text",
     "pinned_of",
@@ -56,19 +49,10 @@ __all__ = [
     "update_pin",
 ]
 
-NO_LAYERS = (
-    "No per-layer metrics yet: log names like grad/norm/layers.{i} "
-    "(normwatch.client.jax.stability_metrics does)."
-)
-HEATMAP_COLUMNS = 600
-"""Columns of the heatmap: about its width in pixels (each a bucket's largest value)."""
 LAYERS_EVERY = 5
 """A view of the latest steps re-reads the heatmap and the profile every this many ticks."""
 OPTIONS_EVERY = 10
 """The family picker's options are read again every this many ticks."""
-PROFILE_RADIUS = 500
-"""A pinned step's profile takes each layer's logged step nearest it within about this many
-steps (per-layer norms are often logged every few steps)."""
 CLICK_SOURCES = ("layer-heatmap", "u-index", "overlay")
 PIN_SYNC_JS = """
 function(pin) {
@@ -86,11 +70,6 @@ function(pin) {
 """
 """The pinned step follows into the URL as ``?at=``, beside the view's parameters."""
 
-DrawnDepth = tuple[Any, str, list[dict[str, str]], str | None]
-"""The depth chart, its text, the family picker's options and its value."""
-DrawnGrid = tuple[Figure, Figure, str]
-"""The heatmap, the U-index chart and the text under them."""
-
 
 @dataclass(frozen=True)
 class Refreshes:
@@ -98,28 +77,6 @@ class Refreshes:
 
     grid: bool
     profile: bool
-
-
-class LayerReads(Protocol):
-    """What the section reads, each for the viewer (`RunNotFound` outside its project)."""
-
-    def metric_names(self, who: Principal, run_id: str) -> list[str]: ...
-
-    def layer_grid(
-        self,
-        who: Principal,
-        run_id: str,
-        prefix: str,
-        *,
-        start: int | None,
-        end: int | None,
-        points: int,
-        at: int | None = None,
-    ) -> LayerGrid: ...
-
-    def layer_profile(
-        self, who: Principal, run_id: str, prefix: str, *, at: int | None, radius: int
-    ) -> LayerGrid | None: ...
 
 
 def section(names: list[str], at: str | None = None) -> html.Div:
@@ -163,13 +120,6 @@ def section(names: list[str], at: str | None = None) -> html.Div:
         ],
         className="layers-section",
     )
-
-
-def family_options(families: list[str]) -> list[dict[str, str]]:
-    return [{"label": f, "value": f} for f in families]
-
-
-# --- the pinned step ----------------------------------------------------------------------
 
 
 def pin_store(step: int | None) -> dict[str, int | None]:
@@ -261,142 +211,6 @@ def refreshes_due(view: RunView | None, pinned: int | None, n_intervals: object)
     return Refreshes(grid=now and view.end is None, profile=(now and pinned is None) or options)
 
 
-def _picked(family: object, families: list[str]) -> str | None:
-    if isinstance(family, str) and family in families:
-        return family
-    return families[0] if families else None
-
-
-def grid_text(grid: LayerGrid, rows: int) -> str:
-    """'50 layers × 600 columns, steps 0–999,999; each cell the largest value in its ~1,667
-    steps' (or 'at its step' when the range holds no more logged steps than columns)."""
-    if not grid.steps:
-        return ""
-    span = f"steps {grid.steps[0]:,}–{grid.steps[-1]:,}"
-    shape = f"{rows} layers × {len(grid.steps):,} columns, {span}"
-    if not grid.bucketed:
-        return f"{shape}; each cell the value logged at its step"
-    width = (grid.steps[-1] - grid.steps[0]) / max(1, len(grid.steps) - 1)
-    return f"{shape}; each cell the largest value in its ~{width:,.0f} steps"
-
-
-def draw_grid(
-    data: LayerReads, who: Principal, view: RunView | None, family: object, pinned: int | None
-) -> DrawnGrid:
-    """The heatmap of the picked ``family`` over the view's steps, the U-index under it, and
-    the text that says what a cell is. Rows that lie inside another row (a leaf beside its
-    layer) are left out, and the U-index is then taken over the rows drawn."""
-    empty = small_empty(NO_LAYERS, 320), small_empty("", 210), ""
-    if view is None:
-        return empty
-    try:
-        families = families_with_layers(data.metric_names(who, view.run))
-        picked = _picked(family, families)
-        if picked is None:
-            return empty
-        grid = data.layer_grid(
-            who, view.run, picked, start=view.start, end=view.end, points=HEATMAP_COLUMNS
-        )
-    except RunNotFound:
-        return empty
-    except MetricRefused as exc:
-        return small_empty(str(exc), 320), small_empty("", 210), ""
-    keep = layer_rows(grid.layers)
-    values = [grid.values[i] for i in keep]
-    u_index = grid.u_index if len(keep) == len(grid.layers) else rows_u_index(values)
-    heatmap = LayerHeatmap(
-        family=picked,
-        layers=[grid.layers[i] for i in keep],
-        steps=grid.steps,
-        values=values,
-        bucketed=grid.bucketed,
-        x_range=view.x_range,
-        pinned=pinned,
-    )
-    if not grid.steps:
-        return small_empty(f"No {picked} values in these steps.", 320), small_empty("", 210), ""
-    chart = u_index_figure(
-        grid.steps,
-        u_index,
-        x_range=view.x_range,
-        pinned=pinned,
-        uirevision=f"{picked}|{view.x_range}",
-    )
-    return layer_heatmap_figure(heatmap), chart, grid_text(grid, len(keep))
-
-
-# --- the depth profile --------------------------------------------------------------------
-
-
-def no_layers(options: list[dict[str, str]]) -> DrawnDepth:
-    figure: Figure = empty_figure(NO_LAYERS)
-    return figure, "", options, None
-
-
-def profile_text(profile_u: float | None, at: int, steps: list[int | None]) -> str:
-    """'ends / middle: 4.3×', and which steps the values were logged at when not all at
-    ``at``.
-
-    >>> profile_text(4.29, 1208, [1200, 1210])
-    'ends / middle: 4.3× · values logged at steps 1,200–1,210'
-    """
-    logged = sorted({s for s in steps if s is not None})
-    parts = [] if profile_u is None else [f"ends / middle: {profile_u:.1f}×"]
-    if not logged:
-        parts.append(f"no values logged near step {at:,}")
-    elif logged != [at]:
-        where = f"{logged[0]:,}" if len(logged) == 1 else f"{logged[0]:,}–{logged[-1]:,}"
-        parts.append(f"values logged at step{'s' if len(logged) > 1 else ''} {where}")
-    return " · ".join(parts)
-
-
-def draw_depth(
-    data: LayerReads,
-    who: Principal,
-    view: RunView | None,
-    family: object,
-    log: object,
-    pinned: int | None = None,
-) -> DrawnDepth:
-    """The depth profile of the view's run for the picked ``family`` (the first family with
-    layers when it has none of that name) at the ``pinned`` step, else the latest, with the
-    picker's options and value."""
-    if view is None:
-        return no_layers([])
-    try:
-        families = families_with_layers(data.metric_names(who, view.run))
-        picked = _picked(family, families)
-        if picked is None:
-            return no_layers(family_options(families))
-        grid = data.layer_profile(who, view.run, picked, at=pinned, radius=PROFILE_RADIUS)
-    except RunNotFound:  # the view names no run of the viewer's project
-        return no_layers([])
-    except MetricRefused as exc:
-        figure: Figure = empty_figure(str(exc))
-        return figure, "", family_options(families), picked
-    if grid is None or grid.profile is None:
-        return no_layers(family_options(families))
-    keep = layer_rows(grid.layers)
-    profile = grid.profile
-    values = [profile.values[i] for i in keep]
-    u_index = (
-        profile.u_index
-        if len(keep) == len(grid.layers)
-        else rows_u_index([[v] for v in values])[0]
-        if values
-        else None
-    )
-    fig = depth_figure(
-        [grid.layers[i] for i in keep],
-        [math.nan if v is None else v for v in values],
-        family=picked,
-        step=profile.step,
-        log_y=bool(log),
-    )
-    info = profile_text(u_index, profile.step, [profile.steps[i] for i in keep])
-    return fig, info, family_options(families), picked
-
-
 # --- wiring -------------------------------------------------------------------------------
 
 
@@ -431,7 +245,7 @@ def register(app: dash.Dash, data: LayerReads) -> None:
         Output("layer-heatmap", "figure"),
         Output("u-index", "figure"),
         Output("heatmap-info", "children"),
-        Input("view", "data"),
+        Input("view-drawn", "data"),
         Input("depth-family", "value"),
         Input("layers-pin", "data"),
         Input("layers-grid-tick", "data"),

@@ -348,7 +348,7 @@ def register(app: dash.Dash, data: SpikeReads) -> None:
         Output("spike-table", "children"),
         Output("spike-fractions", "children"),
         Output("lead-lag", "children"),
-        Input("view", "data"),
+        Input("view-drawn", "data"),
         Input("spikes-tick", "data"),
     )
     async def on_spikes(store: object, _n: object) -> DrawnSpikes:

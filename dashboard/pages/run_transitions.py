@@ -224,7 +224,7 @@ def zoom_to_transition(
 def register(app: dash.Dash, data: TransitionReads) -> None:
     @app.callback(
         Output("transition-table", "children"),
-        Input("view", "data"),
+        Input("view-drawn", "data"),
         Input("transitions-tick", "data"),
     )
     async def on_transitions(store: object, _n: object) -> Any:

@@ -63,6 +63,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from .arguments import check_count, check_number, checked_series, checked_steps
+
 __all__ = ["LeadLag", "Spike", "find_spikes", "fraction_in_spikes", "lead_lag"]
 
 IntArray = npt.NDArray[np.int64]
@@ -118,12 +120,12 @@ def find_spikes(
     >>> [(s.start, s.peak, s.end, s.magnitude) for s in find_spikes(steps, values)]
     [(300, 300, 301, 2.0)]
     """
-    step_arr, value_arr = _checked_series(steps, values)
-    _check_number("threshold", threshold, least=0.0, strict=True)
-    _check_number("min_relative_rise", min_relative_rise, least=0.0, strict=False)
-    max_gap = _check_count("max_gap", max_gap, least=0)
-    block_size = _check_count("block_size", block_size, least=1)
-    window_blocks = _check_count("window_blocks", window_blocks, least=1)
+    step_arr, value_arr = checked_series(steps, values)
+    check_number("threshold", threshold, least=0.0, strict=True)
+    check_number("min_relative_rise", min_relative_rise, least=0.0, strict=False)
+    max_gap = check_count("max_gap", max_gap, least=0)
+    block_size = check_count("block_size", block_size, least=1)
+    window_blocks = check_count("window_blocks", window_blocks, least=1)
 
     finite = np.isfinite(value_arr)
     if finite.all():
@@ -322,7 +324,7 @@ def fraction_in_spikes(
     >>> fraction_in_spikes([0, 1, 2, 3, 4], [spike])
     0.4
     """
-    step_arr = _checked_steps(steps)
+    step_arr = checked_steps(steps)
     if start is not None and end is not None and start > end:
         raise ValueError(f"start must be <= end, got start={start} and end={end}")
     lo = 0 if start is None else int(np.searchsorted(step_arr, start, side="left"))
@@ -364,7 +366,7 @@ def lead_lag(
     >>> lead_lag("updates", [at(10), at(50)], "loss", [at(18), at(200)])
     LeadLag(leader='updates', follower='loss', lag_steps=8.0, matched=1, unmatched_leader=1)
     """
-    max_lag = _check_count("max_lag", max_lag, least=1)
+    max_lag = check_count("max_lag", max_lag, least=1)
     leads = np.array([spike.start for spike in leader_spikes], dtype=np.int64)
     follows = np.sort(np.array([spike.start for spike in follower_spikes], dtype=np.int64))
     after = np.searchsorted(follows, leads, side="right")
@@ -378,44 +380,3 @@ def lead_lag(
         matched=len(lags),
         unmatched_leader=len(leads) - len(lags),
     )
-
-
-def _checked_steps(steps: npt.ArrayLike) -> IntArray:
-    step_arr = np.asarray(steps)
-    if step_arr.ndim != 1:
-        raise ValueError(f"steps must be one-dimensional, got shape {step_arr.shape}")
-    if len(step_arr) == 0:
-        return np.empty(0, dtype=np.int64)
-    if not np.issubdtype(step_arr.dtype, np.integer):
-        raise ValueError(f"steps must be integers, got {step_arr.dtype}; pass them as int64")
-    checked = step_arr.astype(np.int64, copy=False)
-    if np.any(checked[1:] <= checked[:-1]):
-        raise ValueError(
-            "steps must be strictly ascending: sort the points by step and keep one value per"
-            " step (analyse each segment of a restarted run on its own)"
-        )
-    return checked
-
-
-def _checked_series(steps: npt.ArrayLike, values: npt.ArrayLike) -> tuple[IntArray, FloatArray]:
-    step_arr = _checked_steps(steps)
-    value_arr = np.asarray(values, dtype=np.float64)
-    if value_arr.ndim != 1 or len(value_arr) != len(step_arr):
-        raise ValueError(
-            f"values must be one-dimensional with one value per step: got {len(step_arr)}"
-            f" steps and values of shape {value_arr.shape}"
-        )
-    return step_arr, value_arr
-
-
-def _check_number(name: str, number: float, *, least: float, strict: bool) -> None:
-    above = number > least if strict else number >= least
-    if not (above and np.isfinite(number)):
-        relation = ">" if strict else ">="
-        raise ValueError(f"{name} must be a finite number {relation} {least}, got {number}")
-
-
-def _check_count(name: str, count: int, *, least: int) -> int:
-    if isinstance(count, bool) or int(count) != count or count < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {count}")
-    return int(count)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from .binned import dot
 from .changepoints import (
     DEFAULT_MIN_RELATIVE_CHANGE,
     DEFAULT_PENALTY,
@@ -32,7 +33,6 @@ from .changepoints import (
     _check_window,
     _default_window,
     _detect,
-    _dot,
     _finite,
     _series,
     default_window,
@@ -212,12 +212,12 @@ def _line(steps: IntArray, values: FloatArray, at: int) -> _Line | None:
     x = (steps - np.int64(at)).astype(np.float64)
     x_mean, y_mean = float(x.mean()), float(values.mean())
     dx, dy = x - x_mean, values - y_mean
-    spread = _dot(dx, dx)
-    slope = _dot(dx, dy) / spread
+    spread = dot(dx, dx)
+    slope = dot(dx, dy) / spread
     stderr = 0.0
     if n > 2:
         residual = dy - slope * dx
-        stderr = math.sqrt(_dot(residual, residual) / (n - 2) / spread)
+        stderr = math.sqrt(dot(residual, residual) / (n - 2) / spread)
     return _Line(n, slope, y_mean - slope * x_mean, stderr, int(steps[0]), int(steps[-1]))
 
 

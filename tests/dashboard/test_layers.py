@@ -24,13 +24,13 @@ from normwatch.dashboard.layers import (
     small_empty,
     u_index_figure,
 )
-from normwatch.dashboard.pages import run_layers, run_spikes
+from normwatch.dashboard.pages import run_layers, run_layers_draw, run_spikes
 
 LINK = '<a href="javascript:alert(1)">x</a>'
 
 
 def test_doctests() -> None:
-    for module in (layers, run_layers, run_spikes):
+    for module in (layers, run_layers, run_layers_draw, run_spikes):
         failed, tried = doctest.testmod(module)
         assert (failed, tried > 0) == (0, True), module.__name__
 

@@ -22,7 +22,7 @@ from normwatch.dashboard.pages.run import (
     update_view,
 )
 from normwatch.dashboard.pages.run_config import NO_CONFIG
-from normwatch.dashboard.pages.run_layers import NO_LAYERS, draw_depth
+from normwatch.dashboard.pages.run_layers_draw import NO_LAYERS, draw_depth
 from normwatch.dashboard.pages.run_overlay import NO_METRICS
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.dashboard.routing import query_of
@@ -461,6 +461,7 @@ DRAW_OUTPUTS = [
     "overlay-shape.data",
     "range-info.children",
     "event-list.children",
+    "view-drawn.data",
 ]
 CRAFTED = [
     ["not", "a", "view"],

@@ -14,21 +14,23 @@ import pytest
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
 from normwatch.dashboard.figures import empty_figure, plot_text
 from normwatch.dashboard.pages.run_layers import (
-    HEATMAP_COLUMNS,
-    NO_LAYERS,
-    PROFILE_RADIUS,
     Refreshes,
-    draw_depth,
-    draw_grid,
-    grid_text,
     pin_store,
     pin_text,
     pinned_of,
-    profile_text,
     refreshes_due,
     section,
     step_of_click,
     update_pin,
+)
+from normwatch.dashboard.pages.run_layers_draw import (
+    HEATMAP_COLUMNS,
+    NO_LAYERS,
+    PROFILE_RADIUS,
+    draw_depth,
+    draw_grid,
+    grid_text,
+    profile_text,
 )
 from normwatch.dashboard.pages.run_view import MAX_STEP, RunView
 from normwatch.server.auth import Principal

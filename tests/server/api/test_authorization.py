@@ -305,18 +305,18 @@ CALLBACK_KEYS = {
     "run.refresh_options": "left-metric.options <- tick.n_intervals",
     "run_layers.pin": "layers-pin.data <- layer-heatmap.clickData",
     "run_layers.tick": "layers-grid-tick.data <- tick.n_intervals",
-    "run_layers.draw_grid": "layer-heatmap.figure <- view.data",
+    "run_layers.draw_grid": "layer-heatmap.figure <- view-drawn.data",
     "run_layers.pin_text": "pin-info.children <- layers-pin.data",
     "run_layers.draw_depth": "depth.figure <- layers-pin.data",
     "run_spikes.tick": "spikes-tick.data <- tick.n_intervals",
-    "run_spikes.draw": "spike-table.children <- view.data",
+    "run_spikes.draw": "spike-table.children <- view-drawn.data",
     "run_spikes.zoom": (
         'view.data <- {"end":["ALL"],"metric":["ALL"],"peak":["ALL"],"start":["ALL"],'
         '"type":"spike-row"}.n_clicks'
     ),
-    "run_transitions.draw": "transition-table.children <- view.data",
+    "run_transitions.draw": "transition-table.children <- view-drawn.data",
     "run_transitions.zoom": 'view.data <- {"step":["ALL"],"type":"transition-row"}.n_clicks',
-    "run_attribution.draw": "attribution-chart.figure <- view.data",
+    "run_attribution.draw": "attribution-chart.figure <- view-drawn.data",
     "run_aids.tick": "aids-tick.data <- tick.n_intervals",
     "run_aids.read": "overlay-aids.data <- view.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
@@ -997,7 +997,7 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     ),
     "draw the view's run's layer heatmap": lambda w, t, o: Callback(
         "run_layers.draw_grid",
-        {"view.data": _view(o.run_id), "depth-family.value": "grad/norm"},
+        {"view-drawn.data": _view(o.run_id), "depth-family.value": "grad/norm"},
         [],
         "layers.0",
     ),
@@ -1011,12 +1011,12 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         "10",
     ),
     "list the view's run's spikes": lambda w, t, o: Callback(
-        "run_spikes.draw", {"view.data": _view(o.run_id)}, [], "grad/norm/total"
+        "run_spikes.draw", {"view-drawn.data": _view(o.run_id)}, [], "grad/norm/total"
     ),
     "zoom to a spike": lambda w, t, o: _spike_zoom(o),
     "list the view's run's transitions": lambda w, t, o: Callback(
         "run_transitions.draw",
-        {"view.data": _view(o.run_id), "transitions-tick.data": None},
+        {"view-drawn.data": _view(o.run_id), "transitions-tick.data": None},
         [],
         o.event_text,
     ),
@@ -1024,7 +1024,7 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "draw the view's run's attribution": lambda w, t, o: Callback(
         "run_attribution.draw",
         {
-            "view.data": _view(o.run_id),
+            "view-drawn.data": _view(o.run_id),
             "attribution-family.value": "grad/norm",
             "attribution-by.value": [],
             "attribution-tick.data": None,
