@@ -24,7 +24,7 @@ from normwatch.server.schemas import MetricOut, RunOut
 from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..session import viewer
-from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
+from ..wiring import TriggerId, fired, in_thread, or_prevent, triggered_id
 from . import (
     run_aids,
     run_attribution,
@@ -384,7 +384,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         drawn = await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
         # A changed view, once drawn, moves the sections below (the first view is theirs
         # already, and a tick or new aids leave the view as it was).
-        follow = view is not None and trigger == "view"
+        follow = view is not None and fired("view.data")
         return (*drawn, view.to_store() if follow and view is not None else dash.no_update)
 
     @app.callback(
