@@ -517,6 +517,15 @@ MARKS_JS = f"""
   requestAnimationFrame(frame);
 }})();
 """
+STATE_JS = f"""() => {{
+  const ends = (sel) => {{
+    const g = document.querySelector(sel);
+    const x = g && g.data && g.data.length ? g.data[0].x : null;
+    return x && x.length ? [x[0], x[x.length - 1]] : null;
+  }};
+  return JSON.stringify({{url: location.search, overlay: ends('{OVERLAY}'),
+                         heatmap: ends('{HEATMAP}'), zoom: window.__nwZoom}});
+}}"""
 ZOOM_JS = f"""([lo, hi]) => {{
   const gd = document.querySelector('{OVERLAY}');
   const h = document.querySelector('{HEATMAP}');
@@ -591,8 +600,13 @@ def browser_timings(url: str, run_id: str, shape: Shape, repeat: int, results: R
                 calls.clear()
                 sent = time.time() * 1000
                 page.evaluate(ZOOM_JS, [lo, lo + width - 1])
-                page.wait_for_function("() => window.__nwZoom.done !== undefined")
-                page.wait_for_function("() => window.__nwZoom.heat !== undefined")
+                try:
+                    page.wait_for_function("() => window.__nwZoom.done !== undefined")
+                    page.wait_for_function("() => window.__nwZoom.heat !== undefined")
+                except Exception:
+                    state = page.evaluate(STATE_JS)
+                    say(f"  zoom {i} to {lo:,}: not redrawn; the page shows {state}")
+                    raise
                 page.wait_for_timeout(300)
                 took = page.evaluate(
                     "() => [window.__nwZoom.done, window.__nwZoom.heat, window.__nwZoom.t0,"

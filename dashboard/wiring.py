@@ -45,12 +45,6 @@ def triggered_id() -> TriggerId:
     return found
 
 
-def fired(prop_id: str) -> bool:
-    """Whether ``prop_id`` (``"view.data"``) is among the inputs that fired the running
-    callback: several fire together when one waited for another callback's output."""
-    return prop_id in ctx.triggered_prop_ids
-
-
 def clicked() -> bool:
     """Whether a real click fired the running callback, not a button appearing with 0 clicks."""
     return any(t.get("value") for t in ctx.triggered)

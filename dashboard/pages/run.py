@@ -24,7 +24,7 @@ from normwatch.server.schemas import MetricOut, RunOut
 from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..session import viewer
-from ..wiring import TriggerId, fired, in_thread, or_prevent, triggered_id
+from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
 from . import (
     run_aids,
     run_attribution,
@@ -375,17 +375,19 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Input("tick", "n_intervals"),
         Input("overlay-aids", "data"),
         State("overlay-shape", "data"),
+        State("view-drawn", "data"),
     )
     async def on_draw(
-        store: object, _tick: object, aids: object, shape: object
+        store: object, _tick: object, aids: object, shape: object, handed: object
     ) -> tuple[Any, Any, str, Any, Any]:
         view = RunView.from_store(store)
-        trigger = triggered_id()
-        drawn = await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
-        # A changed view, once drawn, moves the sections below (the first view is theirs
-        # already, and a tick or new aids leave the view as it was).
-        follow = view is not None and fired("view.data")
-        return (*drawn, view.to_store() if follow and view is not None else dash.no_update)
+        drawn = await in_thread(
+            draw, data, viewer(), view, shape, trigger=triggered_id(), aids=aids
+        )
+        # Once drawn, a changed view moves the sections below; a tick or new aids, with the
+        # view as it was, leave them be.
+        follow = None if view is None else view.to_store()
+        return (*drawn, dash.no_update if follow is None or follow == handed else follow)
 
     @app.callback(
         Output("left-metric", "options"),

@@ -501,7 +501,7 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             json=callback_request(
                 DRAW_OUTPUTS,
                 {"view.data": store, "tick.n_intervals": 3, "overlay-aids.data": None},
-                {"overlay-shape.data": None},
+                {"overlay-shape.data": None, "view-drawn.data": None},
                 ["view.data"],
             ),
         )
