@@ -8,10 +8,10 @@ total over other parameters, a bug) and the step is flagged.
 Shares are exact values at sampled steps, never ratios of downsampled values: each column
 of the chart is represented by the first step in it that every part and the total logged.
 The parts' candidates are their 64-point buckets' first points, from the chunks' outlines
-(a bucket's first point is a stored point, and parts logged together have the same
-buckets), all parts in one statement, so a 48-layer, million-step run costs what the
-outlines weigh; the total is read whole (one series), so every step the parts share has
-its value.
+(a bucket's first point is a stored point, and series logged together have the same
+buckets), every series in one statement, so a 48-layer, million-step run costs what the
+outlines weigh; where the total's buckets do not meet the parts', the total is read whole
+(one series), so every step the parts share has its value.
 """
 
 from __future__ import annotations
@@ -90,17 +90,24 @@ def attribution(
     lo = start if start is not None else span[0]
     hi = end if end is not None else span[1]
     pixel = (hi - lo + 1) / points
-    # The parts' bucket firsts, all parts in one statement (`storage.across`); the total at
-    # full resolution, so that any step the parts share has its total, whatever buckets the
-    # total's points fell into. Values compacted as float32 are used merely widened: their
-    # shortest-decimal form costs 0.2 µs a value and moves a share by less than 1e-7.
-    part_names = [name for name in names[1:] if name in ids]
-    part_ids = [ids[n] for n in part_names]
-    firsts = across.read(session, run.key, part_ids, lineage, lo, hi, pixel, "first")
-    whole = across.read(session, run.key, [total_id], lineage, lo, hi, 0.0, "first")
-    read = dict(zip(part_names, firsts.series, strict=True))
-    read[names[0]] = whole.series[0]
+    # Every series' bucket firsts, in one statement (`storage.across`): logged together,
+    # parts and total share their buckets' first steps. Where the total's do not meet the
+    # parts' (logged at other steps, or its chunks cut elsewhere), the total is read whole,
+    # so that any step the parts share has its total. Values compacted as float32 are used
+    # merely widened: their shortest-decimal form costs 0.2 µs a value and moves a share by
+    # less than 1e-7.
+    present = [name for name in names if name in ids]
+    firsts = across.read(
+        session, run.key, [ids[n] for n in present], lineage, lo, hi, pixel, "first"
+    )
+    read = dict(zip(present, firsts.series, strict=True))
     steps = _sample_steps([read.get(name) for name in names], lo, hi, points)
+    if not firsts.exact and len(steps) < len(
+        _sample_steps([read.get(name) for name in names[1:]], lo, hi, points)
+    ):
+        whole = across.read(session, run.key, [total_id], lineage, lo, hi, 0.0, "first")
+        read[names[0]] = whole.series[0]
+        steps = _sample_steps([read.get(name) for name in names], lo, hi, points)
     total = values_at(read[stem + "total"].steps, read[stem + "total"].values, steps)
     squares = np.zeros((len(groups), len(steps)))
     for part in parts:

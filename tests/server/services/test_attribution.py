@@ -91,3 +91,19 @@ def test_by_part_and_bad_arguments(sessions: Sessions) -> None:
         shares_of(sessions, run_id, by="layer")
     empty = shares_of(sessions, new_run(sessions, name="empty"))
     assert (empty.steps, empty.groups) == ([], [])
+
+
+def test_a_total_whose_buckets_miss_the_parts_is_read_whole(sessions: Sessions) -> None:
+    """Parts from step 0, the total from step 3, all compacted: no bucket of the total
+    starts where a part's does, so its points are read one by one and every column still
+    gets a step."""
+    run_id = new_run(sessions)
+    steps = np.arange(0, 20_000)
+    parts = parts_at(steps)
+    total = np.sqrt(sum(np.square(v) for v in parts.values()))
+    post(sessions, run_id, steps, **parts)
+    post(sessions, run_id, steps[3:], **{"grad/norm/total": total[3:]})
+    compact(sessions, run_id)
+    got = shares_of(sessions, run_id, points=50)
+    assert len(got.steps) == 50 and got.mismatched == []
+    np.testing.assert_allclose(got.sum, 1.0, rtol=1e-6)
