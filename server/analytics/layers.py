@@ -90,10 +90,19 @@ def bucket_edges(lo: int, hi: int, buckets: int) -> StepArray:
 def bucket_max(steps: StepArray, values: FloatArray, edges: StepArray) -> FloatArray:
     """The largest finite value in each bucket of ``edges`` (NaN where none), so that a
     one-step spike keeps its colour in a cell however many steps the cell spans."""
-    out = np.full(len(edges) - 1, -np.inf)
+    out = np.full(len(edges) - 1, np.nan)
     inside = (steps >= edges[0]) & (steps < edges[-1]) & np.isfinite(values)
     which = np.searchsorted(edges, steps[inside], side="right") - 1
-    np.maximum.at(out, which, values[inside])
+    if not len(which):
+        return out
+    kept = values[inside]
+    if bool((which[1:] >= which[:-1]).all()):
+        # Ascending steps (the usual case): each bucket's values are one run.
+        starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
+        out[which[starts]] = np.maximum.reduceat(kept, starts)
+        return out
+    out[:] = -np.inf
+    np.maximum.at(out, which, kept)
     out[out == -np.inf] = np.nan
     return out
 

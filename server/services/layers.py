@@ -31,7 +31,7 @@ from ..analytics.layers import (
 )
 from ..errors import Invalid
 from ..models import Run
-from ..storage import across, chunks, pyramid
+from ..storage import across, chunks
 from ..storage.chunks import Points
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
@@ -105,11 +105,11 @@ def layer_grid(
     layers = depth_order(parts)
     lineage, ids = series_keys(session, run.key, [stem + part for part in layers])
     keys = [ids[stem + part] for part in layers]
-    extents = [e for key in keys if (e := pyramid.extent(session, run.key, key, lineage))]
-    if not extents:
+    span = across.extent(session, run.key, keys, lineage)
+    if span is None:
         return LayerGrid(stem.rstrip("/"), layers, [], [[] for _ in layers], [], False, None)
-    lo = start if start is not None else min(e[0] for e in extents)
-    hi = end if end is not None else max(e[1] for e in extents)
+    lo = start if start is not None else span[0]
+    hi = end if end is not None else span[1]
     pixel = (hi - lo + 1) / points
     got = across.read(session, run.key, keys, lineage, lo, hi, pixel, "max")
     rows = got.series

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from . import blocks, chunks, outline
-from .chunks import FANOUT, Points
+from .chunks import FANOUT, LEVELS, Points
 from .outline import Pick
 from .points import ascending, clip
 from .runs import Lineage
@@ -73,6 +73,43 @@ def read(
             exact = exact and got
     joined = [_joined(pieces.get(i, [])) for i in range(len(metric_ids))]
     return Read([p for p, _ in joined], [n for _, n in joined], exact)
+
+
+def extent(
+    session: Session, run_key: int, metric_ids: list[int], lineage: Lineage
+) -> tuple[int, int] | None:
+    """First and last stored step of any of ``metric_ids`` in the lineage (None when they
+    have none): `pyramid.extent` of them all, in one statement a segment."""
+    lo: int | None = None
+    hi: int | None = None
+    if not metric_ids:
+        return None
+    where, ids = _in_list(metric_ids)
+    for seg, seg_lo, seg_hi in lineage.ranges:
+        params: dict[str, int] = {**ids, "rk": run_key, "seg": seg, "top": LEVELS}
+        key = f"run_key = :rk AND segment = :seg AND metric_id IN {where}"
+        [row] = fetch(
+            session.connection(),
+            f"SELECT (SELECT min(first_step) FROM rollups WHERE {key} AND level = :top), "
+            f"(SELECT max(last_step) FROM rollups WHERE {key} AND level = :top), "
+            f"(SELECT min(first_step) FROM blocks WHERE {key}), "
+            f"(SELECT max(last_step) FROM blocks WHERE {key})",
+            params,
+        )
+        firsts = [int(v) for v in (row[0], row[2]) if v is not None]
+        lasts = [int(v) for v in (row[1], row[3]) if v is not None]
+        if not firsts:
+            continue
+        first, last = min(firsts), max(lasts)
+        if seg_lo is not None:
+            first = max(first, seg_lo)
+        if seg_hi is not None:
+            last = min(last, seg_hi - 1)
+        if first > last:
+            continue
+        lo = first if lo is None else min(lo, first)
+        hi = last if hi is None else max(hi, last)
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def _in_list(ids: list[int]) -> tuple[str, dict[str, int]]:

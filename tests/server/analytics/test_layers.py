@@ -80,12 +80,14 @@ def test_bucket_edges_cover_the_range_in_near_equal_buckets() -> None:
         max_size=80,
     ),
     buckets=st.integers(1, 40),
+    descending=st.booleans(),
 )
 def test_bucket_max_is_each_buckets_largest_finite_value(
-    points: dict[int, float], buckets: int
+    points: dict[int, float], buckets: int, descending: bool
 ) -> None:
-    steps = np.array(sorted(points), dtype=np.int64)
-    values = np.array([points[s] for s in sorted(points)], dtype=np.float64)
+    order = sorted(points, reverse=descending)  # steps out of order take the slower path
+    steps = np.array(order, dtype=np.int64)
+    values = np.array([points[s] for s in order], dtype=np.float64)
     edges = bucket_edges(0, 199, buckets)
     got = bucket_max(steps, values, edges)
     for i, (a, b) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)):

@@ -136,3 +136,17 @@ def test_layer_grid_cells_are_column_maxima_where_buckets_fit_columns(sessions: 
         want = chunks.readable(stored.reshape(32, 128).max(axis=1))
         np.testing.assert_array_equal(np.array(row), want)
     assert max(grid.values[grid.layers.index("layers.0")]) == 1000.0
+
+
+def test_extent_of_many_series_is_the_union_of_their_extents(sessions: Sessions) -> None:
+    run_id, _ = _run_with_hot_tail(sessions)
+    post(sessions, run_id, np.array([3500]), **{NAMES[3]: np.array([1.0])})
+    key, lineage, ids = _ids(sessions, run_id)
+    with session_scope(sessions) as session:
+        each = [pyramid.extent(session, key, mid, lineage) for mid in ids]
+        assert across.extent(session, key, ids, lineage) == (0, 3500)
+        assert across.extent(session, key, ids[1:3], lineage) == (
+            min(e[0] for e in each[1:3] if e),
+            max(e[1] for e in each[1:3] if e),
+        )
+        assert across.extent(session, key, [], lineage) is None
