@@ -432,9 +432,11 @@ def grid_parts(session: Session, run: Run, repeat: int) -> tuple[dict[str, Timin
         lineage, ids = series_keys(session, run.key, [stem + p for p in parts])
         keys = [ids[stem + p] for p in parts]
         marks.append(time.perf_counter())
-        extents = [e for k in keys if (e := pyramid.extent(session, run.key, k, lineage))]
+        span = across.extent(session, run.key, keys, lineage)
         marks.append(time.perf_counter())
-        lo, hi = min(e[0] for e in extents), max(e[1] for e in extents)
+        if span is None:
+            raise RuntimeError("the layers have no points")
+        lo, hi = span
         pixel = (hi - lo + 1) / POINTS
         got = across.read(session, run.key, keys, lineage, lo, hi, pixel, "max")
         marks.append(time.perf_counter())
@@ -454,7 +456,7 @@ def grid_parts(session: Session, run: Run, repeat: int) -> tuple[dict[str, Timin
         names = [
             "metric names",
             "series keys",
-            f"{len(keys)} x pyramid.extent",
+            f"across.extent of {len(keys)} layers",
             f"across.read of {len(keys)} layers (outline maxima)",
             "bucket_max + u_index",
             "cells for JSON",

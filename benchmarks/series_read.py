@@ -304,8 +304,9 @@ def at_rest_compacted(engine: Engine, url: str, rows: int) -> tuple[float, float
                     f"SELECT pg_total_relation_size('{name}'), pg_relation_size('{name}'), "
                     f"pg_indexes_size('{name}')"
                 ).one()
-            data, buckets = conn.exec_driver_sql(
-                "SELECT sum(octet_length(data)), sum(octet_length(buckets)) FROM chunks"
+            data, buckets, outlines = conn.exec_driver_sql(
+                "SELECT sum(octet_length(data)), sum(octet_length(buckets)), "
+                "sum(octet_length(outline)) FROM chunks"
             ).one()
             rollup = conn.exec_driver_sql("SELECT sum(octet_length(buckets)) FROM rollups").one()
         split = "; ".join(
@@ -315,7 +316,8 @@ def at_rest_compacted(engine: Engine, url: str, rows: int) -> tuple[float, float
         )
         blobs = (
             f"blobs: chunk data {int(data or 0) / rows:.2f}, chunk buckets "
-            f"{int(buckets or 0) / rows:.2f}, rollup buckets {int(rollup[0] or 0) / rows:.3f}"
+            f"{int(buckets or 0) / rows:.2f}, chunk outlines {int(outlines or 0) / rows:.2f}, "
+            f"rollup buckets {int(rollup[0] or 0) / rows:.3f}"
         )
         everything = sum(total for total, _, _ in sizes.values())
         compacted = everything - sizes["blocks"][0]
