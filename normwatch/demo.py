@@ -83,6 +83,8 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
 
 
 DEMO_RULES = (
+    # The contingency as an on-call team would set it: fire after 3 steps at 5 or more, stay
+    # firing through dips (resolve only after 100 steps below 4), say so every 1,000 steps.
     {
         "name": "grad norm 5+",
         "metric": "grad/norm/total",
@@ -91,8 +93,10 @@ DEMO_RULES = (
             "op": ">=",
             "value": 5.0,
             "for_steps": 3,
-            "cooldown_steps": 2000,
+            "resolve_value": 4.0,
+            "resolve_steps": 100,
         },
+        "repeat_every_steps": 1000,
     },
     {
         "name": "grad norm heading for 5",
@@ -108,7 +112,7 @@ DEMO_RULES = (
     {
         "name": "update-norm spike",
         "metric": "updates/norm/total",
-        "condition": {"kind": "spike", "factor": 1.6, "window": 50, "cooldown_steps": 200},
+        "condition": {"kind": "spike", "factor": 1.6, "window": 50},
     },
     {"name": "loss is not finite", "metric": "train/loss", "condition": {"kind": "non_finite"}},
 )

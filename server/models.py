@@ -25,6 +25,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -266,6 +267,8 @@ class AlertRule(Base):
     channels: Mapped[list[dict[str, Any]]] = mapped_column(JsonDoc, default=list)
     run_name: Mapped[str] = mapped_column(String(256), default="*")
     run_tags: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
+    repeat_every_steps: Mapped[int | None] = mapped_column(BigInteger)
+    """A still-firing alert is sent again every this many logged steps (None: never)."""
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
@@ -305,6 +308,10 @@ class Alert(Base):
     value: Mapped[float | None] = mapped_column(Double)
     threshold: Mapped[float | None] = mapped_column(Double)
     reason: Mapped[str] = mapped_column(Text, default="")
+    repeat: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    """0 for a state change; n for the n-th notification of a still-firing alert."""
+    worst: Mapped[float | None] = mapped_column(Double)
+    """The measured value furthest past the threshold since the alert fired."""
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

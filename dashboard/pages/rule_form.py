@@ -18,12 +18,13 @@ from normwatch.server.schemas import AlertRuleCreate, AlertRuleOut, AlertRuleUpd
 from pydantic import ValidationError
 
 KINDS = ("threshold", "non_finite", "spike", "slope", "forecast", "stale")
+_STEPS = ("for_steps", "resolve_steps", "cooldown_steps")
 KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "threshold": ("op", "value", "for_steps", "cooldown_steps"),
-    "non_finite": ("for_steps", "cooldown_steps"),
-    "spike": ("factor", "window", "for_steps", "cooldown_steps"),
-    "slope": ("op", "per_1k_steps", "window", "for_steps", "cooldown_steps"),
-    "forecast": ("op", "value", "within_steps", "window", "for_steps", "cooldown_steps"),
+    "threshold": ("op", "value", "resolve_value", *_STEPS),
+    "non_finite": _STEPS,
+    "spike": ("factor", "window", *_STEPS),
+    "slope": ("op", "per_1k_steps", "window", *_STEPS),
+    "forecast": ("op", "value", "within_steps", "window", *_STEPS),
     "stale": ("seconds",),
 }
 CONDITION_FIELDS = (
@@ -34,7 +35,9 @@ CONDITION_FIELDS = (
     "per_1k_steps",
     "within_steps",
     "seconds",
+    "resolve_value",
     "for_steps",
+    "resolve_steps",
     "cooldown_steps",
 )
 # Placeholders show the condition's default, so an empty field reads as "use the default".
@@ -46,8 +49,12 @@ _HINTS = {
     "within_steps": "e.g. 2000",
     "seconds": "e.g. 600",
     "for_steps": "1",
+    "resolve_value": "blank: the threshold",
+    "resolve_steps": "1 (spike 5, forecast 10)",
     "cooldown_steps": "0",
 }
+REPEAT = "rule-repeat-every-steps"
+"""The rule's ``repeat_every_steps`` (not a condition field)."""
 
 
 def field_id(name: str) -> str:
@@ -59,6 +66,7 @@ FIELDS = (
     "rule-metric",
     "rule-kind",
     *(field_id(n) for n in CONDITION_FIELDS),
+    REPEAT,
     "rule-channel-type",
     "rule-channel-url",
     "rule-channel-secret",
@@ -69,10 +77,15 @@ SAVE_LABEL = "Save changes"
 NEW_TITLE = "New rule"
 URL_HINT = "https://…"
 KEEP_URL_HINT = "blank keeps the current channels"
+# A new rule as someone who has been paged at 3 a.m. would set it: it resolves after ten
+# calm steps (not on the first dip), says it is still firing every 1,000 steps, and has no
+# cooldown (which could hide a condition that comes back).
 _DEFAULTS: dict[str, Any] = {
     "rule-metric": "grad/norm/total",
     "rule-kind": "threshold",
     field_id("op"): ">",
+    field_id("resolve_steps"): 10,
+    REPEAT: 1000,
     "rule-channel-type": "webhook",
     "rule-run-name": "*",
 }
@@ -92,6 +105,10 @@ def values_of(rule: AlertRuleOut) -> list[Any]:
     for name in CONDITION_FIELDS:
         if name in rule.condition:
             values[field_id(name)] = rule.condition[name]
+    # A rule stored without these has its kind's defaults, not a new rule's.
+    if "resolve_steps" not in rule.condition:
+        values[field_id("resolve_steps")] = None
+    values[REPEAT] = rule.repeat_every_steps
     if rule.channels and rule.channels[0].get("type") in ("webhook", "slack"):
         values["rule-channel-type"] = rule.channels[0]["type"]
     values["rule-run-name"] = rule.runs.name
@@ -117,7 +134,11 @@ def form() -> html.Div:
             )
         else:
             control = dcc.Input(
-                id=field_id(name), type="number", placeholder=_HINTS[name], debounce=False
+                id=field_id(name),
+                type="number",
+                value=_DEFAULTS.get(field_id(name)),
+                placeholder=_HINTS[name],
+                debounce=False,
             )
         condition_controls.append(_labelled(name, control, name=name))
     return html.Div(
@@ -143,7 +164,16 @@ def form() -> html.Div:
                 ],
                 className="form-row",
             ),
-            html.Div(condition_controls, className="form-row"),
+            html.Div(
+                [
+                    *condition_controls,
+                    _labelled(
+                        "repeat every (steps)",
+                        dcc.Input(id=REPEAT, type="number", value=1000, placeholder="blank: never"),
+                    ),
+                ],
+                className="form-row",
+            ),
             html.Div(
                 [
                     _labelled(
@@ -215,8 +245,15 @@ def to_create(values: Mapping[str, Any]) -> AlertRuleCreate:
             "condition": _condition(values),
             "channels": _channels(values),
             "runs": {"name": _text(values, "rule-run-name") or "*"},
+            "repeat_every_steps": _repeat(values),
         }
     )
+
+
+def _repeat(values: Mapping[str, Any]) -> Any:
+    """The repeat field's value; blank is 0 (never)."""
+    value = values.get(REPEAT)
+    return 0 if value is None or value == "" else value
 
 
 def to_update(values: Mapping[str, Any], current: AlertRuleOut) -> AlertRuleUpdate:
@@ -229,6 +266,7 @@ def to_update(values: Mapping[str, Any], current: AlertRuleOut) -> AlertRuleUpda
         "name": _text(values, "rule-name"),
         "metric": _text(values, "rule-metric"),
         "condition": _condition(values),
+        "repeat_every_steps": _repeat(values),
     }
     channels = _channels(values)
     if channels:

@@ -61,6 +61,10 @@ def condition_text(condition: dict[str, Any]) -> str:
     extras = []
     if condition.get("for_steps", 1) > 1:
         extras.append(f"for {condition['for_steps']} steps")
+    if condition.get("resolve_value") is not None:
+        extras.append(f"resolves past {condition['resolve_value']:g}")
+    if condition.get("resolve_steps", 1) > 1:
+        extras.append(f"resolves after {condition['resolve_steps']} calm steps")
     if condition.get("cooldown_steps", 0):
         extras.append(f"cooldown {condition['cooldown_steps']}")
     return f"{kind}: {text}" + (f" ({', '.join(extras)})" if extras else "")
@@ -104,7 +108,14 @@ def rules_table(rules: list[AlertRuleOut], *, admin: bool) -> Any:
         cells = [
             html.Td(r.name, className="rule-name"),
             html.Td(r.metric, className="metric"),
-            html.Td(condition_text(r.condition)),
+            html.Td(
+                condition_text(r.condition)
+                + (
+                    f"; repeats every {r.repeat_every_steps:,} steps"
+                    if r.repeat_every_steps
+                    else ""
+                )
+            ),
             html.Td(runs),
             html.Td(channels_text(r.channels), className="channels"),
             html.Td(

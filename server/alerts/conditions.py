@@ -13,6 +13,15 @@ forecast   not yet crossed, slope toward ``v`` and  value not finite; fewer than
 stale      wall clock: no new step for ``seconds``  (see :func:`check_stale`)
 ========== ======================================== ============================================
 
+A firing alert resolves after ``resolve_steps`` consecutive logged steps with the condition
+false (and, for a threshold with ``resolve_value``, past that value too), so a value that
+dips under the line for a step or two does not resolve and re-fire. The default is 1 for
+threshold, non_finite and slope (as rules stored before the field were written), 5 for
+spike (one alert from a spike's start to its recovery) and 10 for forecast. A forecast
+counts toward resolving only while no crossing is projected sooner than twice its
+``within_steps``, and resolves the moment the value crosses (it hands over to the
+threshold rule).
+
 Windows hold finite values only; a non-finite value is the ``non_finite`` kind's business.
 """
 
@@ -74,7 +83,15 @@ class _StepRule(BaseModel):
         default=0,
         ge=0,
         le=MAX_STEPS,
-        description="After a resolve, steps to wait before firing again.",
+        description="After a resolve, steps to wait before firing again (a condition still "
+        "true when they are over fires then).",
+    )
+    resolve_steps: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_STEPS,
+        description="Consecutive logged steps with the condition false before a firing "
+        "alert resolves.",
     )
 
 
@@ -84,6 +101,34 @@ class ThresholdCondition(_StepRule):
     kind: Literal["threshold"] = "threshold"
     op: Comparison
     value: Finite
+    resolve_value: Finite | None = Field(
+        default=None,
+        description="Resolve only past this value (fire at >= 5, resolve below 4): a step "
+        "between the two keeps a firing alert firing.",
+    )
+
+    @model_validator(mode="after")
+    def _resolve_value_on_the_resolving_side(self) -> ThresholdCondition:
+        if self.resolve_value is None:
+            return self
+        upward = self.op in (">", ">=")
+        if (upward and self.resolve_value > self.value) or (
+            not upward and self.resolve_value < self.value
+        ):
+            side = "at or below" if upward else "at or above"
+            raise ValueError(
+                f"resolve_value ({self.resolve_value:g}) must be {side} the threshold "
+                f"({self.value:g}) for {self.op}: it is where a firing alert stops"
+            )
+        return self
+
+    def cleared(self, value: float) -> bool:
+        """Whether ``value`` is past ``resolve_value`` (any value when there is none)."""
+        if self.resolve_value is None:
+            return True
+        if self.op in (">", ">="):
+            return value < self.resolve_value
+        return value > self.resolve_value
 
 
 class NonFiniteCondition(_StepRule):
@@ -96,6 +141,12 @@ class SpikeCondition(_StepRule):
     """``value > factor · median`` of the previous ``window`` finite values."""
 
     kind: Literal["spike"] = "spike"
+    resolve_steps: int = Field(
+        default=5,
+        ge=1,
+        le=MAX_STEPS,
+        description="Consecutive logged steps back under the limit before a spike resolves.",
+    )
     factor: Finite = Field(default=2.0, gt=1.0)
     window: Annotated[int, Field(ge=1, le=MAX_WINDOW)] = 50
     min_history: int | None = Field(
@@ -141,6 +192,12 @@ class ForecastCondition(_StepRule):
     """
 
     kind: Literal["forecast"] = "forecast"
+    resolve_steps: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_STEPS,
+        description="Consecutive logged steps with no crossing projected before it resolves.",
+    )
     op: Comparison = ">="
     value: Finite
     within_steps: int = Field(ge=1, le=MAX_STEPS)

@@ -10,10 +10,21 @@ which is also what makes a re-sent batch count once.
 
 States: ``ok → pending → firing → (resolved) → ok``. A step that satisfies the condition
 adds to ``streak``; at ``for_steps`` consecutive logged steps the rule fires (``pending``
-while fewer). A logged step that does not satisfy it ends the streak and resolves a firing
-alert. After a resolve at step ``r`` the rule fires again no earlier than step
-``r + cooldown_steps`` (the streak keeps counting meanwhile). Some steps cannot be judged:
-they end a pending streak but neither fire nor resolve (a firing alert stays firing).
+while fewer). A firing alert resolves after ``resolve_steps`` consecutive logged steps that
+do not satisfy it (past ``resolve_value`` too, for a threshold that has one); a step that
+satisfies it again, or lies between the two values, starts that count over. After a
+resolve at step ``r`` the rule fires again no earlier than step ``r + cooldown_steps`` (the
+streak keeps counting meanwhile, so a condition still true then fires at once). Some steps
+cannot be judged: they end a pending streak but neither fire nor resolve (a firing alert
+stays firing). A forecast resolves once no crossing is projected sooner than twice
+``within_steps`` for ``resolve_steps`` steps, or at once when its value crosses (handed
+over to the threshold rule).
+
+While firing, an alert is sent again every ``repeat_every_steps`` steps, at a step where
+the condition holds (a ``firing`` transition with ``repeat`` 1, 2, ... and the worst value
+so far). A firing spike
+rule keeps its window as it was before the spike (for up to ``window`` logged steps, after
+which the values join it as a new level), so the spike is judged against what was normal.
 
 Windows hold finite values only; a non-finite value is the ``non_finite`` kind's business.
 """
@@ -33,6 +44,7 @@ from .conditions import (
     AlertStatus,
     Comparison,
     Finite,
+    ForecastCondition,
     NonFiniteCondition,
     SlopeCondition,
     SpikeCondition,
@@ -108,11 +120,29 @@ class RuleState:
     last_seen_unix: float | None = None
     fired_at_step: int | None = None
     cooldown_until_step: int | None = None
+    clear: int = 0
+    """While firing: consecutive logged steps that count toward resolving."""
+    held: int = 0
+    """While firing: logged steps since it fired."""
+    repeats: int = 0
+    """While firing: notifications sent again so far."""
+    notified_step: int | None = None
+    """While firing: the step of the last notification (firing or repeat)."""
+    worst: float | None = None
+    """While firing: the measured value furthest past the threshold so far."""
+    handed_over: bool = False
+    """A forecast that resolved as crossed: quiet until its steps count as clear again."""
 
     def to_dict(self) -> dict[str, Any]:
         """A strict-JSON document (non-finite numbers as ``"NaN"``, ``"Infinity"``...)."""
         return {
-            "version": 1,
+            "version": 2,
+            "clear": self.clear,
+            "held": self.held,
+            "repeats": self.repeats,
+            "notified_step": self.notified_step,
+            "worst": None if self.worst is None else _encode(self.worst),
+            "handed_over": self.handed_over,
             "status": self.status,
             "streak": self.streak,
             "window": [[s, v] for s, v in self.window],
@@ -132,7 +162,7 @@ class RuleState:
 class _StateDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = 2
     status: AlertStatus
     streak: int = Field(ge=0)
     window: list[tuple[int, Finite]] = Field(max_length=MAX_WINDOW)
@@ -141,6 +171,13 @@ class _StateDoc(BaseModel):
     last_seen_unix: float | None
     fired_at_step: int | None
     cooldown_until_step: int | None
+    # Version 2 (resolve and repeat bookkeeping); a version 1 document has none of it.
+    clear: int = Field(default=0, ge=0)
+    held: int = Field(default=0, ge=0)
+    repeats: int = Field(default=0, ge=0)
+    notified_step: int | None = None
+    worst: float | None = None
+    handed_over: bool = False
 
     def to_state(self) -> RuleState:
         return RuleState(
@@ -152,6 +189,12 @@ class _StateDoc(BaseModel):
             last_seen_unix=self.last_seen_unix,
             fired_at_step=self.fired_at_step,
             cooldown_until_step=self.cooldown_until_step,
+            clear=self.clear,
+            held=self.held,
+            repeats=self.repeats,
+            notified_step=self.notified_step,
+            worst=self.worst,
+            handed_over=self.handed_over,
         )
 
 
@@ -166,7 +209,9 @@ class Transition:
     for a spike, ``per_1k_steps`` for a slope, ``seconds`` for stale, None for non_finite);
     ``measured`` is what was compared with it (the value, the slope per 1k steps, the
     projected steps to crossing, the seconds without a step). ``reason`` leaves out the
-    metric's name, which the caller puts in front.
+    metric's name, which the caller puts in front. ``repeat`` is 0 for a state change and
+    n ≥ 1 for the n-th notification of a still-firing alert; ``worst`` the measured value
+    furthest past the threshold since it fired (None where that has no meaning).
     """
 
     state: Literal["firing", "resolved"]
@@ -176,6 +221,8 @@ class Transition:
     measured: float
     reason: str
     fired_at_step: int
+    repeat: int = 0
+    worst: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Strict-JSON fields, non-finite numbers as strings."""
@@ -187,6 +234,8 @@ class Transition:
             "measured": _encode(self.measured),
             "reason": self.reason,
             "fired_at_step": self.fired_at_step,
+            "repeat": self.repeat,
+            "worst": None if self.worst is None else _encode(self.worst),
         }
 
 
@@ -204,6 +253,7 @@ class _Verdict:
     threshold: float | None
     measured: float
     context: str  # what the reason adds after the comparison, e.g. "(2 × median 1.3)"
+    crossed: bool = False  # a forecast's value is past its threshold already
 
 
 def evaluate(
@@ -213,6 +263,7 @@ def evaluate(
     values: Sequence[float],
     *,
     now_unix: float | None = None,
+    repeat_every_steps: int | None = None,
 ) -> tuple[RuleState, list[Transition]]:
     """Feed one batch of a metric's logged points; return the new state and its transitions.
 
@@ -220,6 +271,7 @@ def evaluate(
     metric was not logged at). Steps at or below ``state.last_step`` are skipped. ``state``
     is not modified. ``now_unix`` (the ingest time) is recorded as ``last_seen_unix`` when
     the batch brings a new step; stale rules require it, and a new step resolves them.
+    ``repeat_every_steps`` (the rule's) sends a still-firing alert again that often.
     """
     if len(steps) != len(values):
         raise ValueError(f"steps and values differ in length: {len(steps)} != {len(values)}")
@@ -237,8 +289,8 @@ def evaluate(
     transitions: list[Transition] = []
     for step, value in zip(steps[start:], values[start:], strict=True):
         step, value = int(step), float(value)
-        verdict = _judge(condition, new.window, step, value)
-        transition = _advance(condition, new, step, value, verdict)
+        verdict = _judge(condition, new, step, value)
+        transition = _advance(condition, new, step, value, verdict, repeat_every_steps)
         if transition is not None:
             transitions.append(transition)
     new.last_step, new.last_value = int(steps[-1]), float(values[-1])
@@ -248,12 +300,17 @@ def evaluate(
 
 
 def preview(
-    condition: StepCondition | StaleCondition, steps: Sequence[int], values: Sequence[float]
+    condition: StepCondition | StaleCondition,
+    steps: Sequence[int],
+    values: Sequence[float],
+    *,
+    repeat_every_steps: int | None = None,
 ) -> list[Transition]:
-    """Where the rule would have fired and resolved on a stored series (from a fresh state)."""
+    """Where the rule would have fired, repeated and resolved on a stored series (from a
+    fresh state)."""
     if isinstance(condition, StaleCondition):
         raise ValueError("a stale rule depends on arrival times, which a stored series lacks")
-    return evaluate(condition, RuleState(), steps, values)[1]
+    return evaluate(condition, RuleState(), steps, values, repeat_every_steps=repeat_every_steps)[1]
 
 
 def check_stale(
@@ -318,40 +375,163 @@ def _observe_stale(
 
 
 def _advance(
-    condition: StepCondition, state: RuleState, step: int, value: float, verdict: _Verdict
+    condition: StepCondition,
+    state: RuleState,
+    step: int,
+    value: float,
+    verdict: _Verdict,
+    repeat_every_steps: int | None,
 ) -> Transition | None:
     """One step of ``ok → pending → firing → ok``; mutates ``state``."""
+    if state.status == "firing":
+        return _while_firing(condition, state, step, value, verdict, repeat_every_steps)
+    if state.handed_over:
+        # Around its crossing a noisy value crosses back and forth: the forecast stays quiet
+        # until its steps have counted as clear for resolve_steps in a row.
+        calm = verdict.satisfied is False and _cleared(condition, verdict, value)
+        state.clear = state.clear + 1 if calm else 0
+        if state.clear >= condition.resolve_steps:
+            state.handed_over, state.clear = False, 0
+        return None
     if verdict.satisfied:
         state.streak += 1
-        if state.status == "firing":
-            return None
         cooling = state.cooldown_until_step is not None and step < state.cooldown_until_step
         if state.streak < condition.for_steps or cooling:
             state.status = "pending"
             return None
-        state.status, state.fired_at_step = "firing", step
+        state.status, state.fired_at_step, state.notified_step = "firing", step, step
+        state.clear, state.held, state.repeats = 0, 0, 0
+        state.worst = verdict.measured if _direction(condition) else None
         plural = "" if state.streak == 1 else "s"
         reason = f"{_claim(condition, verdict)} for {state.streak} step{plural}"
-        return Transition("firing", step, value, verdict.threshold, verdict.measured, reason, step)
+        return Transition(
+            "firing",
+            step,
+            value,
+            verdict.threshold,
+            verdict.measured,
+            reason,
+            step,
+            worst=state.worst,
+        )
     state.streak = 0
     if state.status == "pending":
         state.status = "ok"
-    if state.status != "firing" or verdict.satisfied is None:
-        return None
+    return None
+
+
+def _while_firing(
+    condition: StepCondition,
+    state: RuleState,
+    step: int,
+    value: float,
+    verdict: _Verdict,
+    repeat_every_steps: int | None,
+) -> Transition | None:
+    """A logged step of a firing alert: hold, resolve, or send it again."""
+    state.held += 1
     fired_at = state.fired_at_step if state.fired_at_step is not None else step
-    state.status, state.fired_at_step = "ok", None
-    if condition.cooldown_steps:
-        state.cooldown_until_step = step + condition.cooldown_steps
-    reason = _claim(condition, verdict, negated=True)
-    return Transition(
-        "resolved", step, value, verdict.threshold, verdict.measured, reason, fired_at
-    )
+    if verdict.satisfied:
+        state.streak += 1
+        state.clear = 0
+        state.worst = _worse(condition, state.worst, verdict.measured)
+    elif verdict.satisfied is False:
+        state.streak = 0
+        state.clear = state.clear + 1 if _cleared(condition, verdict, value) else 0
+    else:
+        state.streak = 0  # a step that cannot be judged neither counts nor clears
+    if verdict.crossed or (verdict.satisfied is False and state.clear >= condition.resolve_steps):
+        worst = state.worst
+        state.status, state.fired_at_step, state.notified_step = "ok", None, None
+        state.clear, state.held, state.repeats, state.worst = 0, 0, 0, None
+        state.streak = 0
+        if condition.cooldown_steps:
+            state.cooldown_until_step = step + condition.cooldown_steps
+        if isinstance(condition, ForecastCondition) and verdict.crossed:
+            state.handed_over = True
+            crossed = f"{_num(value)} {_SYMBOL[condition.op]} {_num(condition.value)}"
+            reason = f"crossed: {crossed} (handed over to the threshold)"
+        else:
+            reason = _claim(condition, verdict, negated=True)
+            if condition.resolve_steps > 1:
+                reason += f" for {condition.resolve_steps} steps"
+        return Transition(
+            "resolved",
+            step,
+            value,
+            verdict.threshold,
+            verdict.measured,
+            reason,
+            fired_at,
+            worst=worst,
+        )
+    last = state.notified_step if state.notified_step is not None else fired_at
+    # A repeat goes out at a step where the condition holds (one due while it is counting
+    # down to resolve waits, and is not sent if it resolves).
+    if verdict.satisfied and repeat_every_steps and step - last >= repeat_every_steps:
+        state.repeats += 1
+        state.notified_step = step
+        so_far = "" if state.worst is None else f", worst {_num(state.worst)}"
+        reason = f"still firing since step {fired_at:,}: now {_num(value)}{so_far}"
+        threshold = verdict.threshold if verdict.threshold is not None else _threshold(condition)
+        return Transition(
+            "firing",
+            step,
+            value,
+            threshold,
+            verdict.measured,
+            reason,
+            fired_at,
+            repeat=state.repeats,
+            worst=state.worst,
+        )
+    return None
 
 
-def _judge(
-    condition: StepCondition, window: list[tuple[int, float]], step: int, value: float
-) -> _Verdict:
-    """Whether ``value`` at ``step`` satisfies the condition; appends it to ``window``."""
+def _cleared(condition: StepCondition, verdict: _Verdict, value: float) -> bool:
+    """Whether a step with the condition false counts toward resolving: past
+    ``resolve_value`` for a threshold that has one; for a forecast, a crossing projected no
+    sooner than twice ``within_steps`` (a trend estimate wobbles around its horizon)."""
+    if isinstance(condition, ThresholdCondition):
+        return condition.cleared(value)
+    if isinstance(condition, ForecastCondition):
+        return verdict.measured >= 2 * condition.within_steps
+    return True
+
+
+def _direction(condition: StepCondition) -> int:
+    """+1 when larger measured values are worse, -1 when smaller are, 0 when neither means
+    anything (non_finite, and forecast's projected steps, where fewer are worse: -1)."""
+    if isinstance(condition, NonFiniteCondition):
+        return 0
+    if isinstance(condition, SpikeCondition):
+        return 1
+    if isinstance(condition, (ThresholdCondition, SlopeCondition)):
+        return 1 if condition.op in (">", ">=") else -1
+    return -1  # forecast: steps left to the crossing
+
+
+def _worse(condition: StepCondition, worst: float | None, measured: float) -> float | None:
+    direction = _direction(condition)
+    if not direction or math.isnan(measured):
+        return worst
+    if worst is None:
+        return measured
+    return max(worst, measured) if direction > 0 else min(worst, measured)
+
+
+def _threshold(condition: StepCondition) -> float | None:
+    """The rule's own number, for a repeat at a step that could not be judged."""
+    if isinstance(condition, (ThresholdCondition, ForecastCondition)):
+        return condition.value
+    if isinstance(condition, SlopeCondition):
+        return condition.per_1k_steps
+    return None
+
+
+def _judge(condition: StepCondition, state: RuleState, step: int, value: float) -> _Verdict:
+    """Whether ``value`` at ``step`` satisfies the condition; adds it to ``state.window``."""
+    window = state.window
     finite = math.isfinite(value)
     if isinstance(condition, ThresholdCondition):
         known = not math.isnan(value)
@@ -361,16 +541,16 @@ def _judge(
         return _Verdict(not finite, None, value, "")
     if isinstance(condition, SpikeCondition):
         history = [v for _, v in window]
-        if finite:
+        verdict = _spike_verdict(condition, history, value)
+        # A spike's values stay out of the window, so that it is judged against what was
+        # normal before it; one longer than the window is a new level and joins it.
+        if state.status == "firing":
+            absorb = state.held >= condition.window
+        else:
+            absorb = not verdict.satisfied
+        if finite and absorb:
             _push(window, step, value, condition.window)
-        if math.isnan(value) or len(history) < condition.history_needed:
-            return _Verdict(None, None, value, "")
-        median = statistics.median(history)
-        if not median > 0:
-            return _Verdict(None, None, value, "")
-        limit = condition.factor * median
-        context = f" ({_num(condition.factor)} × median {_num(median)})"
-        return _Verdict(value > limit, limit, value, context)
+        return verdict
     if not finite:
         return _Verdict(None, None, value, "")
     _push(window, step, value, condition.window)
@@ -383,11 +563,23 @@ def _judge(
         hit = compare(per_1k, condition.op, condition.per_1k_steps)
         return _Verdict(hit, condition.per_1k_steps, per_1k, f" {points}")
     if compare(value, condition.op, condition.value):
-        return _Verdict(None, condition.value, math.nan, "")  # crossed: no longer a forecast
+        # Crossed: no longer a forecast; a firing one hands over to the threshold rule.
+        return _Verdict(None, condition.value, math.nan, "", crossed=True)
     toward = slope > 0 if condition.op in (">", ">=") else slope < 0
     steps_left = (condition.value - level) / slope if toward else math.inf
     context = f" (slope {per_1k:+.3g} per 1k steps {points})"
     return _Verdict(steps_left < condition.within_steps, condition.value, steps_left, context)
+
+
+def _spike_verdict(condition: SpikeCondition, history: list[float], value: float) -> _Verdict:
+    if math.isnan(value) or len(history) < condition.history_needed:
+        return _Verdict(None, None, value, "")
+    median = statistics.median(history)
+    if not median > 0:
+        return _Verdict(None, None, value, "")
+    limit = condition.factor * median
+    context = f" ({_num(condition.factor)} × median {_num(median)})"
+    return _Verdict(value > limit, limit, value, context)
 
 
 def _push(window: list[tuple[int, float]], step: int, value: float, size: int) -> None:

@@ -30,7 +30,9 @@ class Notification:
 
     ``id`` is the idempotency key: the same on every retry, so receivers can drop repeats.
     ``fired_at`` is when this state change happened (a naive time is taken as UTC).
-    ``url`` is the dashboard deep link, usually from :func:`dashboard_link`.
+    ``url`` is the dashboard deep link, usually from :func:`dashboard_link`. ``repeat`` is 0
+    for a state change and n for the n-th notification of a still-firing alert; ``worst``
+    the value furthest past the threshold since it fired (None when that means nothing).
     """
 
     id: str
@@ -48,6 +50,8 @@ class Notification:
     reason: str
     fired_at: datetime
     url: str
+    repeat: int = 0
+    worst: float | None = None
 
     def __post_init__(self) -> None:
         if self.state not in ("firing", "resolved"):
@@ -109,6 +113,8 @@ def webhook_payload(notification: Notification) -> dict[str, Any]:
         "reason": n.reason,
         "url": n.url,
         "fired_at": _iso(n.fired_at),
+        "repeat": n.repeat,
+        "worst": encode_number(n.worst),
     }
 
 
@@ -131,6 +137,8 @@ def slack_payload(notification: Notification) -> dict[str, Any]:
     firing = n.state == "firing"
     icon = ":red_circle:" if firing else ":large_green_circle:"
     word = "Firing" if firing else "Resolved"
+    if firing and n.repeat:
+        word = f"Still firing (repeat {n.repeat})"
     value, threshold = _shown(n.value), _shown(n.threshold)
     run = f"{n.project}/{n.run_name}"
     metric_code = _mrkdwn(n.metric).replace("`", "'")  # a backtick would end the code span
@@ -157,6 +165,9 @@ def slack_payload(notification: Notification) -> dict[str, Any]:
             ],
         },
     ]
+    if n.worst is not None:
+        fields = blocks[2]["fields"]
+        fields.append({"type": "mrkdwn", "text": f"*Worst since firing*\n{_shown(n.worst)}"})
     if n.url:
         blocks.append(
             {

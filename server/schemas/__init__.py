@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ..alerts.conditions import Condition
+from ..alerts.conditions import MAX_STEPS, Condition
 
 NAME_PATTERN = r"^[^\x00-\x1f]+$"
 INT32_MAX = 2**31 - 1
@@ -248,6 +248,13 @@ class AlertRuleCreate(BaseModel):
     channels: list[Channel] = Field(default_factory=list, max_length=10)
     runs: RunSelector = Field(default_factory=RunSelector)
     enabled: bool = True
+    repeat_every_steps: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_STEPS,
+        description="Send a still-firing alert again every this many logged steps, with "
+        '`"repeat": n` and the worst value so far (0 or null: never).',
+    )
 
 
 class AlertRuleUpdate(BaseModel):
@@ -259,6 +266,9 @@ class AlertRuleUpdate(BaseModel):
     channels: list[Channel] | None = Field(default=None, max_length=10)
     runs: RunSelector | None = None
     enabled: bool | None = None
+    repeat_every_steps: int | None = Field(
+        default=None, ge=0, le=MAX_STEPS, description="0 turns repeats off; null leaves them."
+    )
 
 
 class AlertRuleOut(BaseModel):
@@ -270,6 +280,7 @@ class AlertRuleOut(BaseModel):
     channels: list[dict[str, Any]] = Field(description="Secrets and Slack URLs masked.")
     runs: RunSelector
     enabled: bool
+    repeat_every_steps: int | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -293,6 +304,10 @@ class AlertOut(BaseModel):
     value: float | str | None
     threshold: float | None
     reason: str
+    repeat: int = Field(default=0, description="0 for a state change; n for the n-th repeat.")
+    worst: float | str | None = Field(
+        default=None, description="The value furthest past the threshold since it fired."
+    )
     created_at: datetime
     notifications: list[DeliveryOut]
 
@@ -304,6 +319,7 @@ class PreviewTransition(BaseModel):
     value: float | str
     threshold: float | None
     reason: str
+    repeat: int = 0
 
 
 class RulePreview(BaseModel):

@@ -70,6 +70,7 @@ def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut
         channels=[channels.mask_channel(c, show_path=admin) for c in rule.channels or []],
         runs=RunSelector(name=rule.run_name, tags=rule.run_tags or []),
         enabled=rule.enabled,
+        repeat_every_steps=rule.repeat_every_steps,
         created_at=rule.created_at,
         updated_at=rule.updated_at,
     )
@@ -103,6 +104,7 @@ def create_rule(
         run_name=body.runs.name,
         run_tags=sorted(set(body.runs.tags)),
         enabled=body.enabled,
+        repeat_every_steps=body.repeat_every_steps or None,
     )
     if not save_rule(session, rule):
         raise Conflict(f"project {project!r} already has a rule named {body.name!r}")
@@ -171,6 +173,8 @@ def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bo
         restart = True
     if body.enabled is not None:
         rule.enabled = body.enabled
+    if body.repeat_every_steps is not None:
+        rule.repeat_every_steps = body.repeat_every_steps or None
     rule.updated_at = utcnow()
     return restart
 
@@ -203,7 +207,8 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     count = 0
     for name, steps_list, values_list in series:
         count += 1
-        for t in preview(condition, steps_list, values_list):
+        repeat = rule.repeat_every_steps
+        for t in preview(condition, steps_list, values_list, repeat_every_steps=repeat):
             transitions.append(
                 PreviewTransition(
                     metric=name,
@@ -212,6 +217,7 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
                     value=encode_value(t.value),
                     threshold=t.threshold,
                     reason=t.reason,
+                    repeat=t.repeat,
                 )
             )
     transitions.sort(key=lambda t: (t.step, t.metric))
@@ -315,6 +321,8 @@ def list_alerts(
                 value=encode_value(math.nan if alert.value is None else alert.value),
                 threshold=alert.threshold,
                 reason=alert.reason,
+                repeat=alert.repeat or 0,
+                worst=None if alert.worst is None else encode_value(alert.worst),
                 created_at=alert.created_at,
                 notifications=[
                     DeliveryOut(

@@ -49,6 +49,8 @@ class StepRule:
     condition: StepCondition
     expression: derived.Call | None = None
     """The derived series the rule watches, when its metric is an expression."""
+    repeat_every_steps: int | None = None
+    """A still-firing alert is sent again every this many logged steps."""
 
 
 class RuleCache:
@@ -82,6 +84,7 @@ class RuleCache:
                 len(rule.channels or ()),
                 condition,
                 _expression(rule.metric),
+                rule.repeat_every_steps,
             )
             for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
@@ -149,7 +152,14 @@ def evaluate_batch(
         key = _state_key(rule, name, metric_ids)
         row = states.get(key)
         state = _state_of(row, segment)
-        new_state, transitions = evaluate(rule.condition, state, steps, values, now_unix=now_unix)
+        new_state, transitions = evaluate(
+            rule.condition,
+            state,
+            steps,
+            values,
+            now_unix=now_unix,
+            repeat_every_steps=rule.repeat_every_steps,
+        )
         save_state(session, row, run.key, key, segment, new_state)
         owed += record_alerts(session, run.key, segment, rule.id, rule.channels, name, transitions)
     return owed

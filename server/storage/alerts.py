@@ -145,6 +145,10 @@ def record_alerts(
             value=None if math.isnan(transition.value) else transition.value,
             threshold=transition.threshold,
             reason=transition.reason,
+            repeat=transition.repeat,
+            worst=None
+            if transition.worst is None or math.isnan(transition.worst)
+            else transition.worst,
         )
         session.add(alert)
         session.flush()

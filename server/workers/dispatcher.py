@@ -170,5 +170,7 @@ class Dispatcher:
             reason=alert.reason,
             fired_at=alert.created_at,
             url=payloads.dashboard_link(self._base_url, run.id, alert.metric, step),
+            repeat=alert.repeat or 0,
+            worst=alert.worst,
         )
         return dict(channels[notification.channel_index]), message

@@ -3,6 +3,7 @@ show on /alerts and as markers on the run chart; a read-only viewer cannot chang
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.wait_for_selector("tr.rule-row")
     row = page.inner_text("tr.rule-row")
     assert "grad-high" in row and "grad/norm/total" in row
-    assert "threshold: value > 5" in row and "enabled" in row
+    assert "threshold: value > 5 (resolves after 10 calm steps)" in row and "enabled" in row
+    assert "repeats every 1,000 steps" in row
     assert f"webhook: {hook.url()} (signed)" in row
     assert "s3cret-value" not in page.inner_html("#rules-table")
     # The same name again is refused by the service.
@@ -124,8 +126,12 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.wait_for_selector("#alerts-recent .delivery-delivered", timeout=10_000)
     assert "webhook: delivered" in page.inner_text("#alerts-recent")
 
-    # It resolves at step 1004; the open page catches up without a reload.
+    # It resolves after ten calm steps, the new rule's default (1004-1013: at step 1013);
+    # the open page catches up without a reload.
     post_points(alerting_server, tenant, run_id, {1004: 1.0, 1005: 1.0})
+    time.sleep(0.5)
+    assert "Nothing is firing." not in page.inner_text("#alerts-firing")
+    post_points(alerting_server, tenant, run_id, {s: 1.0 for s in range(1006, 1016)})
     page.wait_for_selector("#alerts-firing :text('Nothing is firing.')", timeout=10_000)
     page.wait_for_selector("#alerts-recent .badge-resolved")
     states = page.locator("#alerts-recent .badge").all_inner_texts()
@@ -136,7 +142,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     )
     assert [(b["state"], b["step"]) for b in hook.payloads()[2:]] == [
         ("firing", 1002),
-        ("resolved", 1004),
+        ("resolved", 1013),
     ]
     page.screenshot(path=str(artifacts / "alerts.png"), full_page=True)
 
@@ -149,7 +155,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     assert by_name["alert firing"]["x"] == [1002] and by_name["alert firing"]["yaxis"] == "y3"
     assert by_name["alert firing"]["symbol"] == "triangle-down"
     assert "grad-high · grad/norm/total = 6 ·" in by_name["alert firing"]["text"][0]
-    assert by_name["alert resolved"]["x"] == [1004]
+    assert by_name["alert resolved"]["x"] == [1013]
     page.screenshot(path=str(artifacts / "run-alerts.png"), full_page=True)
     assert page.get_attribute("#run-alerts-link", "href") == f"/alerts?run={run_id}"
     page.click("#run-alerts-link")
@@ -164,7 +170,7 @@ def test_rule_from_form_fires_on_alerts_page_and_run_chart(
     page.wait_for_selector(".preview-summary")
     assert "2 transition(s) over 1 matching metric(s)." in page.inner_text(".preview-summary")
     items = page.locator(".preview-transitions li").all_inner_texts()
-    assert [i.split(" · ")[0] for i in items] == ["firing step 1,002", "resolved step 1,004"]
+    assert [i.split(" · ")[0] for i in items] == ["firing step 1,002", "resolved step 1,013"]
     page.wait_for_function(
         "() => { const g = document.querySelector('#preview-chart .js-plotly-plot');"
         " return g && g.data && g.data.length === 3; }"

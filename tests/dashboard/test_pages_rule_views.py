@@ -35,6 +35,16 @@ SLACK = {"type": "slack", "url": "https://hooks.slack.com/services/••••"
             {"kind": "threshold", "op": "<=", "value": 0.25, "for_steps": 3, "cooldown_steps": 100},
             "threshold: value <= 0.25 (for 3 steps, cooldown 100)",
         ),
+        (
+            {
+                "kind": "threshold",
+                "op": ">=",
+                "value": 5.0,
+                "resolve_value": 4.0,
+                "resolve_steps": 10,
+            },
+            "threshold: value >= 5 (resolves past 4, resolves after 10 calm steps)",
+        ),
         ({"kind": "non_finite", "for_steps": 1}, "non_finite: value is NaN or ±Inf"),
         ({"kind": "spike", "factor": 2.0, "window": 50}, "spike: value > 2 × median of last 50"),
         (

@@ -181,7 +181,14 @@ def test_edit_loads_the_clicked_rule(
         assert (said, editing) == (None, {"id": rule_id, "name": name})
         loaded = dict(zip(rule_form.FIELDS, fields, strict=True))
         assert loaded == form_values(
-            name, **{"rule-value": 5.0, "rule-for-steps": 1, "rule-cooldown-steps": 0}
+            name,
+            **{
+                "rule-value": 5.0,
+                "rule-for-steps": 1,
+                "rule-resolve-steps": 1,
+                "rule-cooldown-steps": 0,
+                "rule-repeat-every-steps": None,
+            },
         )
         assert "s3cret" not in json.dumps(fields) and "hooks.example" not in json.dumps(fields)
 

@@ -69,8 +69,11 @@ def test_fields_and_a_fresh_forms_values() -> None:
         "rule-per-1k-steps",
         "rule-within-steps",
         "rule-seconds",
+        "rule-resolve-value",
         "rule-for-steps",
+        "rule-resolve-steps",
         "rule-cooldown-steps",
+        "rule-repeat-every-steps",
         "rule-channel-type",
         "rule-channel-url",
         "rule-channel-secret",
@@ -81,6 +84,8 @@ def test_fields_and_a_fresh_forms_values() -> None:
         "rule-metric": "grad/norm/total",
         "rule-kind": "threshold",
         "rule-op": ">",
+        "rule-resolve-steps": 10,  # hysteresis and repeats on, as an on-call team sets them
+        "rule-repeat-every-steps": 1000,
         "rule-channel-type": "webhook",
         "rule-run-name": "*",
     }
@@ -103,13 +108,26 @@ def test_values_of_a_rule_load_its_fields_but_no_channel_url_or_secret() -> None
         rule_op=">=",
         rule_value=5.0,
         rule_for_steps=3,
+        rule_resolve_steps=None,  # the kind's default
+        rule_repeat_every_steps=None,
         rule_channel_type="slack",
         rule_run_name="32b-*",
     )
     plain = rule_out(condition={"kind": "stale", "seconds": 600.0}, channels=[])
     assert dict(zip(FIELDS, values_of(plain), strict=True)) == values(
-        rule_name="grad-high", rule_kind="stale", rule_seconds=600.0, rule_run_name="32b-*"
+        rule_name="grad-high",
+        rule_kind="stale",
+        rule_seconds=600.0,
+        rule_run_name="32b-*",
+        rule_resolve_steps=None,
+        rule_repeat_every_steps=None,
     )
+    hysteresis = rule_out(
+        condition={"kind": "threshold", "op": ">=", "value": 5.0, "resolve_value": 4.0},
+        repeat_every_steps=500,
+    )
+    loaded = dict(zip(FIELDS, values_of(hysteresis), strict=True))
+    assert (loaded["rule-resolve-value"], loaded["rule-repeat-every-steps"]) == (4.0, 500)
 
 
 def test_to_create_sends_only_the_kinds_fields() -> None:
@@ -128,9 +146,10 @@ def test_to_create_sends_only_the_kinds_fields() -> None:
     assert body.model_dump(exclude_unset=True) == {
         "name": "grad-spike",
         "metric": "grad/norm/total",
-        "condition": {"kind": "spike", "factor": 3.0},
+        "condition": {"kind": "spike", "factor": 3.0, "resolve_steps": 10},
         "channels": [{"type": "webhook", "url": "https://hooks.example/x", "secret": "s3cret"}],
         "runs": {"name": "*"},
+        "repeat_every_steps": 1000,
     }
 
 
@@ -139,10 +158,13 @@ def test_to_create_without_a_url_makes_no_channel() -> None:
     assert body.model_dump(exclude_unset=True) == {
         "name": "grad-high",
         "metric": "grad/norm/total",
-        "condition": {"kind": "threshold", "op": ">", "value": 5.0},
+        "condition": {"kind": "threshold", "op": ">", "value": 5.0, "resolve_steps": 10},
         "channels": [],
         "runs": {"name": "*"},
+        "repeat_every_steps": 1000,
     }
+    never = to_create(values(rule_name="once", rule_value=5, rule_repeat_every_steps=""))
+    assert never.repeat_every_steps == 0
 
 
 def test_to_update_keeps_channels_for_a_blank_url_and_the_runs_tags() -> None:
@@ -151,7 +173,8 @@ def test_to_update_keeps_channels_for_a_blank_url_and_the_runs_tags() -> None:
     assert same.model_dump(exclude_unset=True) == {
         "name": "grad-high",
         "metric": "grad/norm/total",
-        "condition": {"kind": "threshold", "op": ">", "value": 7.0},
+        "condition": {"kind": "threshold", "op": ">", "value": 7.0, "resolve_steps": 10},
+        "repeat_every_steps": 1000,
     }
     moved = to_update(
         values(
@@ -166,7 +189,8 @@ def test_to_update_keeps_channels_for_a_blank_url_and_the_runs_tags() -> None:
     assert moved.model_dump(exclude_unset=True) == {
         "name": "grad-higher",
         "metric": "grad/norm/total",
-        "condition": {"kind": "threshold", "op": ">", "value": 9.0},
+        "condition": {"kind": "threshold", "op": ">", "value": 9.0, "resolve_steps": 10},
+        "repeat_every_steps": 1000,
         "channels": [{"type": "slack", "url": "https://hooks.slack.com/services/T/B/X"}],
         "runs": {"name": "64b-*", "tags": ["32b"]},
     }
@@ -215,7 +239,7 @@ def test_show_fields_before_a_kind_is_picked_and_of_an_unknown_kind() -> None:
         assert show_fields(kind) == show_fields("threshold")
     for unknown in ("sudden", ["spike"], 5):
         assert show_fields(unknown) == [HIDDEN] * len(CONDITION_FIELDS)
-    assert show_fields("stale") == [HIDDEN] * 6 + [{}] + [HIDDEN] * 2
+    assert show_fields("stale") == [HIDDEN] * 6 + [{}] + [HIDDEN] * 4
 
 
 def test_show_mode() -> None:

@@ -6,7 +6,10 @@ import json
 import time
 from typing import Any
 
+import numpy as np
 import pytest
+from normwatch.server.alerts.conditions import parse_condition
+from normwatch.server.alerts.evaluation import preview
 from normwatch.server.alerts.signing import verify
 
 from normwatch.testing import ServerProcess
@@ -82,7 +85,7 @@ def test_glob_over_48_layers_fires_only_for_the_spiking_layer(
         payloads = receiver.wait_for(2)
         assert [(p["state"], p["metric"], p["step"]) for p in payloads] == [
             ("firing", "grad/norm/layers.31", 45),
-            ("resolved", "grad/norm/layers.31", 46),
+            ("resolved", "grad/norm/layers.31", 50),  # five calm steps end a spike
         ]
 
 
@@ -204,3 +207,58 @@ def test_slope_and_forecast_fire_where_the_fit_says(
         assert firing["state"] == "firing" and firing["step"] in expected
         preview = api.get(f"/api/v1/alert-rules/{rule['id']}/preview", params={"run": run}).json()
         assert preview["transitions"][0]["step"] == firing["step"]
+
+
+def test_an_excursion_alerts_once_repeats_while_it_lasts_and_resolves_once(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    """The demo's grad norm after 83.7k: 2,000 steps mostly at 5-8.5 with dips under 5 of
+    one to three steps, sent as a trainer would (100 steps a batch)."""
+    rng = np.random.default_rng(5)
+    high = 5.0 + 3.5 * rng.random(2000)
+    for at in rng.choice(1997, size=60, replace=False):
+        high[at : at + int(rng.integers(1, 4))] = 4.4
+    high[0] = high[-1] = 6.0
+    values = np.concatenate([np.full(200, 1.5), high, np.full(200, 1.5)])
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        rule = create_rule(
+            api,
+            receiver.url(),
+            name="grad norm 5+",
+            metric="grad/norm/total",
+            condition={"kind": "threshold", "op": ">=", "value": 5.0, "resolve_steps": 10},
+            repeat_every_steps=500,
+        )
+        assert rule["repeat_every_steps"] == 500 and rule["condition"]["resolve_steps"] == 10
+        run = create_run(api, name="r", start_step=0)
+        for lo in range(0, len(values), 100):
+            steps = list(range(lo, lo + 100))
+            post_metrics(api, run, steps, **{"grad/norm/total": values[lo : lo + 100].tolist()})
+        condition = parse_condition(rule["condition"])
+        expected = preview(
+            condition, list(range(len(values))), values.tolist(), repeat_every_steps=500
+        )
+        assert [(t.state, t.repeat) for t in expected] == [
+            ("firing", 0),
+            ("firing", 1),
+            ("firing", 2),
+            ("firing", 3),
+            ("resolved", 0),
+        ]
+        payloads = receiver.wait_for(5)
+        time.sleep(0.5)
+        assert len(receiver.received) == 5  # nothing more is on its way
+        assert [(p["state"], p["step"], p["repeat"]) for p in payloads] == [
+            (t.state, t.step, t.repeat) for t in expected
+        ]
+        assert payloads[0]["step"] == 200 and payloads[-1]["step"] == 2209
+        assert payloads[-1]["worst"] == pytest.approx(float(high.max()))
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        assert [(a["state"], a["repeat"]) for a in history][::-1] == [
+            ("firing", 0),
+            ("firing", 1),
+            ("firing", 2),
+            ("firing", 3),
+            ("resolved", 0),
+        ]

@@ -65,6 +65,8 @@ def test_webhook_body_headers_and_signature(
         "reason": "grad/norm/total = 7.25 >= 5 for 1 step",
         "url": "https://nw.example/runs/run_42?left=grad%2Fnorm%2Ftotal&start=80800&end=81200",
         "fired_at": "2024-05-01T12:30:00Z",
+        "repeat": 0,
+        "worst": None,
     }
     headers = request.headers
     assert headers["content-type"] == "application/json"

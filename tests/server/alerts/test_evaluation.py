@@ -59,8 +59,12 @@ def test_threshold_fires_and_resolves_at_exact_steps() -> None:
     rule = ThresholdCondition(op=">=", value=5.0)
     state, transitions = evaluate(rule, RuleState(), steps, values)
     assert transitions == [
-        Transition("firing", START + 10, 5.31, 5.0, 5.31, "5.31 ≥ 5 for 1 step", START + 10),
-        Transition("resolved", START + 13, 4.99, 5.0, 4.99, "4.99 no longer ≥ 5", START + 10),
+        Transition(
+            "firing", START + 10, 5.31, 5.0, 5.31, "5.31 ≥ 5 for 1 step", START + 10, worst=5.31
+        ),
+        Transition(
+            "resolved", START + 13, 4.99, 5.0, 4.99, "4.99 no longer ≥ 5", START + 10, worst=6.0
+        ),
     ]
     assert state.status == "ok" and state.streak == 0 and state.fired_at_step is None
     assert state.last_step == START + 29 and state.window == []
@@ -186,39 +190,52 @@ def test_non_finite_fires_on_nan_or_infinity_and_resolves_on_a_finite_value() ->
 
 
 def spike_reference(
-    values: list[float], factor: float, window: int, min_history: int
+    values: list[float], factor: float, window: int, min_history: int, resolve_steps: int = 5
 ) -> list[tuple[str, int]]:
-    """A straightforward re-implementation with NumPy (finite series, for_steps 1)."""
+    """A straightforward re-implementation with NumPy (finite series, for_steps 1): fire
+    above ``factor`` times the median of the previous ``window`` values, the values of a
+    firing spike kept out of the window for up to ``window`` steps, resolve after
+    ``resolve_steps`` judged steps in a row back under the limit."""
     out: list[tuple[str, int]] = []
-    firing = False
+    pushed: list[float] = []
+    firing, held, clear = False, 0, 0
     for i, value in enumerate(values):
-        history = values[max(0, i - window) : i]
-        if len(history) < min_history or np.median(history) <= 0:
+        history = pushed[-window:]
+        hit = None
+        if len(history) >= min_history and np.median(history) > 0:
+            hit = bool(value > factor * float(np.median(history)))
+        # A spike's values stay out of the window (a longer one joins it as a new level).
+        if (firing and held >= window) or (not firing and not hit):
+            pushed.append(value)
+        if not firing:
+            if hit:
+                out.append(("firing", i))
+                firing, held, clear = True, 0, 0
             continue
-        hit = value > factor * float(np.median(history))
-        if hit and not firing:
-            out.append(("firing", i))
-        elif not hit and firing:
+        held += 1
+        clear = 0 if hit else clear + (hit is False)
+        if clear >= resolve_steps:
             out.append(("resolved", i))
-        firing = hit
+            firing, held, clear = False, 0, 0
     return out
 
 
-def test_spike_fires_on_the_spike_step_and_resolves_on_the_next() -> None:
+def test_spike_fires_on_the_spike_step_and_resolves_after_five_calm_steps() -> None:
     rng = np.random.default_rng(0)
     values = list(1.0 + 0.1 * rng.random(200))
     values[120] = 3.0
     steps = [START + 2 * i for i in range(200)]  # logged every other step
     rule = SpikeCondition(factor=2.0, window=50)
     transitions = preview(rule, steps, values)
-    assert brief(transitions) == [("firing", START + 240), ("resolved", START + 242)]
+    assert brief(transitions) == [("firing", START + 240), ("resolved", START + 250)]
     median = float(np.median(values[70:120]))
     fired = transitions[0]
     assert fired.threshold == pytest.approx(2.0 * median, rel=1e-15)
     assert fired.measured == 3.0
     assert fired.reason == f"3 > {2 * median:.4g} (2 × median {median:.4g}) for 1 step"
-    # The spike is in the next window; the median barely notices it.
-    assert transitions[1].threshold == pytest.approx(2.0 * float(np.median(values[71:121])))
+    # While it fires, the spike is judged against the window from before it.
+    assert transitions[1].threshold == pytest.approx(2.0 * median, rel=1e-15)
+    assert transitions[1].reason.endswith(" for 5 steps") and transitions[1].worst == 3.0
 
 
 def test_spike_needs_min_history_and_ignores_non_finite_values() -> None:
@@ -227,18 +244,18 @@ def test_spike_needs_min_history_and_ignores_non_finite_values() -> None:
     assert rule.history_needed == 10
     assert brief(preview(rule, steps, values)) == [
         ("firing", START + 10),
-        ("resolved", START + 11),
+        ("resolved", START + 15),
         ("firing", START + 21),  # +Inf exceeds any multiple; NaN at +20 is not judged
-        ("resolved", START + 22),
+        ("resolved", START + 26),
         ("firing", START + 30),
-        ("resolved", START + 31),
+        ("resolved", START + 35),
     ]
     state, _ = evaluate(rule, RuleState(), steps, values)
     assert len(state.window) == 20 and all(math.isfinite(v) for _, v in state.window)
     early = SpikeCondition(factor=2.0, window=20, min_history=3)
     assert brief(preview(early, steps, values))[:2] == [
         ("firing", START + 3),
-        ("resolved", START + 4),
+        ("resolved", START + 8),
     ]
 
 
@@ -264,7 +281,7 @@ def test_spike_on_the_real_gpt2_grad_norm() -> None:
     assert brief(transitions) == [
         (state, step + offset)
         for step in (4233, 7435, 9025, 9954)
-        for state, offset in (("firing", 0), ("resolved", 1))
+        for state, offset in (("firing", 0), ("resolved", 5))
     ]
     assert [t.value for t in transitions[::2]] == [0.83, 1.44, 2.02, 0.95]
 
@@ -284,7 +301,7 @@ def test_spike_on_one_layer_of_48_selected_by_a_glob() -> None:
     rule = SpikeCondition(factor=2.5, window=64)
     fired = {name: brief(preview(rule, steps, series[name])) for name in selected}
     assert {name: t for name, t in fired.items() if t} == {
-        "grad/norm/layers.17.mlp.w1": [("firing", START + 200), ("resolved", START + 201)]
+        "grad/norm/layers.17.mlp.w1": [("firing", START + 200), ("resolved", START + 205)]
     }
 
 
@@ -321,17 +338,29 @@ def final_norm_like(seed: int, n: int = 1500) -> tuple[list[int], list[float]]:
     return steps.tolist(), values.tolist()
 
 
-def verdict_machine(verdicts: list[bool | None], steps: list[int]) -> list[tuple[str, int]]:
-    """for_steps 1, no cooldown: fire on a True, resolve on a False, None holds."""
+CROSSED = "crossed"
+
+
+def verdict_machine(
+    verdicts: list[bool | str | None], steps: list[int], resolve_steps: int = 1
+) -> list[tuple[str, int]]:
+    """for_steps 1, no cooldown: fire on a True; resolve after ``resolve_steps`` Falses in a
+    row, or at once on ``CROSSED``; None (and ``CROSSED`` while not firing) holds."""
     out: list[tuple[str, int]] = []
-    firing = False
+    firing, clear = False, 0
     for verdict, step in zip(verdicts, steps, strict=True):
-        if verdict and not firing:
-            out.append(("firing", step))
-            firing = True
-        elif verdict is False and firing:
+        if not firing:
+            if verdict is True:
+                out.append(("firing", step))
+                firing, clear = True, 0
+            continue
+        if verdict is True:
+            clear = 0
+        elif verdict is False:
+            clear += 1
+        if verdict == CROSSED or clear >= resolve_steps:
             out.append(("resolved", step))
-            firing = False
+            firing, clear = False, 0
     return out
 
 
@@ -340,7 +369,7 @@ def verdict_machine(verdicts: list[bool | None], steps: list[int]) -> list[tuple
 def test_slope_matches_polyfit(seed: int, op: str) -> None:
     steps, values = final_norm_like(seed)
     window, x = 60, 20.0 if op == ">" else -5.0
-    verdicts: list[bool | None] = [None] * (window - 1)
+    verdicts: list[bool | str | None] = [None] * (window - 1)
     slopes = []
     for i in range(window - 1, len(steps)):
         slope = (
@@ -363,28 +392,59 @@ def test_slope_matches_polyfit(seed: int, op: str) -> None:
     )
 
 
+def forecast_machine(
+    entries: list[float | str | None], steps: list[int], within: int, resolve_steps: int = 10
+) -> list[tuple[str, int]]:
+    """The forecast's states from the projected steps to the crossing (``CROSSED`` once
+    crossed, None before a full window): fire under ``within``; resolve after
+    ``resolve_steps`` steps in a row projected at ``2 · within`` or more, or at once when
+    crossed, and then stay quiet until as many steps in a row are that clear again."""
+    out: list[tuple[str, int]] = []
+    firing, handed, clear = False, False, 0
+    for entry, step in zip(entries, steps, strict=True):
+        crossed = entry == CROSSED
+        left = None if entry is None or crossed else float(entry)  # type: ignore[arg-type]
+        hit = None if left is None else left < within
+        calm = hit is False and left is not None and left >= 2 * within
+        if firing:
+            if hit:
+                clear = 0
+            elif hit is False:
+                clear = clear + 1 if calm else 0
+            if crossed or (hit is False and clear >= resolve_steps):
+                out.append(("resolved", step))
+                firing, handed, clear = False, crossed, 0
+        elif handed:
+            clear = clear + 1 if calm else 0
+            if clear >= resolve_steps:
+                handed, clear = False, 0
+        elif hit:
+            out.append(("firing", step))
+            firing, clear = True, 0
+    return out
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_forecast_matches_polyfit(seed: int) -> None:
     steps, values = final_norm_like(seed)
     window, threshold, within = 80, 372.0, 600
-    verdicts: list[bool | None] = [None] * (window - 1)
+    entries: list[float | str | None] = [None] * (window - 1)
     for i in range(window - 1, len(steps)):
         xs, ys = steps[i - window + 1 : i + 1], values[i - window + 1 : i + 1]
         slope, intercept = np.polyfit(xs, ys, 1)
         if values[i] >= threshold:
-            verdicts.append(None)
+            entries.append(CROSSED)
         elif slope <= 0:
-            verdicts.append(False)
+            entries.append(math.inf)
         else:
-            crossing = (threshold - intercept) / slope
-            verdicts.append(bool(crossing - steps[i] < within))
-    expected = verdict_machine(verdicts, steps)
+            entries.append((threshold - intercept) / slope - steps[i])
+    expected = forecast_machine(entries, steps, within)
     assert len(expected) >= 2
     rule = ForecastCondition(value=threshold, within_steps=within, window=window)
     assert brief(preview(rule, steps, values)) == expected
 
 
-def test_forecast_warns_before_the_crossing_and_holds_while_crossed() -> None:
+def test_forecast_warns_before_the_crossing_and_hands_over_when_it_crosses() -> None:
     # value = 300 + 0.05 k: 50 per 1k steps; reaches 360.025 at k = 1200.5.
     k = np.arange(1400)
     values = (300.0 + 0.05 * k).tolist()
@@ -392,8 +452,9 @@ def test_forecast_warns_before_the_crossing_and_holds_while_crossed() -> None:
     steps = (START + k).tolist()
     rule = ForecastCondition(op=">=", value=360.025, within_steps=500, window=50)
     transitions = preview(rule, steps, values)
-    # steps left = 1200.5 - k < 500 from k = 701; crossed from k = 1201 (held, not resolved).
-    assert brief(transitions) == [("firing", START + 701), ("resolved", START + 1300)]
+    # steps left = 1200.5 - k < 500 from k = 701; crossed at k = 1201: handed over, and no
+    # new firing while crossed or after (falling away from the threshold).
+    assert brief(transitions) == [("firing", START + 701), ("resolved", START + 1201)]
     fired = transitions[0]
     assert fired.threshold == 360.025
     assert fired.measured == pytest.approx(499.5)
@@ -401,10 +462,13 @@ def test_forecast_warns_before_the_crossing_and_holds_while_crossed() -> None:
         "projected to reach ≥ 360 in ~499.5 steps "
         "(slope +50 per 1k steps over the last 50 points) for 1 step"
     )
-    assert transitions[1].reason == "no longer projected to reach ≥ 360 within 500 steps"
+    assert transitions[1].reason == "crossed: 360.1 ≥ 360 (handed over to the threshold)"
     falling = ForecastCondition(op="<=", value=-360.025, within_steps=500, window=50)
     negated = [-v for v in values[:1300]]
-    assert brief(preview(falling, steps[:1300], negated)) == [("firing", START + 701)]
+    assert brief(preview(falling, steps[:1300], negated)) == [
+        ("firing", START + 701),
+        ("resolved", START + 1201),
+    ]
 
 
 def test_slope_and_forecast_wait_for_a_full_window_of_finite_points() -> None:
@@ -537,10 +601,15 @@ def test_state_document_shape() -> None:
         last_seen_unix=1.7e9,
         fired_at_step=11,
         cooldown_until_step=None,
+        clear=1,
+        held=4,
+        repeats=2,
+        notified_step=9,
+        worst=math.inf,
     )
     doc = state.to_dict()
     assert doc == {
-        "version": 1,
+        "version": 2,
         "status": "firing",
         "streak": 3,
         "window": [[10, 1.5], [11, 2.5]],
@@ -549,8 +618,22 @@ def test_state_document_shape() -> None:
         "last_seen_unix": 1.7e9,
         "fired_at_step": 11,
         "cooldown_until_step": None,
+        "clear": 1,
+        "held": 4,
+        "repeats": 2,
+        "notified_step": 9,
+        "worst": "Infinity",
+        "handed_over": False,
     }
     assert RuleState.from_dict(json.loads(json.dumps(doc))) == state
+    # A state stored before resolve and repeat bookkeeping reads as having none yet.
+    first = {
+        k: v
+        for k, v in doc.items()
+        if k not in ("clear", "held", "repeats", "notified_step", "worst", "handed_over")
+    }
+    old = RuleState.from_dict({**first, "version": 1})
+    assert (old.clear, old.held, old.repeats, old.notified_step, old.worst) == (0, 0, 0, None, None)
     nan_state = RuleState.from_dict({**doc, "last_value": "NaN"})
     assert math.isnan(nan_state.last_value or 0.0)
 
@@ -562,7 +645,8 @@ def test_state_document_shape() -> None:
         {"streak": -1},
         {"window": [[1, "NaN"]]},
         {"window": [[1]]},
-        {"version": 2},
+        {"version": 3},
+        {"clear": -1},
         {"surprise": True},
     ],
 )
@@ -581,5 +665,7 @@ def test_transition_document_encodes_non_finite_values() -> None:
         "measured": "-Infinity",
         "reason": "-Inf, not finite, for 1 step",
         "fired_at_step": 2,
+        "repeat": 0,
+        "worst": None,
     }
     json.dumps(fired.to_dict(), allow_nan=False)

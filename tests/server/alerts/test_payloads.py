@@ -53,3 +53,16 @@ def test_dashboard_link() -> None:
         dashboard_link("http://127.0.0.1:8000/", "r/1", "params/norm/w", 50, window=100)
         == "http://127.0.0.1:8000/runs/r%2F1?left=params%2Fnorm%2Fw&start=0&end=150"
     )
+
+
+def test_a_repeat_says_so_with_the_worst_value_so_far() -> None:
+    repeat = notification(state="firing", value=6.2, threshold=5.0, repeat=2, worst=math.inf)
+    body = webhook_payload(repeat)
+    assert (body["repeat"], body["worst"]) == (2, "Infinity")
+    assert json.loads(encode_body(body)) == body
+    slack = slack_payload(repeat)
+    assert slack["text"].startswith(":red_circle: Still firing (repeat 2):")
+    assert "*Worst since firing*\\nInfinity" in slack_texts(slack)
+    first = webhook_payload(notification(state="firing"))
+    assert (first["repeat"], first["worst"]) == (0, None)
+    assert "Worst since firing" not in slack_texts(slack_payload(notification(state="firing")))
