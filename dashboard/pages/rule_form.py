@@ -53,6 +53,7 @@ _HINTS = {
     "resolve_steps": "1 (spike 5, forecast 10)",
     "cooldown_steps": "0",
 }
+CHANNELS = ("webhook", "slack", "alertmanager", "pagerduty")
 REPEAT = "rule-repeat-every-steps"
 """The rule's ``repeat_every_steps`` (not a condition field)."""
 
@@ -109,7 +110,7 @@ def values_of(rule: AlertRuleOut) -> list[Any]:
     if "resolve_steps" not in rule.condition:
         values[field_id("resolve_steps")] = None
     values[REPEAT] = rule.repeat_every_steps
-    if rule.channels and rule.channels[0].get("type") in ("webhook", "slack"):
+    if rule.channels and rule.channels[0].get("type") in CHANNELS:
         values["rule-channel-type"] = rule.channels[0]["type"]
     values["rule-run-name"] = rule.runs.name
     return [values[f] for f in FIELDS]
@@ -180,7 +181,7 @@ def form() -> html.Div:
                         "channel",
                         dcc.RadioItems(
                             id="rule-channel-type",
-                            options=["webhook", "slack"],
+                            options=list(CHANNELS),
                             value="webhook",
                             inline=True,
                         ),
@@ -190,7 +191,7 @@ def form() -> html.Div:
                         dcc.Input(id="rule-channel-url", placeholder=URL_HINT, className="wide"),
                     ),
                     _labelled(
-                        "secret (webhook, optional)",
+                        "secret (webhook, optional) or routing key (PagerDuty)",
                         dcc.Input(id="rule-channel-secret", type="password"),
                     ),
                 ],
@@ -225,15 +226,24 @@ def _condition(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _channels(values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    channels = []
+    """The channel the form describes, if any: a URL (and a webhook's secret), or for
+    PagerDuty a routing key (in the secret field; the URL then defaults to PagerDuty's)."""
+    kind = values.get("rule-channel-type") or "webhook"
     url = _text(values, "rule-channel-url")
-    if url:
-        channel = {"type": values.get("rule-channel-type") or "webhook", "url": url}
-        secret = values.get("rule-channel-secret")
-        if secret:
-            channel["secret"] = secret
-        channels.append(channel)
-    return channels
+    secret = values.get("rule-channel-secret")
+    if kind == "pagerduty":
+        if not secret and not url:
+            return []
+        channel: dict[str, Any] = {"type": kind, "routing_key": secret or ""}
+        if url:
+            channel["url"] = url
+        return [channel]
+    if not url:
+        return []
+    channel = {"type": kind, "url": url}
+    if secret and kind == "webhook":
+        channel["secret"] = secret
+    return [channel]
 
 
 def to_create(values: Mapping[str, Any]) -> AlertRuleCreate:

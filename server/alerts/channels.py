@@ -1,5 +1,13 @@
-"""Notification channels as rules hold them, ``{"type": "webhook"|"slack", "url", "secret"}``:
-checked on the way in (:func:`validate_channel`), masked on the way out (:func:`mask_channel`)."""
+"""Notification channels as rules hold them, checked on the way in (:func:`validate_channel`)
+and masked on the way out (:func:`mask_channel`):
+
+- ``{"type": "webhook", "url", "secret"?}``: normwatch's JSON, signed with the secret;
+- ``{"type": "slack", "url"}``: a Slack incoming webhook;
+- ``{"type": "alertmanager", "url"}``: an Alertmanager's ``/api/v2/alerts``, so that it
+  routes, groups, silences and inhibits normwatch's alerts with its own;
+- ``{"type": "pagerduty", "routing_key", "severity"?, "url"?}``: PagerDuty's Events API v2
+  (``https://events.pagerduty.com/v2/enqueue`` unless another URL is given).
+"""
 
 from __future__ import annotations
 
@@ -20,10 +28,18 @@ __all__ = [
 ]
 
 
-CHANNEL_TYPES = ("webhook", "slack")
+CHANNEL_TYPES = ("webhook", "slack", "alertmanager", "pagerduty")
 
 
 SLACK_HOST = "hooks.slack.com"
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+_FIELDS = {
+    "webhook": ("type", "url", "secret"),
+    "slack": ("type", "url"),
+    "alertmanager": ("type", "url"),
+    "pagerduty": ("type", "url", "routing_key", "severity"),
+}
+_SEVERITIES = ("critical", "error", "warning", "info")
 
 
 MASK = "••••"
@@ -47,8 +63,9 @@ def mask_channel(channel: Mapping[str, Any], *, show_path: bool = True) -> dict[
     {'type': 'webhook', 'url': 'https://x.example/••••'}
     """
     masked = dict(channel)
-    if masked.get("secret") is not None:
-        masked["secret"] = MASK
+    for credential in ("secret", "routing_key"):
+        if masked.get(credential) is not None:
+            masked[credential] = MASK
     url = masked.get("url")
     if isinstance(url, str):
         masked["url"] = _mask_url(url, slack=masked.get("type") == "slack", show_path=show_path)
@@ -97,13 +114,19 @@ def validate_channel(
     """
     if not isinstance(channel, Mapping):
         raise ValueError(f"{field}: must be an object with type and url")
-    unknown = sorted(set(channel) - {"type", "url", "secret"})
-    if unknown:
-        raise ValueError(f"{field}: unknown field(s) {', '.join(unknown)}; use type, url, secret")
     kind = channel.get("type")
     if kind not in CHANNEL_TYPES:
-        raise ValueError(f"{field}.type: must be 'webhook' or 'slack', got {kind!r}")
+        names = ", ".join(repr(t) for t in CHANNEL_TYPES)
+        raise ValueError(f"{field}.type: must be one of {names}, got {kind!r}")
+    unknown = sorted(set(channel) - set(_FIELDS[kind]))
+    if unknown:
+        raise ValueError(
+            f"{field}: unknown field(s) {', '.join(unknown)}; a {kind} channel takes "
+            + ", ".join(_FIELDS[kind])
+        )
     url = channel.get("url")
+    if kind == "pagerduty" and url is None:
+        url = PAGERDUTY_URL
     if not isinstance(url, str) or not url.strip():
         raise ValueError(f"{field}.url: required, an http(s) URL")
     url = url.strip()
@@ -129,6 +152,18 @@ def validate_channel(
     except TargetRefused as exc:
         raise ValueError(f"{field}.url: {exc}") from None
     cleaned: dict[str, Any] = {"type": kind, "url": url}
+    if kind == "pagerduty":
+        key = channel.get("routing_key")
+        if not isinstance(key, str) or not key.strip() or len(key) > MAX_SECRET_LENGTH:
+            raise ValueError(
+                f"{field}.routing_key: required, the integration key of a PagerDuty service "
+                "(Events API v2)"
+            )
+        cleaned["routing_key"] = key.strip()
+        severity = channel.get("severity", "error")
+        if severity not in _SEVERITIES:
+            raise ValueError(f"{field}.severity: one of {', '.join(_SEVERITIES)}, got {severity!r}")
+        cleaned["severity"] = severity
     secret = channel.get("secret")
     if secret is not None:
         if kind != "webhook":

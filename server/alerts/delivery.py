@@ -1,4 +1,4 @@
-"""Sending alert notifications to generic webhooks and Slack.
+"""Sending alert notifications to generic webhooks, Slack, Alertmanager and PagerDuty.
 
 One call to :meth:`Deliverer.deliver` is one attempt: it builds the body, signs it, checks the
 target again, POSTs once with a timeout and reports an :class:`Attempt` without raising. The
@@ -12,7 +12,8 @@ A webhook receives the JSON of :func:`.payloads.webhook_payload` with these head
     X-Normwatch-Delivery:  <notification id>   (the same on every retry: dedupe on it)
 
 Receivers check the signature with :func:`.signing.verify`. Slack receives
-:func:`.payloads.slack_payload`.
+:func:`.payloads.slack_payload`, an Alertmanager :func:`.payloads.alertmanager_payload`,
+PagerDuty :func:`.payloads.pagerduty_payload`.
 
 Channels are checked and masked by :mod:`.channels`.
 """
@@ -32,7 +33,14 @@ import httpx
 from normwatch.client import retry
 
 from .channels import CHANNEL_TYPES
-from .payloads import Notification, encode_body, slack_payload, webhook_payload
+from .payloads import (
+    Notification,
+    alertmanager_payload,
+    encode_body,
+    pagerduty_payload,
+    slack_payload,
+    webhook_payload,
+)
 from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from .targets import (
     Resolver,
@@ -201,8 +209,7 @@ class Deliverer:
         if kind not in CHANNEL_TYPES or not isinstance(url, str):
             error = f"not a channel: type {kind!r}, url of type {type(url).__name__}"
             return _failed(started, error, retryable=False)
-        payload = slack_payload(notification) if kind == "slack" else webhook_payload(notification)
-        body = encode_body(payload)
+        body = encode_body(_payload(kind, channel, notification))
         timestamp = int(self._clock())
         headers = {
             "Content-Type": "application/json",
@@ -297,3 +304,16 @@ def _read_excerpt(response: httpx.Response) -> str:
 
 def _failed(started: float, error: str, *, retryable: bool) -> Attempt:
     return Attempt(False, retryable, None, error, time.monotonic() - started)
+
+
+def _payload(kind: str, channel: Mapping[str, Any], notification: Notification) -> Any:
+    """What a channel of ``kind`` is sent for ``notification``."""
+    if kind == "slack":
+        return slack_payload(notification)
+    if kind == "alertmanager":
+        return alertmanager_payload(notification)
+    if kind == "pagerduty":
+        key = channel.get("routing_key")
+        severity = channel.get("severity", "error")
+        return pagerduty_payload(notification, str(key), str(severity))
+    return webhook_payload(notification)

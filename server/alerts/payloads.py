@@ -7,15 +7,20 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
 __all__ = [
+    "ALERTMANAGER_ACTIVE",
     "Notification",
+    "PAGERDUTY_SEVERITIES",
+    "alertmanager_payload",
     "dashboard_link",
+    "dedup_key",
     "encode_body",
     "encode_number",
+    "pagerduty_payload",
     "slack_payload",
     "webhook_payload",
 ]
@@ -195,3 +200,104 @@ def slack_payload(notification: Notification) -> dict[str, Any]:
 def encode_body(payload: Mapping[str, Any]) -> bytes:
     """The exact bytes sent and signed: compact UTF-8 JSON, never a bare NaN."""
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+# --- on-call tools ----------------------------------------------------------------------
+
+ALERTMANAGER_ACTIVE = timedelta(hours=24)
+"""A firing alert's ``endsAt`` in Alertmanager: this long after it was sent (a repeat
+renews it, the resolve ends it), so an alert whose resolve never comes does not stay
+active for ever."""
+
+PAGERDUTY_SEVERITIES = ("critical", "error", "warning", "info")
+
+
+def _labels(n: Notification) -> dict[str, str]:
+    """The alert's identity in Alertmanager: the same for its firing, repeats and resolve."""
+    return {
+        "alertname": n.rule_name,
+        "normwatch_rule": n.rule_id,
+        "project": n.project,
+        "run": n.run_name,
+        "run_id": n.run_id,
+        "metric": n.metric,
+        "source": "normwatch",
+    }
+
+
+def alertmanager_payload(n: Notification) -> list[dict[str, Any]]:
+    """A body for Alertmanager's ``POST /api/v2/alerts`` (``postableAlerts``): one alert
+    whose labels name the rule, run and metric, so that Alertmanager groups, routes, silences
+    and inhibits it like its own. Firing: active for `ALERTMANAGER_ACTIVE` from now;
+    resolved: ending now (``startsAt`` = ``endsAt``: Alertmanager keeps the earlier start
+    of the alert it holds)."""
+    at = n.fired_at if n.fired_at.tzinfo is not None else n.fired_at.replace(tzinfo=UTC)
+    ends = at + ALERTMANAGER_ACTIVE if n.state == "firing" else at
+    annotations = {
+        "summary": f"{n.rule_name}: {n.metric} = {_shown(n.value)} at step {n.step:,} "
+        f"on {n.project}/{n.run_name}",
+        "description": n.reason,
+        "value": _shown(n.value),
+        "threshold": _shown(n.threshold),
+        "step": str(n.step),
+        "dashboard": n.url,
+    }
+    if n.worst is not None:
+        annotations["worst"] = _shown(n.worst)
+    if n.repeat:
+        annotations["repeat"] = str(n.repeat)
+    alert: dict[str, Any] = {
+        "labels": _labels(n),
+        "annotations": annotations,
+        "startsAt": _iso(at),
+        "endsAt": _iso(ends),
+    }
+    if n.url:
+        alert["generatorURL"] = n.url
+    return [alert]
+
+
+def dedup_key(n: Notification) -> str:
+    """PagerDuty's incident key: one a rule and run, stable across firing, repeats, resolve
+    and restarts of the service."""
+    return f"normwatch/{n.project}/rule-{n.rule_id}/run-{n.run_id}"[:255]
+
+
+def pagerduty_payload(n: Notification, routing_key: str, severity: str = "error") -> dict[str, Any]:
+    """An Events API v2 event: ``trigger`` for a firing alert (and its repeats, which the
+    incident collects), ``resolve`` for a resolved one, both under `dedup_key`."""
+    event: dict[str, Any] = {
+        "routing_key": routing_key,
+        "event_action": "trigger" if n.state == "firing" else "resolve",
+        "dedup_key": dedup_key(n),
+        "client": "normwatch",
+    }
+    if n.url:
+        event["client_url"] = n.url
+        event["links"] = [{"href": n.url, "text": "Open in normwatch"}]
+    if n.state == "firing":
+        details = {
+            "metric": n.metric,
+            "step": n.step,
+            "value": encode_number(n.value),
+            "threshold": encode_number(n.threshold),
+            "reason": n.reason,
+            "repeat": n.repeat,
+            "worst": encode_number(n.worst),
+            "condition": _json_safe(n.condition),
+        }
+        summary = (
+            f"{n.rule_name}: {n.metric} = {_shown(n.value)} (threshold {_shown(n.threshold)}) "
+            f"at step {n.step:,} on {n.project}/{n.run_name}"
+        )
+        event["payload"] = {
+            "summary": summary[:1024],
+            "source": f"{n.project}/{n.run_name}",
+            "severity": severity,
+            "timestamp": _iso(n.fired_at),
+            "component": n.metric,
+            "group": n.project,
+            "class": str(n.condition.get("kind", "alert")),
+            "custom_details": details,
+        }
+    return event

@@ -272,3 +272,31 @@ def test_editing_round_trip() -> None:
     editing = Editing(4, "grad-high")
     assert editing.to_store() == {"id": 4, "name": "grad-high"}
     assert Editing.from_store(editing.to_store()) == editing
+
+
+def test_on_call_channels_from_the_form() -> None:
+    paged = to_create(
+        values(
+            rule_name="paged",
+            rule_value=5,
+            rule_channel_type="pagerduty",
+            rule_channel_secret="R0UTING",
+        )
+    )
+    assert [c.get("type") for c in paged.channels] == ["pagerduty"]
+    assert paged.channels[0] == {"type": "pagerduty", "routing_key": "R0UTING"}
+    routed = to_create(
+        values(
+            rule_name="routed",
+            rule_value=5,
+            rule_channel_type="alertmanager",
+            rule_channel_url="http://127.0.0.1:9093/api/v2/alerts",
+            rule_channel_secret="ignored",
+        )
+    )
+    assert routed.channels == [
+        {"type": "alertmanager", "url": "http://127.0.0.1:9093/api/v2/alerts"}
+    ]
+    assert (
+        to_create(values(rule_name="x", rule_value=5, rule_channel_type="pagerduty")).channels == []
+    )

@@ -262,3 +262,42 @@ def test_an_excursion_alerts_once_repeats_while_it_lasts_and_resolves_once(
             ("firing", 3),
             ("resolved", 0),
         ]
+
+
+def test_alertmanager_and_pagerduty_channels_end_to_end(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        answer = api.post(
+            "/api/v1/alert-rules",
+            json={
+                "name": "grad norm 5+ paged",
+                "metric": "grad/norm/total",
+                "condition": {"kind": "threshold", "op": ">=", "value": 5.0, "resolve_steps": 2},
+                "channels": [
+                    {"type": "alertmanager", "url": receiver.url("/api/v2/alerts")},
+                    {
+                        "type": "pagerduty",
+                        "url": receiver.url("/v2/enqueue"),
+                        "routing_key": "R0UTING-KEY",
+                        "severity": "critical",
+                    },
+                ],
+            },
+        )
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["channels"][1]["routing_key"] == "••••"
+        run = create_run(api, name="r", start_step=0)
+        post_metrics(api, run, [0, 1, 2, 3, 4], **{"grad/norm/total": [1.0, 6.0, 4.0, 4.0, 4.0]})
+        received = receiver.wait_for(4)
+    by_path: dict[str, list[Any]] = {}
+    for request in receiver.delivered:
+        by_path.setdefault(request.path, []).append(json.loads(request.body))
+    firing, resolved = by_path["/api/v2/alerts"]
+    assert firing[0]["labels"] == resolved[0]["labels"]
+    assert firing[0]["labels"]["run_id"] == run and resolved[0]["endsAt"] < firing[0]["endsAt"]
+    trigger, resolve = by_path["/v2/enqueue"]
+    assert (trigger["event_action"], resolve["event_action"]) == ("trigger", "resolve")
+    assert trigger["dedup_key"] == resolve["dedup_key"] and trigger["routing_key"] == "R0UTING-KEY"
+    assert trigger["payload"]["severity"] == "critical" and len(received) == 4

@@ -32,7 +32,10 @@ def test_validate_channel_accepts_names_that_do_not_resolve_now() -> None:
 @pytest.mark.parametrize(
     ("channel", "message"),
     [
-        ({"url": "https://hooks.example/x"}, r"channels\[1\]\.type: must be 'webhook' or 'slack'"),
+        (
+            {"url": "https://hooks.example/x"},
+            r"channels\[1\]\.type: must be one of 'webhook', 'slack', 'alertmanager', 'pagerduty'",
+        ),
         ({"type": "email", "url": "https://hooks.example/x"}, r"channels\[1\]\.type"),
         ({"type": "webhook"}, r"channels\[1\]\.url: required"),
         ({"type": "webhook", "url": ""}, r"channels\[1\]\.url: required"),
@@ -46,8 +49,14 @@ def test_validate_channel_accepts_names_that_do_not_resolve_now() -> None:
         ({"type": "slack", "url": "http://hooks.slack.com/services/T"}, r"channels\[1\]\.url: Sla"),
         (
             {"type": "slack", "url": "https://hooks.slack.com/services/T", "secret": "x"},
-            r"channels\[1\]\.secret: only webhook",
+            r"channels\[1\]: unknown field\(s\) secret; a slack channel takes type, url",
         ),
+        ({"type": "pagerduty"}, r"channels\[1\]\.routing_key: required"),
+        (
+            {"type": "pagerduty", "routing_key": "k", "severity": "high"},
+            r"channels\[1\]\.severity: one of critical, error, warning, info",
+        ),
+        ({"type": "alertmanager"}, r"channels\[1\]\.url: required"),
         ({"type": "webhook", "url": "https://hooks.example/", "secret": ""}, r"\.secret: must"),
         ({"type": "webhook", "url": "https://hooks.example/", "secret": 5}, r"\.secret: must"),
         ({"type": "webhook", "url": "https://hooks.example/", "token": "x"}, r"unknown.*token"),
