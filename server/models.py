@@ -312,7 +312,30 @@ class Alert(Base):
     """0 for a state change; n for the n-th notification of a still-firing alert."""
     worst: Mapped[float | None] = mapped_column(Double)
     """The measured value furthest past the threshold since the alert fired."""
+    silenced_by: Mapped[int | None] = mapped_column(ForeignKey("silences.id", ondelete="SET NULL"))
+    """The silence that held this alert's notifications back (recorded, not sent)."""
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Silence(Base):
+    """Notifications of a project matching a rule, a run and a metric glob (each optional:
+    none given silences the whole project) are recorded and not sent, until ``ends_at``
+    or past ``until_step`` (at least one is set), or until expired by hand."""
+
+    __tablename__ = "silences"
+    __table_args__ = (Index("ix_silences_project_id", "project_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    rule_id: Mapped[int | None] = mapped_column(ForeignKey("alert_rules.id", ondelete="CASCADE"))
+    run_key: Mapped[int | None] = mapped_column(ForeignKey("runs.key", ondelete="CASCADE"))
+    metric: Mapped[str | None] = mapped_column(String(512))
+    ends_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    until_step: Mapped[int | None] = mapped_column(BigInteger)
+    created_by: Mapped[str] = mapped_column(String(128))
+    comment: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expired_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Notification(Base):

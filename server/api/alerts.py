@@ -13,9 +13,12 @@ from ..schemas import (
     AlertRuleOut,
     AlertRuleUpdate,
     RulePreview,
+    SilenceCreate,
+    SilenceOut,
     TestDelivery,
 )
 from ..services import alert_rules as rules
+from ..services import silences
 from .context import ContextDep
 from .deps import Admin, Reader, SessionDep, SnapshotDep
 from .errors import API, documented
@@ -104,3 +107,33 @@ def list_alerts(
     if project is not None and project != who.project:
         raise HTTPException(403, f"this token belongs to project {who.project!r}")
     return rules.list_alerts(session, who, run_id=run, state=state, limit=limit)
+
+
+SilenceIdPath = Annotated[int, Path(ge=1, le=INT32_MAX, description="The silence's id.")]
+
+
+@router.post("/silences", status_code=201, response_model=SilenceOut, responses=documented(404))
+def create_silence(body: SilenceCreate, session: SessionDep, who: Admin) -> SilenceOut:
+    """Hold back the notifications of a rule, a run and a metric glob (each optional)
+    until ``ends_at`` or past ``until_step``: they are recorded in the history, not sent."""
+    out = silences.create_silence(session, who, body)
+    session.commit()
+    return out
+
+
+@router.get("/silences", response_model=list[SilenceOut])
+def list_silences(
+    session: SessionDep, who: Reader, project: str | None = None, active: bool = False
+) -> list[SilenceOut]:
+    """The project's silences, newest first; ``active=true`` for those in force."""
+    if project is not None and project != who.project:
+        raise HTTPException(403, f"this token belongs to project {who.project!r}")
+    return silences.list_silences(session, who, active_only=active)
+
+
+@router.delete("/silences/{silence_id}", status_code=204, responses=documented(404))
+def expire_silence(silence_id: SilenceIdPath, session: SessionDep, who: Admin) -> Response:
+    """End a silence now (it stays listed, expired)."""
+    silences.expire_silence(session, who, silence_id)
+    session.commit()
+    return Response(status_code=204)

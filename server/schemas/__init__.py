@@ -305,11 +305,50 @@ class AlertOut(BaseModel):
     threshold: float | None
     reason: str
     repeat: int = Field(default=0, description="0 for a state change; n for the n-th repeat.")
+    silenced_by: int | None = Field(
+        default=None, description="The silence that held its notifications back."
+    )
     worst: float | str | None = Field(
         default=None, description="The value furthest past the threshold since it fired."
     )
     created_at: datetime
     notifications: list[DeliveryOut]
+
+
+class SilenceCreate(BaseModel):
+    """What to silence (each matcher optional: none silences the project) and until when."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: Text | None = Field(default=None, max_length=128)
+    rule_id: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    run: Text | None = Field(default=None, max_length=64, description="A run's id.")
+    metric: Text | None = Field(
+        default=None, min_length=1, max_length=512, pattern=NAME_PATTERN, description="A glob."
+    )
+    ends_at: datetime | None = Field(default=None, description="In force until this time.")
+    until_step: int | None = Field(
+        default=None, ge=0, le=MAX_STEPS, description="In force for steps up to this one."
+    )
+    comment: Text = Field(min_length=1, max_length=2000, description="Why.")
+    created_by: Text | None = Field(
+        default=None, max_length=128, description="Who; the token's name when not given."
+    )
+
+
+class SilenceOut(BaseModel):
+    id: int
+    project: str
+    rule_id: int | None
+    run: str | None
+    metric: str | None
+    ends_at: datetime | None
+    until_step: int | None
+    created_by: str
+    comment: str
+    created_at: datetime
+    expired_at: datetime | None
+    active: bool = Field(description="In force now (not expired, not past ends_at).")
 
 
 class PreviewTransition(BaseModel):

@@ -322,6 +322,7 @@ def list_alerts(
                 threshold=alert.threshold,
                 reason=alert.reason,
                 repeat=alert.repeat or 0,
+                silenced_by=alert.silenced_by,
                 worst=None if alert.worst is None else encode_value(alert.worst),
                 created_at=alert.created_at,
                 notifications=[

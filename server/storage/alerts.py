@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sqlalchemy import and_, delete, func, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..alerts.evaluation import RuleState, Transition
-from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run
+from ..alerts.selectors import metric_matches
+from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run, Silence, utcnow
 
 # --- rules --------------------------------------------------------------------------------
 
@@ -132,9 +133,12 @@ def record_alerts(
     transitions: Sequence[Transition],
 ) -> int:
     """History rows and their outbox rows (one a channel) for each transition; returns how
-    many notifications are owed."""
+    many notifications are owed. A transition a silence matches is recorded with the
+    silence's id and owes nothing."""
     owed = 0
+    silences = active_silences(session, run_key, rule_id) if transitions else []
     for transition in transitions:
+        silence = next((s for s in silences if silences_it(s, metric, transition.step)), None)
         alert = Alert(
             run_key=run_key,
             rule_id=rule_id,
@@ -149,13 +153,43 @@ def record_alerts(
             worst=None
             if transition.worst is None or math.isnan(transition.worst)
             else transition.worst,
+            silenced_by=None if silence is None else silence.id,
         )
         session.add(alert)
         session.flush()
+        if silence is not None:
+            continue
         for index in range(channels):
             session.add(Notification(alert_id=alert.id, channel_index=index))
             owed += 1
     return owed
+
+
+def active_silences(session: Session, run_key: int, rule_id: int) -> list[Silence]:
+    """The silences of the run's project in force now that may match the rule on the run
+    (their metric glob and step bound are for `silences_it`)."""
+    now = utcnow()
+    project = select(Run.project_id).where(Run.key == run_key).scalar_subquery()
+    query = (
+        select(Silence)
+        .where(
+            Silence.project_id == project,
+            Silence.expired_at.is_(None),
+            or_(Silence.ends_at.is_(None), Silence.ends_at > now),
+            or_(Silence.rule_id.is_(None), Silence.rule_id == rule_id),
+            or_(Silence.run_key.is_(None), Silence.run_key == run_key),
+        )
+        .order_by(Silence.id)
+    )
+    return list(session.scalars(query))
+
+
+def silences_it(silence: Silence, metric: str, step: int) -> bool:
+    """Whether ``silence`` (in force, of the right rule and run) covers ``metric`` at
+    ``step``."""
+    if silence.until_step is not None and step > silence.until_step:
+        return False
+    return silence.metric is None or metric_matches(silence.metric, metric)
 
 
 def alert_history(

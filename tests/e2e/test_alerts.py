@@ -301,3 +301,75 @@ def test_alertmanager_and_pagerduty_channels_end_to_end(
     assert (trigger["event_action"], resolve["event_action"]) == ("trigger", "resolve")
     assert trigger["dedup_key"] == resolve["dedup_key"] and trigger["routing_key"] == "R0UTING-KEY"
     assert trigger["payload"]["severity"] == "critical" and len(received) == 4
+
+
+def test_a_silence_records_and_holds_back_then_ends_with_its_step(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        rule = create_rule(
+            api,
+            receiver.url(),
+            name="layers 5+",
+            metric="grad/norm/layers.*",
+            condition={"kind": "threshold", "op": ">=", "value": 5.0},
+        )
+        run = create_run(api, name="r", start_step=0)
+        refused = [
+            ({"comment": "no end"}, 422),
+            ({"comment": "past", "ends_at": "2020-01-01T00:00:00Z"}, 422),
+            ({"comment": "x", "until_step": 9, "rule_id": 2**31 - 1}, 404),
+            ({"comment": "x", "until_step": 9, "run": "f" * 32}, 404),
+            ({"comment": "", "until_step": 9}, 422),
+        ]
+        for body, status in refused:
+            assert api.post("/api/v1/silences", json=body).status_code == status, body
+        with client_for(alerting_server, tenant, "read") as reader:
+            assert (
+                reader.post("/api/v1/silences", json={"comment": "x", "until_step": 1}).status_code
+                == 403
+            )
+        made = api.post(
+            "/api/v1/silences",
+            json={
+                "rule_id": rule["id"],
+                "run": run,
+                "metric": "grad/norm/layers.3*",
+                "until_step": 20,
+                "comment": "layer 3 is known to spike during warmup",
+                "created_by": "alice",
+            },
+        )
+        assert made.status_code == 201, made.text
+        silence = made.json()
+        assert (silence["created_by"], silence["active"], silence["run"]) == ("alice", True, run)
+        # Step 10: layer 3 silenced, layer 4 not; step 30: past the silence, both sent.
+        layers = {
+            "grad/norm/layers.3": [1.0, 6.0, 1.0, 6.0],
+            "grad/norm/layers.4": [1.0, 6.0, 1.0, 1.0],
+        }
+        post_metrics(api, run, [0, 10, 11, 30], **layers)
+        payloads = receiver.wait_for(3)
+        time.sleep(0.5)
+        assert len(receiver.received) == 3
+        assert sorted((p["step"], p["state"], p["metric"]) for p in payloads) == [
+            (10, "firing", "grad/norm/layers.4"),
+            (11, "resolved", "grad/norm/layers.4"),
+            (30, "firing", "grad/norm/layers.3"),
+        ]
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        held = [(a["metric"], a["state"], a["step"]) for a in history if a["silenced_by"]]
+        assert sorted(held) == [
+            ("grad/norm/layers.3", "firing", 10),
+            ("grad/norm/layers.3", "resolved", 11),
+        ]
+        assert all(a["notifications"] == [] for a in history if a["silenced_by"])
+        assert api.delete(f"/api/v1/silences/{silence['id']}").status_code == 204
+        listed = api.get("/api/v1/silences").json()
+        assert [(s["id"], s["active"]) for s in listed] == [(silence["id"], False)]
+        assert api.get("/api/v1/silences", params={"active": True}).json() == []
+        other = make_tenant(alerting_server.database_url)
+        with client_for(alerting_server, other) as stranger:
+            assert stranger.delete(f"/api/v1/silences/{silence['id']}").status_code == 403
+            assert stranger.get("/api/v1/silences").json() == []

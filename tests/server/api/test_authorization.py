@@ -52,7 +52,7 @@ from normwatch.server.app import create_app
 from normwatch.server.auth import Scope, create_token, revoke_token
 from normwatch.server.config import Settings
 from normwatch.server.db import build_engine, session_factory
-from normwatch.server.models import AlertRule, ApiToken, Event, Metric, Run, utcnow
+from normwatch.server.models import AlertRule, ApiToken, Event, Metric, Run, Silence, utcnow
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import Mount, WebSocketRoute
@@ -155,6 +155,14 @@ API = [
     Row("GET /api/v1/alerts", "alert history of one run (?run=)",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("POST /api/v1/silences", "silence the target's rule on its run",
+        own=(401, 401, 401, 403, 403, 201), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+    Row("GET /api/v1/silences", "list silences (other: ?project=other)",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("DELETE /api/v1/silences/{silence_id}", "expire a silence (a fresh one each time)",
+        own=(401, 401, 401, 403, 403, 204), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
     Row("GET /api/v1/tokens", "list tokens (other: ?project=other)",
         own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
     Row("POST /api/v1/tokens", "create a token (other: body names the other project)",
@@ -395,6 +403,20 @@ class World:
         assert made.status_code == 201, made.text
         return replace(self.objects[target], rule_id=made.json()["id"], rule_name=name)
 
+    def fresh_silence(self, target: str) -> int:
+        """A silence of its own for a request that expires one (an unknown id for
+        ``unknown``)."""
+        if target == "unknown":
+            return UNKNOWN.rule_id
+        made = httpx.post(
+            f"{self.server.url}/api/v1/silences",
+            json={"until_step": 5, "comment": f"{target} fresh {self.next()}"},
+            headers=self.tenant(target).headers("admin"),
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        return int(made.json()["id"])
+
     def fresh_token(self, target: str) -> Objects:
         if target == "unknown":
             return UNKNOWN
@@ -616,6 +638,17 @@ API_REQUESTS: dict[str, ApiRequest] = {
     "alert history of one run (?run=)": lambda w, t, o: Request(
         "GET", "/api/v1/alerts", params={"run": o.run_id}
     ),
+    "silence the target's rule on its run": lambda w, t, o: Request(
+        "POST",
+        "/api/v1/silences",
+        json={"rule_id": o.rule_id, "until_step": 10, "comment": f"quiet {w.next()}"},
+    ),
+    "list silences (other: ?project=other)": lambda w, t, o: Request(
+        "GET", "/api/v1/silences", params=_listing(t, o)
+    ),
+    "expire a silence (a fresh one each time)": lambda w, t, o: Request(
+        "DELETE", f"/api/v1/silences/{w.fresh_silence(t)}"
+    ),
     "list tokens (other: ?project=other)": lambda w, t, o: Request(
         "GET", "/api/v1/tokens", params=_listing(t, o)
     ),
@@ -788,6 +821,7 @@ class State:
     runs: dict[str, tuple[Any, ...]]
     events: int
     metrics: dict[tuple[int, str], tuple[Any, ...]]
+    silences: dict[int, tuple[Any, ...]]
 
 
 def read_state(sessions: sessionmaker[Session]) -> State:
@@ -803,6 +837,7 @@ def read_state(sessions: sessionmaker[Session]) -> State:
             metrics={
                 (m.run_key, m.name): (m.last_step, m.last_value) for m in s.scalars(select(Metric))
             },
+            silences={x.id: (x.project_id, x.expired_at) for x in s.scalars(select(Silence))},
         )
 
 

@@ -1,0 +1,69 @@
+"""silences
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-04 15:00:00
+
+``silences``: a project's notifications matching a rule, a run and a metric glob (each
+optional) are recorded and not sent, until a time or a step, with who and why.
+``alerts.silenced_by``: the silence that held an alert's notifications back.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+_UTC_TIME = sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "silences",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("project_id", sa.Integer(), nullable=False),
+        sa.Column("rule_id", sa.Integer(), nullable=True),
+        sa.Column("run_key", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True),
+        sa.Column("metric", sa.String(length=512), nullable=True),
+        sa.Column("ends_at", _UTC_TIME, nullable=True),
+        sa.Column("until_step", sa.BigInteger(), nullable=True),
+        sa.Column("created_by", sa.String(length=128), nullable=False),
+        sa.Column("comment", sa.Text(), nullable=False),
+        sa.Column("created_at", _UTC_TIME, nullable=False),
+        sa.Column("expired_at", _UTC_TIME, nullable=True),
+        sa.ForeignKeyConstraint(
+            ["project_id"], ["projects.id"], name=op.f("fk_silences_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["rule_id"], ["alert_rules.id"], name=op.f("fk_silences_rule_id_alert_rules"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["run_key"], ["runs.key"], name=op.f("fk_silences_run_key_runs"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_silences")),
+    )
+    op.create_index("ix_silences_project_id", "silences", ["project_id"])
+    with op.batch_alter_table("alerts") as batch:
+        batch.add_column(sa.Column("silenced_by", sa.Integer(), nullable=True))
+        batch.create_foreign_key(
+            op.f("fk_alerts_silenced_by_silences"),
+            "silences",
+            ["silenced_by"],
+            ["id"],
+            ondelete="SET NULL",
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("alerts") as batch:
+        batch.drop_constraint(op.f("fk_alerts_silenced_by_silences"), type_="foreignkey")
+        batch.drop_column("silenced_by")
+    op.drop_index("ix_silences_project_id", table_name="silences")
+    op.drop_table("silences")

@@ -1,0 +1,115 @@
+"""Silences: a project's notifications held back on purpose, with who and why.
+
+A silence names a rule, a run and a metric glob (each optional) and lasts until a time
+(``ends_at``), past a step (``until_step``) or both, or until expired by hand. Matching
+transitions are still recorded in the alert history, with the silence's id, and no
+notification is sent for them (see `storage.alerts.record_alerts`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .. import errors
+from ..auth import Principal
+from ..models import AlertRule, ApiToken, Run, Silence, utcnow
+from ..schemas import SilenceCreate, SilenceOut
+
+MAX_ACTIVE = 1000
+"""Silences a project may have in force at once (each is checked for every transition)."""
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def to_out(silence: Silence, project: str, run_id: str | None) -> SilenceOut:
+    now = utcnow()
+    ends_at = _aware(silence.ends_at)
+    active = silence.expired_at is None and (ends_at is None or ends_at > now)
+    return SilenceOut(
+        id=silence.id,
+        project=project,
+        rule_id=silence.rule_id,
+        run=run_id,
+        metric=silence.metric,
+        ends_at=ends_at,
+        until_step=silence.until_step,
+        created_by=silence.created_by,
+        comment=silence.comment,
+        created_at=silence.created_at,
+        expired_at=silence.expired_at,
+        active=active,
+    )
+
+
+def create_silence(session: Session, who: Principal, body: SilenceCreate) -> SilenceOut:
+    project = body.project or who.project
+    if project != who.project:
+        raise errors.Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
+    if body.ends_at is None and body.until_step is None:
+        raise errors.Invalid("a silence needs ends_at, until_step or both: it must end")
+    ends_at = _aware(body.ends_at)
+    if ends_at is not None and ends_at <= utcnow():
+        raise errors.Invalid(f"ends_at ({ends_at.isoformat()}) is not in the future")
+    if body.rule_id is not None:
+        rule = session.get(AlertRule, body.rule_id)
+        if rule is None:
+            raise errors.NotFound(f"no alert rule with id {body.rule_id}")
+        if rule.project_id != who.project_id:
+            raise errors.Forbidden("this rule belongs to another project")
+    run_key = None
+    if body.run is not None:
+        run = session.scalars(select(Run).where(Run.id == body.run)).first()
+        if run is None:
+            raise errors.NotFound(f"no run with id {body.run!r}")
+        if run.project_id != who.project_id:
+            raise errors.Forbidden("this run belongs to another project")
+        run_key = run.key
+    active = len(list_silences(session, who, active_only=True))
+    if active >= MAX_ACTIVE:
+        raise errors.Conflict(f"project {project!r} has {active} silences in force, the most")
+    token = session.get(ApiToken, who.token_id)
+    silence = Silence(
+        project_id=who.project_id,
+        rule_id=body.rule_id,
+        run_key=run_key,
+        metric=body.metric,
+        ends_at=ends_at,
+        until_step=body.until_step,
+        created_by=body.created_by or (token.name if token is not None else "") or "token",
+        comment=body.comment,
+    )
+    session.add(silence)
+    session.flush()
+    return to_out(silence, project, body.run)
+
+
+def list_silences(
+    session: Session, who: Principal, *, active_only: bool = False
+) -> list[SilenceOut]:
+    """The project's silences, newest first (only those in force with ``active_only``)."""
+    rows = session.execute(
+        select(Silence, Run.id)
+        .outerjoin(Run, Run.key == Silence.run_key)
+        .where(Silence.project_id == who.project_id)
+        .order_by(Silence.id.desc())
+    ).all()
+    out = [to_out(silence, who.project, run_id) for silence, run_id in rows]
+    return [s for s in out if s.active] if active_only else out
+
+
+def expire_silence(session: Session, who: Principal, silence_id: int) -> None:
+    """End a silence now; it stays in the list, expired, for the history."""
+    silence = session.get(Silence, silence_id)
+    if silence is None:
+        raise errors.NotFound(f"no silence with id {silence_id}")
+    if silence.project_id != who.project_id:
+        raise errors.Forbidden("this silence belongs to another project")
+    if silence.expired_at is None:
+        silence.expired_at = utcnow()
