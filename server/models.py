@@ -314,6 +314,10 @@ class Alert(Base):
     """The measured value furthest past the threshold since the alert fired."""
     silenced_by: Mapped[int | None] = mapped_column(ForeignKey("silences.id", ondelete="SET NULL"))
     """The silence that held this alert's notifications back (recorded, not sent)."""
+    acked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    """When someone took this firing alert on: its repeats are recorded and not sent."""
+    acked_by: Mapped[str | None] = mapped_column(String(128))
+    ack_comment: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

@@ -6,7 +6,9 @@ Create Date: 2026-12-04 15:00:00
 
 ``silences``: a project's notifications matching a rule, a run and a metric glob (each
 optional) are recorded and not sent, until a time or a step, with who and why.
-``alerts.silenced_by``: the silence that held an alert's notifications back.
+``alerts.silenced_by``: the silence that held an alert's notifications back;
+``alerts.acked_at``/``acked_by``/``ack_comment``: someone took a firing alert on (its
+repeats are then recorded and not sent).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def upgrade() -> None:
     op.create_index("ix_silences_project_id", "silences", ["project_id"])
     with op.batch_alter_table("alerts") as batch:
         batch.add_column(sa.Column("silenced_by", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("acked_at", _UTC_TIME, nullable=True))
+        batch.add_column(sa.Column("acked_by", sa.String(length=128), nullable=True))
+        batch.add_column(sa.Column("ack_comment", sa.Text(), nullable=True))
         batch.create_foreign_key(
             op.f("fk_alerts_silenced_by_silences"),
             "silences",
@@ -64,6 +69,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("alerts") as batch:
         batch.drop_constraint(op.f("fk_alerts_silenced_by_silences"), type_="foreignkey")
+        batch.drop_column("ack_comment")
+        batch.drop_column("acked_by")
+        batch.drop_column("acked_at")
         batch.drop_column("silenced_by")
     op.drop_index("ix_silences_project_id", table_name="silences")
     op.drop_table("silences")

@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from ..schemas import (
     INT32_MAX,
+    AckCreate,
     AlertOut,
     AlertRuleCreate,
     AlertRuleOut,
@@ -135,5 +136,19 @@ def list_silences(
 def expire_silence(silence_id: SilenceIdPath, session: SessionDep, who: Admin) -> Response:
     """End a silence now (it stays listed, expired)."""
     silences.expire_silence(session, who, silence_id)
+    session.commit()
+    return Response(status_code=204)
+
+
+AlertIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="The alert's id.")]
+
+
+@router.post("/alerts/{alert_id}/ack", status_code=204, responses=documented(404, 409))
+def acknowledge(
+    alert_id: AlertIdPath, body: AckCreate, session: SessionDep, who: Admin
+) -> Response:
+    """Take a firing alert on: its repeats are recorded in the history and not sent. The
+    history shows who acknowledged it, when and why."""
+    silences.acknowledge(session, who, alert_id, body)
     session.commit()
     return Response(status_code=204)

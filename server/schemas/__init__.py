@@ -308,6 +308,10 @@ class AlertOut(BaseModel):
     silenced_by: int | None = Field(
         default=None, description="The silence that held its notifications back."
     )
+    acked: dict[str, Any] | None = Field(
+        default=None,
+        description="Who took the firing alert on, when and why (`at`, `by`, `comment`).",
+    )
     worst: float | str | None = Field(
         default=None, description="The value furthest past the threshold since it fired."
     )
@@ -333,6 +337,15 @@ class SilenceCreate(BaseModel):
     comment: Text = Field(min_length=1, max_length=2000, description="Why.")
     created_by: Text | None = Field(
         default=None, max_length=128, description="Who; the token's name when not given."
+    )
+
+
+class AckCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    comment: Text = Field(default="", max_length=2000)
+    by: Text | None = Field(
+        default=None, max_length=128, description="The token's name if not given."
     )
 
 

@@ -323,6 +323,9 @@ def list_alerts(
                 reason=alert.reason,
                 repeat=alert.repeat or 0,
                 silenced_by=alert.silenced_by,
+                acked=None
+                if alert.acked_at is None
+                else {"at": alert.acked_at, "by": alert.acked_by, "comment": alert.ack_comment},
                 worst=None if alert.worst is None else encode_value(alert.worst),
                 created_at=alert.created_at,
                 notifications=[

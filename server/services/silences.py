@@ -1,9 +1,11 @@
-"""Silences: a project's notifications held back on purpose, with who and why.
+"""Silences and acknowledgements: a project's notifications held back on purpose, with
+who and why.
 
 A silence names a rule, a run and a metric glob (each optional) and lasts until a time
 (``ends_at``), past a step (``until_step``) or both, or until expired by hand. Matching
 transitions are still recorded in the alert history, with the silence's id, and no
-notification is sent for them (see `storage.alerts.record_alerts`).
+notification is sent for them (see `storage.alerts.record_alerts`). Acknowledging a firing
+alert does the same for its repeats: someone has taken it on.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from .. import errors
 from ..auth import Principal
-from ..models import AlertRule, ApiToken, Run, Silence, utcnow
-from ..schemas import SilenceCreate, SilenceOut
+from ..models import Alert, AlertRule, ApiToken, Run, Silence, utcnow
+from ..schemas import AckCreate, SilenceCreate, SilenceOut
 
 MAX_ACTIVE = 1000
 """Silences a project may have in force at once (each is checked for every transition)."""
@@ -113,3 +115,29 @@ def expire_silence(session: Session, who: Principal, silence_id: int) -> None:
         raise errors.Forbidden("this silence belongs to another project")
     if silence.expired_at is None:
         silence.expired_at = utcnow()
+
+
+def acknowledge(session: Session, who: Principal, alert_id: int, body: AckCreate) -> Alert:
+    """Take a firing alert on: its repeats are recorded and not sent. Acknowledging again
+    keeps the first acknowledgement."""
+    found = session.execute(
+        select(Alert, Run.project_id)
+        .join(Run, Run.key == Alert.run_key)
+        .where(Alert.id == alert_id)
+    ).first()
+    if found is None:
+        raise errors.NotFound(f"no alert with id {alert_id}")
+    alert, project_id = found
+    if project_id != who.project_id:
+        raise errors.Forbidden("this alert belongs to another project")
+    if alert.state != "firing" or alert.repeat:
+        raise errors.Conflict(
+            f"alert {alert_id} is a {alert.state} {'repeat' if alert.repeat else 'message'}: "
+            "acknowledge the firing alert it belongs to"
+        )
+    if alert.acked_at is None:
+        token = session.get(ApiToken, who.token_id)
+        alert.acked_at = utcnow()
+        alert.acked_by = body.by or (token.name if token is not None else "") or "token"
+        alert.ack_comment = body.comment
+    return alert

@@ -139,6 +139,9 @@ def record_alerts(
     silences = active_silences(session, run_key, rule_id) if transitions else []
     for transition in transitions:
         silence = next((s for s in silences if silences_it(s, metric, transition.step)), None)
+        acked = transition.repeat > 0 and _acknowledged(
+            session, run_key, rule_id, metric, transition.fired_at_step
+        )
         alert = Alert(
             run_key=run_key,
             rule_id=rule_id,
@@ -157,12 +160,27 @@ def record_alerts(
         )
         session.add(alert)
         session.flush()
-        if silence is not None:
+        if silence is not None or acked:
             continue
         for index in range(channels):
             session.add(Notification(alert_id=alert.id, channel_index=index))
             owed += 1
     return owed
+
+
+def _acknowledged(
+    session: Session, run_key: int, rule_id: int, metric: str, fired_at_step: int
+) -> bool:
+    """Whether the firing that a repeat belongs to was acknowledged."""
+    query = select(Alert.acked_at).where(
+        Alert.run_key == run_key,
+        Alert.rule_id == rule_id,
+        Alert.metric == metric,
+        Alert.state == "firing",
+        Alert.repeat == 0,
+        Alert.step == fired_at_step,
+    )
+    return any(at is not None for at in session.scalars(query))
 
 
 def active_silences(session: Session, run_key: int, rule_id: int) -> list[Silence]:

@@ -373,3 +373,55 @@ def test_a_silence_records_and_holds_back_then_ends_with_its_step(
         with client_for(alerting_server, other) as stranger:
             assert stranger.delete(f"/api/v1/silences/{silence['id']}").status_code == 403
             assert stranger.get("/api/v1/silences").json() == []
+
+
+def test_an_acknowledged_alert_stops_repeating_and_still_resolves(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        create_rule(
+            api,
+            receiver.url(),
+            name="grad norm 5+",
+            metric="grad/norm/total",
+            condition={"kind": "threshold", "op": ">=", "value": 5.0},
+            repeat_every_steps=2,
+        )
+        run = create_run(api, name="r", start_step=0)
+        post_metrics(api, run, [0, 1, 2, 3], **{"grad/norm/total": [6.0, 6.0, 6.0, 6.0]})
+        assert [(p["state"], p["repeat"]) for p in receiver.wait_for(2)] == [
+            ("firing", 0),
+            ("firing", 1),
+        ]
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        firing = next(a for a in history if a["state"] == "firing" and a["repeat"] == 0)
+        repeat = next(a for a in history if a["repeat"] == 1)
+        with client_for(alerting_server, tenant, "read") as reader:
+            assert reader.post(f"/api/v1/alerts/{firing['id']}/ack", json={}).status_code == 403
+        assert api.post(f"/api/v1/alerts/{repeat['id']}/ack", json={}).status_code == 409
+        assert api.post("/api/v1/alerts/999999999/ack", json={}).status_code == 404
+        ack = {"comment": "looking at the router", "by": "bob"}
+        assert api.post(f"/api/v1/alerts/{firing['id']}/ack", json=ack).status_code == 204
+        post_metrics(api, run, [4, 5, 6, 7], **{"grad/norm/total": [6.0, 6.0, 6.0, 1.0]})
+        payloads = receiver.wait_for(3)
+        time.sleep(0.5)
+        assert len(receiver.received) == 3
+        assert [(p["state"], p["step"], p["repeat"]) for p in payloads] == [
+            ("firing", 0, 0),
+            ("firing", 2, 1),
+            ("resolved", 7, 0),  # the repeats at 4 and 6 were recorded, not sent
+        ]
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        assert [(a["step"], a["repeat"], len(a["notifications"])) for a in history][::-1] == [
+            (0, 0, 1),
+            (2, 1, 1),
+            (4, 2, 0),
+            (6, 3, 0),
+            (7, 0, 1),
+        ]
+        acked = next(a for a in history if a["id"] == firing["id"])["acked"]
+        assert (acked["by"], acked["comment"]) == ("bob", "looking at the router")
+        other = make_tenant(alerting_server.database_url)
+        with client_for(alerting_server, other) as stranger:
+            assert stranger.post(f"/api/v1/alerts/{firing['id']}/ack", json={}).status_code == 403

@@ -52,7 +52,16 @@ from normwatch.server.app import create_app
 from normwatch.server.auth import Scope, create_token, revoke_token
 from normwatch.server.config import Settings
 from normwatch.server.db import build_engine, session_factory
-from normwatch.server.models import AlertRule, ApiToken, Event, Metric, Run, Silence, utcnow
+from normwatch.server.models import (
+    Alert,
+    AlertRule,
+    ApiToken,
+    Event,
+    Metric,
+    Run,
+    Silence,
+    utcnow,
+)
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.routing import Mount, WebSocketRoute
@@ -155,6 +164,9 @@ API = [
     Row("GET /api/v1/alerts", "alert history of one run (?run=)",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("POST /api/v1/alerts/{alert_id}/ack", "acknowledge the target's firing alert",
+        own=(401, 401, 401, 403, 403, 204), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
     Row("POST /api/v1/silences", "silence the target's rule on its run",
         own=(401, 401, 401, 403, 403, 201), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 403, 404)),
@@ -403,6 +415,20 @@ class World:
         assert made.status_code == 201, made.text
         return replace(self.objects[target], rule_id=made.json()["id"], rule_name=name)
 
+    def firing_alert(self, target: str, objects: Objects) -> int:
+        """The id of the firing alert `seed` made on the target's run (an unknown id for
+        ``unknown``)."""
+        if target == "unknown":
+            return UNKNOWN.rule_id
+        with self.sessions() as session:
+            return int(
+                session.scalars(
+                    select(Alert.id)
+                    .join(Run, Run.key == Alert.run_key)
+                    .where(Run.id == objects.run_id, Alert.state == "firing")
+                ).one()
+            )
+
     def fresh_silence(self, target: str) -> int:
         """A silence of its own for a request that expires one (an unknown id for
         ``unknown``)."""
@@ -638,6 +664,9 @@ API_REQUESTS: dict[str, ApiRequest] = {
     "alert history of one run (?run=)": lambda w, t, o: Request(
         "GET", "/api/v1/alerts", params={"run": o.run_id}
     ),
+    "acknowledge the target's firing alert": lambda w, t, o: Request(
+        "POST", f"/api/v1/alerts/{w.firing_alert(t, o)}/ack", json={"comment": "mine"}
+    ),
     "silence the target's rule on its run": lambda w, t, o: Request(
         "POST",
         "/api/v1/silences",
@@ -822,6 +851,7 @@ class State:
     events: int
     metrics: dict[tuple[int, str], tuple[Any, ...]]
     silences: dict[int, tuple[Any, ...]]
+    acks: dict[int, Any]
 
 
 def read_state(sessions: sessionmaker[Session]) -> State:
@@ -838,6 +868,7 @@ def read_state(sessions: sessionmaker[Session]) -> State:
                 (m.run_key, m.name): (m.last_step, m.last_value) for m in s.scalars(select(Metric))
             },
             silences={x.id: (x.project_id, x.expired_at) for x in s.scalars(select(Silence))},
+            acks={a.id: a.acked_at for a in s.scalars(select(Alert))},
         )
 
 
