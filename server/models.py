@@ -269,6 +269,8 @@ class AlertRule(Base):
     run_tags: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
     repeat_every_steps: Mapped[int | None] = mapped_column(BigInteger)
     """A still-firing alert is sent again every this many logged steps (None: never)."""
+    group_wait_steps: Mapped[int | None] = mapped_column(BigInteger)
+    """A glob rule's first message waits this many steps for more metrics to fire."""
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
@@ -314,6 +316,9 @@ class Alert(Base):
     """The measured value furthest past the threshold since the alert fired."""
     silenced_by: Mapped[int | None] = mapped_column(ForeignKey("silences.id", ondelete="SET NULL"))
     """The silence that held this alert's notifications back (recorded, not sent)."""
+    members: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonDoc)
+    """A glob rule's group message: the metrics of the episode, each with its state, step
+    and value (None for an alert about one metric)."""
     acked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     """When someone took this firing alert on: its repeats are recorded and not sent."""
     acked_by: Mapped[str | None] = mapped_column(String(128))

@@ -57,6 +57,8 @@ class Notification:
     url: str
     repeat: int = 0
     worst: float | None = None
+    members: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
+    """A glob rule's group message: each metric's ``metric``, ``state``, ``step``, ``value``."""
 
     def __post_init__(self) -> None:
         if self.state not in ("firing", "resolved"):
@@ -120,6 +122,7 @@ def webhook_payload(notification: Notification) -> dict[str, Any]:
         "fired_at": _iso(n.fired_at),
         "repeat": n.repeat,
         "worst": encode_number(n.worst),
+        **({"alerts": [dict(m) for m in n.members]} if n.members else {}),
     }
 
 
@@ -173,6 +176,8 @@ def slack_payload(notification: Notification) -> dict[str, Any]:
     if n.worst is not None:
         fields = blocks[2]["fields"]
         fields.append({"type": "mrkdwn", "text": f"*Worst since firing*\n{_shown(n.worst)}"})
+    if n.members:
+        blocks.insert(3, {"type": "section", "text": {"type": "mrkdwn", "text": _member_lines(n)}})
     if n.url:
         blocks.append(
             {
@@ -210,6 +215,23 @@ renews it, the resolve ends it), so an alert whose resolve never comes does not 
 active for ever."""
 
 PAGERDUTY_SEVERITIES = ("critical", "error", "warning", "info")
+
+
+_SHOWN_MEMBERS = 20
+
+
+def _member_lines(n: Notification) -> str:
+    """A group's metrics, one a line (the first `_SHOWN_MEMBERS`, firing first)."""
+    ordered = sorted(n.members, key=lambda m: (m.get("state") != "firing", str(m.get("metric"))))
+    lines = [
+        f"{':red_circle:' if m.get('state') == 'firing' else ':large_green_circle:'} "
+        f"`{_mrkdwn(str(m.get('metric'))).replace('`', chr(39))}` = {m.get('value')} "
+        f"(step {m.get('step'):,})"
+        for m in ordered[:_SHOWN_MEMBERS]
+    ]
+    if len(ordered) > _SHOWN_MEMBERS:
+        lines.append(f"… and {len(ordered) - _SHOWN_MEMBERS} more")
+    return "\n".join(lines)[:3000]
 
 
 def _labels(n: Notification) -> dict[str, str]:
@@ -254,7 +276,25 @@ def alertmanager_payload(n: Notification) -> list[dict[str, Any]]:
     }
     if n.url:
         alert["generatorURL"] = n.url
-    return [alert]
+    if not n.members:
+        return [alert]
+    # A group: one alert a metric, each ending when that metric resolved (Alertmanager
+    # groups them again by its own rules).
+    out = []
+    for member in n.members:
+        resolved = member.get("state") == "resolved"
+        one = {
+            **alert,
+            "labels": {**alert["labels"], "metric": str(member.get("metric"))},
+            "annotations": {
+                **annotations,
+                "value": str(member.get("value")),
+                "step": str(member.get("step")),
+            },
+            "endsAt": _iso(at) if resolved or n.state == "resolved" else alert["endsAt"],
+        }
+        out.append(one)
+    return out
 
 
 def dedup_key(n: Notification) -> str:
@@ -285,6 +325,7 @@ def pagerduty_payload(n: Notification, routing_key: str, severity: str = "error"
             "repeat": n.repeat,
             "worst": encode_number(n.worst),
             "condition": _json_safe(n.condition),
+            **({"members": [dict(m) for m in n.members]} if n.members else {}),
         }
         summary = (
             f"{n.rule_name}: {n.metric} = {_shown(n.value)} (threshold {_shown(n.threshold)}) "

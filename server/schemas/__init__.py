@@ -255,6 +255,13 @@ class AlertRuleCreate(BaseModel):
         description="Send a still-firing alert again every this many logged steps, with "
         '`"repeat": n` and the worst value so far (0 or null: never).',
     )
+    group_wait_steps: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_STEPS,
+        description="A glob rule's alerts on a run are one group: its first message waits "
+        "this many steps for more metrics to fire (default 0).",
+    )
 
 
 class AlertRuleUpdate(BaseModel):
@@ -269,6 +276,7 @@ class AlertRuleUpdate(BaseModel):
     repeat_every_steps: int | None = Field(
         default=None, ge=0, le=MAX_STEPS, description="0 turns repeats off; null leaves them."
     )
+    group_wait_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
 
 
 class AlertRuleOut(BaseModel):
@@ -281,6 +289,7 @@ class AlertRuleOut(BaseModel):
     runs: RunSelector
     enabled: bool
     repeat_every_steps: int | None = None
+    group_wait_steps: int | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -307,6 +316,10 @@ class AlertOut(BaseModel):
     repeat: int = Field(default=0, description="0 for a state change; n for the n-th repeat.")
     silenced_by: int | None = Field(
         default=None, description="The silence that held its notifications back."
+    )
+    members: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="A glob rule's group message: each metric's state, step and value.",
     )
     acked: dict[str, Any] | None = Field(
         default=None,

@@ -71,6 +71,7 @@ def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut
         runs=RunSelector(name=rule.run_name, tags=rule.run_tags or []),
         enabled=rule.enabled,
         repeat_every_steps=rule.repeat_every_steps,
+        group_wait_steps=rule.group_wait_steps,
         created_at=rule.created_at,
         updated_at=rule.updated_at,
     )
@@ -105,6 +106,7 @@ def create_rule(
         run_tags=sorted(set(body.runs.tags)),
         enabled=body.enabled,
         repeat_every_steps=body.repeat_every_steps or None,
+        group_wait_steps=body.group_wait_steps or None,
     )
     if not save_rule(session, rule):
         raise Conflict(f"project {project!r} already has a rule named {body.name!r}")
@@ -175,6 +177,8 @@ def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bo
         rule.enabled = body.enabled
     if body.repeat_every_steps is not None:
         rule.repeat_every_steps = body.repeat_every_steps or None
+    if body.group_wait_steps is not None:
+        rule.group_wait_steps = body.group_wait_steps or None
     rule.updated_at = utcnow()
     return restart
 
@@ -323,6 +327,7 @@ def list_alerts(
                 reason=alert.reason,
                 repeat=alert.repeat or 0,
                 silenced_by=alert.silenced_by,
+                members=alert.members,
                 acked=None
                 if alert.acked_at is None
                 else {"at": alert.acked_at, "by": alert.acked_by, "comment": alert.ack_comment},

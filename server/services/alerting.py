@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
 from ..alerts.evaluation import RuleState, Transition, check_stale, evaluate
+from ..alerts.grouping import GroupState, advance
 from ..alerts.selectors import metric_matches, run_matches
 from ..analytics import derived
 from ..batch import MetricBatch
@@ -27,10 +28,14 @@ from ..models import AlertState
 from ..storage.alerts import (
     enabled_rules,
     record_alerts,
+    record_group,
     save_state,
     states_for_update,
 )
 from ..storage.runs import LockedRun, running_runs
+
+GROUP_METRIC_ID = -1
+"""``alert_states.metric_id`` of a glob rule's group on a run (see `alerts.grouping`)."""
 
 RUN_METRIC_ID = 0
 """``alert_states.metric_id`` of rules about the run as a whole (``stale``) and of rules on a
@@ -51,6 +56,8 @@ class StepRule:
     """The derived series the rule watches, when its metric is an expression."""
     repeat_every_steps: int | None = None
     """A still-firing alert is sent again every this many logged steps."""
+    group_wait_steps: int = 0
+    """A glob rule's group waits this many steps after its first firing before telling."""
 
 
 class RuleCache:
@@ -85,6 +92,7 @@ class RuleCache:
                 condition,
                 _expression(rule.metric),
                 rule.repeat_every_steps,
+                rule.group_wait_steps or 0,
             )
             for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
@@ -148,6 +156,7 @@ def evaluate_batch(
         session, run.key, {_state_key(r, name, metric_ids) for r, name, _, _ in work}
     )
     owed = 0
+    grouped: dict[int, tuple[StepRule, list[tuple[str, Transition]]]] = {}
     for rule, name, steps, values in work:
         key = _state_key(rule, name, metric_ids)
         row = states.get(key)
@@ -161,8 +170,34 @@ def evaluate_batch(
             repeat_every_steps=rule.repeat_every_steps,
         )
         save_state(session, row, run.key, key, segment, new_state)
-        owed += record_alerts(session, run.key, segment, rule.id, rule.channels, name, transitions)
+        if is_glob(rule):
+            # The group speaks for the rule's metrics; each one's transitions are history.
+            record_alerts(session, run.key, segment, rule.id, 0, name, transitions)
+            grouped.setdefault(rule.id, (rule, []))[1].extend((name, t) for t in transitions)
+        else:
+            owed += record_alerts(
+                session, run.key, segment, rule.id, rule.channels, name, transitions
+            )
+    for rule_id, (rule, events) in grouped.items():
+        key = (rule_id, GROUP_METRIC_ID)
+        row = states_for_update(session, run.key, {key}).get(key)
+        group = (
+            GroupState()
+            if row is None or row.segment != segment
+            else GroupState.from_dict(row.data)
+        )
+        messages = advance(group, events, int(batch.steps.max()), rule.group_wait_steps)
+        if messages or row is None or group.to_dict() != row.data:
+            save_state(session, row, run.key, key, segment, group)
+        owed += record_group(
+            session, run.key, segment, rule.id, rule.channels, rule.metric, messages
+        )
     return owed
+
+
+def is_glob(rule: StepRule) -> bool:
+    """Whether the rule watches a glob of metrics (whose alerts are grouped)."""
+    return rule.expression is None and any(c in rule.metric for c in "*?[")
 
 
 def _expression(metric: str | None) -> derived.Call | None:

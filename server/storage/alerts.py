@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ..alerts.evaluation import RuleState, Transition
+from ..alerts.evaluation import Transition
+from ..alerts.grouping import GroupMessage
 from ..alerts.selectors import metric_matches
 from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run, Silence, utcnow
 
@@ -89,13 +91,22 @@ def states_for_update(
     return {(r.rule_id, r.metric_id): r for r in rows if (r.rule_id, r.metric_id) in keys}
 
 
+class Stored(Protocol):
+    """A state kept as a JSON document: a rule on one series, or a rule's group."""
+
+    @property
+    def status(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 def save_state(
     session: Session,
     row: AlertState | None,
     run_key: int,
     key: tuple[int, int],
     segment: int,
-    state: RuleState,
+    state: Stored,
 ) -> None:
     """Store a (rule, metric) state of a run: into its row, or a new one."""
     if row is None:
@@ -156,6 +167,54 @@ def record_alerts(
             worst=None
             if transition.worst is None or math.isnan(transition.worst)
             else transition.worst,
+            silenced_by=None if silence is None else silence.id,
+        )
+        session.add(alert)
+        session.flush()
+        if silence is not None or acked:
+            continue
+        for index in range(channels):
+            session.add(Notification(alert_id=alert.id, channel_index=index))
+            owed += 1
+    return owed
+
+
+def record_group(
+    session: Session,
+    run_key: int,
+    segment: int,
+    rule_id: int,
+    channels: int,
+    pattern: str,
+    messages: Sequence[GroupMessage],
+) -> int:
+    """History rows (metric: the rule's glob, with the members) and their outbox rows for a
+    group's messages; returns how many notifications are owed. A message is held back when
+    silences cover every member it lists as firing (or, resolved, every member)."""
+    owed = 0
+    silences = active_silences(session, run_key, rule_id) if messages else []
+    for message in messages:
+        named = [m for m in message.members if m["state"] == "firing"] or message.members
+        silence = None
+        for candidate in silences:
+            if all(silences_it(candidate, m["metric"], message.step) for m in named):
+                silence = candidate
+                break
+        acked = message.repeat > 0 and _acknowledged(
+            session, run_key, rule_id, pattern, message.fired_at_step
+        )
+        alert = Alert(
+            run_key=run_key,
+            rule_id=rule_id,
+            metric=pattern,
+            state=message.state,
+            segment=segment,
+            step=message.step,
+            value=None if math.isnan(message.value) else message.value,
+            threshold=message.threshold,
+            reason=message.reason,
+            repeat=message.repeat,
+            members=message.members,
             silenced_by=None if silence is None else silence.id,
         )
         session.add(alert)

@@ -172,5 +172,6 @@ class Dispatcher:
             url=payloads.dashboard_link(self._base_url, run.id, alert.metric, step),
             repeat=alert.repeat or 0,
             worst=alert.worst,
+            members=tuple(alert.members or ()),
         )
         return dict(channels[notification.channel_index]), message
