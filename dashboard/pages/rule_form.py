@@ -56,6 +56,8 @@ _HINTS = {
 CHANNELS = ("webhook", "slack", "alertmanager", "pagerduty")
 REPEAT = "rule-repeat-every-steps"
 """The rule's ``repeat_every_steps`` (not a condition field)."""
+GROUP_WAIT = "rule-group-wait-steps"
+"""The rule's ``group_wait_steps``: how long a glob rule's first message waits for more."""
 
 
 def field_id(name: str) -> str:
@@ -68,6 +70,7 @@ FIELDS = (
     "rule-kind",
     *(field_id(n) for n in CONDITION_FIELDS),
     REPEAT,
+    GROUP_WAIT,
     "rule-channel-type",
     "rule-channel-url",
     "rule-channel-secret",
@@ -87,6 +90,7 @@ _DEFAULTS: dict[str, Any] = {
     field_id("op"): ">",
     field_id("resolve_steps"): 10,
     REPEAT: 1000,
+    GROUP_WAIT: 5,
     "rule-channel-type": "webhook",
     "rule-run-name": "*",
 }
@@ -110,6 +114,7 @@ def values_of(rule: AlertRuleOut) -> list[Any]:
     if "resolve_steps" not in rule.condition:
         values[field_id("resolve_steps")] = None
     values[REPEAT] = rule.repeat_every_steps
+    values[GROUP_WAIT] = rule.group_wait_steps
     if rule.channels and rule.channels[0].get("type") in CHANNELS:
         values["rule-channel-type"] = rule.channels[0]["type"]
     values["rule-run-name"] = rule.runs.name
@@ -171,6 +176,10 @@ def form() -> html.Div:
                     _labelled(
                         "repeat every (steps)",
                         dcc.Input(id=REPEAT, type="number", value=1000, placeholder="blank: never"),
+                    ),
+                    _labelled(
+                        "group wait (steps, glob rules)",
+                        dcc.Input(id=GROUP_WAIT, type="number", value=5, placeholder="0"),
                     ),
                 ],
                 className="form-row",
@@ -256,8 +265,15 @@ def to_create(values: Mapping[str, Any]) -> AlertRuleCreate:
             "channels": _channels(values),
             "runs": {"name": _text(values, "rule-run-name") or "*"},
             "repeat_every_steps": _repeat(values),
+            "group_wait_steps": _group_wait(values),
         }
     )
+
+
+def _group_wait(values: Mapping[str, Any]) -> Any:
+    """The group-wait field's value; blank is 0."""
+    value = values.get(GROUP_WAIT)
+    return 0 if value is None or value == "" else value
 
 
 def _repeat(values: Mapping[str, Any]) -> Any:
@@ -277,6 +293,7 @@ def to_update(values: Mapping[str, Any], current: AlertRuleOut) -> AlertRuleUpda
         "metric": _text(values, "rule-metric"),
         "condition": _condition(values),
         "repeat_every_steps": _repeat(values),
+        "group_wait_steps": _group_wait(values),
     }
     channels = _channels(values)
     if channels:
