@@ -169,13 +169,7 @@ def record_alerts(
             else transition.worst,
             silenced_by=None if silence is None else silence.id,
         )
-        session.add(alert)
-        session.flush()
-        if silence is not None or acked:
-            continue
-        for index in range(channels):
-            session.add(Notification(alert_id=alert.id, channel_index=index))
-            owed += 1
+        owed += _add(session, alert, 0 if silence is not None or acked else channels)
     return owed
 
 
@@ -217,14 +211,18 @@ def record_group(
             members=message.members,
             silenced_by=None if silence is None else silence.id,
         )
-        session.add(alert)
-        session.flush()
-        if silence is not None or acked:
-            continue
-        for index in range(channels):
-            session.add(Notification(alert_id=alert.id, channel_index=index))
-            owed += 1
+        owed += _add(session, alert, 0 if silence is not None or acked else channels)
     return owed
+
+
+def _add(session: Session, alert: Alert, channels: int) -> int:
+    """Store a history row and one outbox row a channel (none for a message held back);
+    returns how many notifications that owes."""
+    session.add(alert)
+    session.flush()
+    for index in range(channels):
+        session.add(Notification(alert_id=alert.id, channel_index=index))
+    return channels
 
 
 def _acknowledged(
