@@ -14,7 +14,7 @@ from ..schemas import EventCreate, EventOut
 from ..storage.metric_ids import MetricIdCache, metric_id_cache, resolve_metric_ids
 from ..storage.points import write_points
 from ..storage.runs import add_event as store_event
-from ..storage.runs import event_count, lock_run, run_exists
+from ..storage.runs import event_count, lock_run, run_exists, same_event
 from . import alerting
 
 
@@ -118,10 +118,16 @@ MAX_RUN_EVENTS = 10_000
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:
+    """Store an event once: the same text, kind and step in the same segment again (a client
+    re-sending what the server took before its acknowledgement was lost, or ``normwatch sync``
+    replaying a killed trainer's spool) answers the stored event and adds nothing."""
     segment = body.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")
+    event = Event(run_key=run.key, segment=segment, step=body.step, kind=body.kind, text=body.text)
+    stored = same_event(session, event)
+    if stored is not None:
+        return EventOut.model_validate(stored)
     if event_count(session, run.key) >= MAX_RUN_EVENTS:
         raise errors.Conflict(f"the run has {MAX_RUN_EVENTS} events already, the most it may hold")
-    event = Event(run_key=run.key, segment=segment, step=body.step, kind=body.kind, text=body.text)
     return EventOut.model_validate(store_event(session, event))

@@ -291,3 +291,19 @@ def add_event(session: Session, event: Event) -> Event:
     session.add(event)
     session.flush()
     return event
+
+
+def same_event(session: Session, event: Event) -> Event | None:
+    """The stored event with the same segment, step, kind and text as ``event``, if any."""
+    return session.scalars(
+        select(Event)
+        .where(
+            Event.run_key == event.run_key,
+            Event.step == event.step,
+            Event.segment == event.segment,
+            Event.kind == event.kind,
+            Event.text == event.text,
+        )
+        .order_by(Event.id)
+        .limit(1)
+    ).first()

@@ -236,6 +236,25 @@ def test_events(api: httpx.Client, tenant: Tenant) -> None:
     assert [(e["step"], e["kind"], e["text"]) for e in events] == [
         (81000, "config", "near-dropless EP routing")
     ]
+    # A re-sent event (its acknowledgement lost, or a spool replayed) is the stored one again;
+    # another text, kind or step is another event.
+    again = api.post(
+        f"/api/v1/runs/{run['id']}/events",
+        json={"step": 81000, "kind": "config", "text": "near-dropless EP routing"},
+        headers=tenant.headers("ingest"),
+    )
+    assert again.status_code == 201 and again.json() == r.json()
+    for other in (
+        {"step": 81000, "kind": "note", "text": "near-dropless EP routing"},
+        {"step": 81001, "kind": "config", "text": "near-dropless EP routing"},
+        {"step": 81000, "kind": "config", "text": "dropless EP routing"},
+    ):
+        posted = api.post(
+            f"/api/v1/runs/{run['id']}/events", json=other, headers=tenant.headers("ingest")
+        )
+        assert posted.status_code == 201 and posted.json()["id"] != r.json()["id"]
+    events = api.get(f"/api/v1/runs/{run['id']}/events", headers=tenant.headers("read")).json()
+    assert len(events) == 4
     bad = api.post(
         f"/api/v1/runs/{run['id']}/events",
         json={"step": "x", "text": "t"},
