@@ -34,6 +34,7 @@ from normwatch.server.services.transitions import run_transitions
 from sqlalchemy.orm import Session, sessionmaker
 
 from .figures import AlertMark, Line, Marker
+from .oncall import OnCallData
 
 
 class RunNotFound(LookupError):
@@ -53,7 +54,7 @@ _REFUSALS = (alert_rules.Conflict, alert_rules.NotFound, Forbidden, ValueError)
 
 
 @dataclass(frozen=True)
-class DashboardData:
+class DashboardData(OnCallData):
     """Reads for one viewer; a run of another project looks exactly like a missing one."""
 
     sessions: sessionmaker[Session]

@@ -21,6 +21,7 @@ from normwatch.server.schemas import AlertOut, DeliveryOut
 from ..data import RunNotFound
 from ..session import viewer
 from ..wiring import in_thread
+from . import oncall
 from .runs import ago
 
 ROUTES = ("/alerts",)
@@ -42,8 +43,8 @@ NOTHING_FIRING = "Nothing is firing."
 NO_ALERTS = "No alerts yet."
 
 
-class AlertsReader(Protocol):
-    """What the alerts page reads, for the viewer's project."""
+class AlertsReader(oncall.OnCallAccess, Protocol):
+    """What the alerts page reads, for the viewer's project (and changes, for admins)."""
 
     def firing(self, who: Principal) -> list[AlertOut]: ...
 
@@ -78,13 +79,15 @@ def layout(data: AlertsReader, who: Principal, query: Mapping[str, str]) -> html
     """The project's alerts, or one run's with ``?run=`` (`RunNotFound` outside it)."""
     shown = AlertsFilter(query.get("run"))
     firing, recent = read(data, who, shown)
+    admin = who.can("admin")
     title = f"Alerts in {who.project}" + (f" for run {shown.run}" if shown.run else "")
     return html.Div(
         [
             html.H1(title),
             dcc.Link("all alerts", href="/alerts", className="muted") if shown.run else None,
             html.H3("Firing now"),
-            html.Div(alerts_table(firing, empty=NOTHING_FIRING), id="alerts-firing"),
+            html.Div(alerts_table(firing, empty=NOTHING_FIRING, admin=admin), id="alerts-firing"),
+            oncall.section(data, who),
             html.H3("Recent"),
             html.Div(alerts_table(recent, empty=NO_ALERTS), id="alerts-recent"),
             dcc.Store(id="alerts-filter", data=shown.to_store()),
@@ -128,8 +131,29 @@ def delivery_text(n: DeliveryOut) -> str:
     return f"{n.channel}: {n.status}{tries}{error}"
 
 
-def alerts_table(alerts: list[AlertOut], *, empty: str, now: datetime | None = None) -> Any:
-    """One row an alert, linking to its run; ``empty`` said when there is none."""
+def state_cell(alert: AlertOut, *, admin: bool = False) -> list[Any]:
+    """The state's badge, then what else the history says of it: the repeat, the silence
+    that held it back, who acknowledged it (or, for admins, a button to)."""
+    cell: list[Any] = [html.Span(alert.state, className=f"badge badge-{alert.state}")]
+    if alert.repeat:
+        cell.append(html.Div(f"repeat {alert.repeat}", className="muted alert-repeat"))
+    if alert.silenced_by is not None:
+        cell.append(html.Div(f"silenced (#{alert.silenced_by})", className="muted alert-silenced"))
+    if alert.acked is not None:
+        by, why = alert.acked.get("by") or "someone", alert.acked.get("comment") or ""
+        said = f"acknowledged by {by}" + (f": {why}" if why else "")
+        cell.append(html.Div(said, className="muted alert-acked"))
+    elif admin and alert.state == "firing":
+        button = html.Button("Acknowledge", id={"type": "alert-ack", "alert": alert.id}, n_clicks=0)
+        cell.append(html.Div(button))
+    return cell
+
+
+def alerts_table(
+    alerts: list[AlertOut], *, empty: str, now: datetime | None = None, admin: bool = False
+) -> Any:
+    """One row an alert, linking to its run; ``empty`` said when there is none. With
+    ``admin``, a firing alert nobody has taken on has an Acknowledge button."""
     if not alerts:
         return html.P(empty, className="empty")
     header = html.Tr([html.Th(c) for c in COLUMNS])
@@ -139,7 +163,7 @@ def alerts_table(alerts: list[AlertOut], *, empty: str, now: datetime | None = N
                 html.Td(a.rule["name"]),
                 html.Td(dcc.Link(a.run["name"], href=run_href(a), className="alert-run-link")),
                 html.Td(a.metric, className="metric"),
-                html.Td(html.Span(a.state, className=f"badge badge-{a.state}")),
+                html.Td(state_cell(a, admin=admin)),
                 html.Td("—" if a.step is None else f"{a.step:,}"),
                 html.Td(number_text(a.value)),
                 html.Td(number_text(a.threshold)),
@@ -150,7 +174,12 @@ def alerts_table(alerts: list[AlertOut], *, empty: str, now: datetime | None = N
                         html.Div(delivery_text(n), className=f"delivery delivery-{n.status}")
                         for n in a.notifications
                     ]
-                    or html.Span("no channels", className="muted")
+                    or html.Span(
+                        "no channels"
+                        if a.silenced_by is None
+                        else f"not sent: silence #{a.silenced_by}",
+                        className="muted",
+                    )
                 ),
             ],
             className=f"alert-row alert-{a.state}",
@@ -167,16 +196,23 @@ def refresh(data: AlertsReader, who: Principal, shown: AlertsFilter | None) -> t
         firing, recent = read(data, who, shown) if shown is not None else ([], [])
     except RunNotFound:  # the filter names no run of the viewer's project
         firing, recent = [], []
-    return alerts_table(firing, empty=NOTHING_FIRING), alerts_table(recent, empty=NO_ALERTS)
+    admin = who.can("admin")
+    return (
+        alerts_table(firing, empty=NOTHING_FIRING, admin=admin),
+        alerts_table(recent, empty=NO_ALERTS),
+    )
 
 
 def register(app: dash.Dash, data: AlertsReader) -> None:
+    oncall.register(app, data)
+
     @app.callback(
         Output("alerts-firing", "children"),
         Output("alerts-recent", "children"),
         Input("alerts-refresh", "n_intervals"),
+        Input("oncall-changed", "data"),
         State("alerts-filter", "data"),
         prevent_initial_call=True,
     )
-    async def on_refresh(_n: object, store: object) -> tuple[Any, Any]:
+    async def on_refresh(_n: object, _changed: object, store: object) -> tuple[Any, Any]:
         return await in_thread(refresh, data, viewer(), AlertsFilter.from_store(store))

@@ -351,10 +351,22 @@ def list_alerts(
 
 
 def firing_now(session: Session, who: Principal) -> list[AlertOut]:
-    """Per rule, run and metric, the latest alert when it is a firing one."""
+    """Per rule, run and metric whose latest alert is a firing one, the alert that opened
+    the episode (the one to acknowledge, with its acknowledgement), carrying the latest
+    repeat's number and worst value; newest first."""
     latest: dict[tuple[int, str, str], AlertOut] = {}
+    opened: dict[tuple[int, str, str], AlertOut] = {}
     for alert in reversed(list_alerts(session, who, limit=2000)):
-        latest[(alert.rule["id"], alert.run["id"], alert.metric)] = alert
-    return sorted(
-        (a for a in latest.values() if a.state == "firing"), key=lambda a: a.id, reverse=True
-    )
+        key = (alert.rule["id"], alert.run["id"], alert.metric)
+        latest[key] = alert
+        if alert.state == "firing" and not alert.repeat:
+            opened[key] = alert
+    firing = []
+    for key, alert in latest.items():
+        if alert.state != "firing":
+            continue
+        opening = opened.get(key)
+        if alert.repeat and opening is not None:
+            alert = opening.model_copy(update={"repeat": alert.repeat, "worst": alert.worst})
+        firing.append(alert)
+    return sorted(firing, key=lambda a: a.id, reverse=True)

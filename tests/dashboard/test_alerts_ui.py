@@ -254,3 +254,84 @@ def test_read_only_viewer_sees_rules_without_form(
     assert page.locator("tr.rule-row button").count() == 0
     page.goto(f"{alerting_server.url}/alerts")
     page.wait_for_selector("#alerts-recent :text('No alerts yet.')")
+
+
+def test_acknowledge_and_silence_from_the_alerts_page(
+    page: Page, alerting_server: ServerProcess, receiver: WebhookReceiver, artifacts: Path
+) -> None:
+    """An admin takes a firing alert on (its repeats stop going out), silences the metric
+    (the resolve is recorded, not sent) and expires the silence; a read viewer sees both
+    and can change neither."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tenant = make_tenant(alerting_server.database_url)
+    run_id = seed_run(alerting_server, tenant)
+    rule = {
+        "name": "grad-5",
+        "metric": "grad/norm/total",
+        "condition": {"kind": "threshold", "op": ">=", "value": 5.0},
+        "repeat_every_steps": 2,
+        "channels": [{"type": "webhook", "url": receiver.url()}],
+    }
+    with httpx.Client(base_url=alerting_server.url, headers=tenant.headers("admin")) as api:
+        assert api.post("/api/v1/alert-rules", json=rule).status_code == 201
+    post_points(alerting_server, tenant, run_id, {1000: 6.0})
+    [firing] = receiver.wait_for(1)
+    assert (firing["state"], firing["step"]) == ("firing", 1000)
+
+    login(page, alerting_server, tenant.admin)
+    page.click("a#nav-alerts")
+    page.wait_for_selector("#alerts-firing tr.alert-row")
+    page.click("#alerts-firing button:text('Acknowledge')")
+    page.wait_for_selector("#oncall-message :text('acknowledged: its repeats are no longer sent')")
+    page.wait_for_selector("#alerts-firing :text('acknowledged by admin token')")
+    assert page.locator("#alerts-firing button").count() == 0
+    # Repeats at 1002 and 1004 are recorded and not sent; the firing row counts them.
+    post_points(alerting_server, tenant, run_id, {1001: 6.5, 1002: 7.0, 1003: 6.0, 1004: 8.0})
+    page.wait_for_selector("#alerts-firing :text('repeat 2')", timeout=10_000)
+    assert page.locator("#alerts-recent .alert-repeat").all_inner_texts() == [
+        "repeat 2",
+        "repeat 1",
+    ]
+
+    # The form refuses what cannot be a silence, then silences the metric for an hour.
+    page.fill("#silence-hours", "")
+    page.fill("#silence-comment", "planned restart")
+    page.click("#silence-create")
+    page.wait_for_selector("#oncall-message .error:has-text('a silence must end')")
+    page.fill("#silence-steps", "100")
+    page.click("#silence-create")
+    page.wait_for_selector("#oncall-message .error:has-text('pick the run')")
+    page.fill("#silence-steps", "")
+    page.fill("#silence-hours", "1")
+    page.fill("#silence-metric", "grad/norm/*")
+    page.fill("#silence-by", "alice")
+    page.click("#silence-create")
+    page.wait_for_selector("#oncall-message .ok:has-text('Silenced grad/norm/* until')")
+    page.wait_for_selector("#silences-table tr.silence-active")
+    row = page.inner_text("#silences-table tr.silence-row")
+    assert "grad/norm/*" in row and "alice" in row and "planned restart" in row
+    assert "in force" in row
+    # Ten calm steps later the rule resolves: recorded as silenced, not sent.
+    post_points(alerting_server, tenant, run_id, {s: 1.0 for s in range(1005, 1016)})
+    page.wait_for_selector("#alerts-firing :text('Nothing is firing.')", timeout=10_000)
+    page.wait_for_selector("#alerts-recent .alert-resolved .alert-silenced")
+    assert "not sent: silence #" in page.inner_text("#alerts-recent tr.alert-resolved")
+    page.screenshot(path=str(artifacts / "silences.png"), full_page=True)
+    time.sleep(1.5)  # two dispatcher ticks: nothing else is on its way
+    assert [(p["state"], p["step"]) for p in receiver.payloads()] == [("firing", 1000)]
+
+    page.click("#silences-table button:text('Expire')")
+    page.wait_for_selector("#oncall-message :text('expired.')")
+    page.wait_for_selector("#silences-table tr.silence-ended :text('expired')")
+    assert page.locator("#silences-table button").count() == 0
+
+    # A read viewer sees the silence and the acknowledgement, and no form or button.
+    login(page, alerting_server, tenant.read)
+    page.goto(f"{alerting_server.url}/alerts")
+    page.wait_for_selector("#silences-table tr.silence-row")
+    assert page.locator("#silence-form").count() == 0
+    assert page.locator("main button").count() == 0
+    assert "acknowledged by admin token" in page.inner_text("#alerts-recent")
+    assert errors == []

@@ -293,6 +293,14 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("alerts.refresh", "refresh the alerts of a run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("oncall.submit", "silence the target's rule on its run from the form",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("oncall.act", "acknowledge the target's firing alert from the table",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("oncall.act", "expire a silence from the table (a fresh one each time)",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("oncall.refresh", "refresh the silences table",
+        own=(401, 401, 401, 401, OK, OK)),
     Row("rule_form.show_fields", "show a kind's fields",
         own=(401, 401, 401, 401, OK, OK)),
     Row("rule_form.show_mode", "show the form's mode",
@@ -343,6 +351,9 @@ CALLBACK_KEYS = {
     "compare.update_view": "compare-view.data <- compare-metric.value",
     "compare.draw": "compare-chart.figure <- compare-view.data",
     "alerts.refresh": "alerts-firing.children <- alerts-refresh.n_intervals",
+    "oncall.submit": "oncall-message.children <- silence-create.n_clicks",
+    "oncall.act": 'oncall-message.children <- {"alert":["ALL"],"type":"alert-ack"}.n_clicks',
+    "oncall.refresh": "silences-table.children <- oncall-changed.data",
     "rule_form.show_fields": "rule-op-field.style <- rule-kind.value",
     "rule_form.show_mode": "rule-create.children <- rule-editing.data",
     "rules.submit": "rule-message.children <- rule-create.n_clicks",
@@ -1009,6 +1020,58 @@ def _edit(o: Objects) -> Callback:
     return Callback("rules.edit", values, [key], f'"name":"{o.rule_name}"')
 
 
+def _silence_form(w: World, o: Objects) -> Callback:
+    comment = f"quiet {w.next()}"
+    values = {
+        "silence-create.n_clicks": 1,
+        "oncall-changed.data": 0,
+        "silence-rule.value": o.rule_id,
+        "silence-run.value": o.run_id,
+        "silence-metric.value": None,
+        "silence-hours.value": 1,
+        "silence-steps.value": None,
+        "silence-comment.value": comment,
+        "silence-by.value": None,
+    }
+
+    def made(before: State, after: State) -> bool:
+        return len(set(after.silences) - set(before.silences)) == 1
+
+    ok = f"Silenced rule {o.rule_name}"  # then " · run <name> until <when>"
+    return Callback("oncall.submit", values, ["silence-create.n_clicks"], ok, effect=made)
+
+
+def _on_call_click(kind: str, key: str, target: int) -> Callback:
+    """A click on an Acknowledge (``alert-ack``) or Expire (``silence-expire``) button."""
+    values: dict[str, Any] = {"oncall-changed.data": 0}
+    for button, name in (("alert-ack", "alert"), ("silence-expire", "silence")):
+        component = {name: target if button == kind else 1, "type": button}
+        pattern = _pattern_key({name: ["ALL"], "type": button}, "n_clicks")
+        values[pattern] = [(component, 1 if button == kind else 0)]
+    changed = [_pattern_key({key: target, "type": kind}, "n_clicks")]
+    if kind == "alert-ack":
+        return Callback(
+            "oncall.act",
+            values,
+            changed,
+            f"Alert {target} acknowledged",
+            effect=lambda b, a: a.acks.get(target) is not None,
+        )
+    return Callback(
+        "oncall.act",
+        values,
+        changed,
+        f"Silence {target} expired.",
+        effect=lambda b, a: b.silences[target][1] is None and a.silences[target][1] is not None,
+    )
+
+
+def _silences_refresh(w: World, t: str) -> Callback:
+    w.fresh_silence(t)  # commented "<target> fresh <n>", n the counter now
+    values = {"oncall-changed.data": 1, "alerts-refresh.n_intervals": 1}
+    return Callback("oncall.refresh", values, ["oncall-changed.data"], f"{t} fresh {w.counter}")
+
+
 CallbackRequest = Callable[[World, str, Objects], Callback]
 CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "open / (the runs list)": lambda w, t, o: _route("/", "", o.run_name),
@@ -1144,6 +1207,14 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         o.rule_name,
         "No alerts yet.",
     ),
+    "silence the target's rule on its run from the form": lambda w, t, o: _silence_form(w, o),
+    "acknowledge the target's firing alert from the table": lambda w, t, o: _on_call_click(
+        "alert-ack", "alert", w.firing_alert(t, o)
+    ),
+    "expire a silence from the table (a fresh one each time)": lambda w, t, o: _on_call_click(
+        "silence-expire", "silence", w.fresh_silence(t)
+    ),
+    "refresh the silences table": lambda w, t, o: _silences_refresh(w, t),
     "show a kind's fields": lambda w, t, o: Callback(
         "rule_form.show_fields", {"rule-kind.value": "spike"}, [], '"display":"none"'
     ),
