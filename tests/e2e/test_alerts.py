@@ -306,6 +306,135 @@ def test_an_excursion_alerts_once_repeats_while_it_lasts_and_resolves_once(
         ]
 
 
+def _in_batches(seed: int, length: int) -> list[range]:
+    """Consecutive step ranges of 25 to 100 steps, as a trainer sends them."""
+    rng = np.random.default_rng(seed)
+    batches: list[range] = []
+    lo = 0
+    while lo < length:
+        hi = min(length, lo + int(rng.integers(25, 101)))
+        batches.append(range(lo, hi))
+        lo = hi
+    return batches
+
+
+def test_a_forecast_fires_once_and_hands_over_without_flapping(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    """A noisy rise to 5 that crosses back and forth around it for dozens of steps."""
+    rng = np.random.default_rng(0)
+    values = 1.0 + 0.01 * np.arange(600) + rng.normal(0.0, 0.15, size=600)
+    above = values >= 5.0
+    crossed_at = int(np.argmax(above))
+    assert np.count_nonzero(above[1:] != above[:-1]) >= 15  # it hovers around the line
+    assert not above[crossed_at + 1 : crossed_at + 4].all()
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        forecast = create_rule(
+            api,
+            receiver.url(),
+            name="grad norm heading for 5",
+            metric="grad/norm/total",
+            condition={
+                "kind": "forecast",
+                "op": ">=",
+                "value": 5.0,
+                "within_steps": 100,
+                "window": 50,
+            },
+        )
+        threshold = create_rule(
+            api,
+            receiver.url(),
+            name="grad norm 5+",
+            metric="grad/norm/total",
+            condition={"kind": "threshold", "op": ">=", "value": 5.0, "resolve_steps": 20},
+        )
+        assert forecast["condition"]["resolve_steps"] == 10
+        run = create_run(api, name="r", start_step=0)
+        for batch in _in_batches(1, len(values)):
+            post_metrics(
+                api,
+                run,
+                list(batch),
+                **{"grad/norm/total": values[batch.start : batch.stop].tolist()},
+            )
+        steps = list(range(len(values)))
+        predicted = preview(parse_condition(forecast["condition"]), steps, values.tolist())
+        handed = preview(parse_condition(threshold["condition"]), steps, values.tolist())
+        assert [t.state for t in predicted] == ["firing", "resolved"]
+        assert predicted[0].step < crossed_at - 50 and predicted[1].step == crossed_at
+        assert predicted[1].reason == (
+            f"crossed: {values[crossed_at]:.4g} ≥ 5 (handed over to the threshold)"
+        )
+        assert [(t.state, t.step) for t in handed] == [("firing", crossed_at)]
+        payloads = receiver.wait_for(3)
+        time.sleep(0.5)
+        assert len(receiver.received) == 3  # nothing more is on its way
+        by_rule = {
+            name: [
+                (p["state"], p["step"], p["reason"]) for p in payloads if p["rule"]["name"] == name
+            ]
+            for name in ("grad norm heading for 5", "grad norm 5+")
+        }
+        assert by_rule == {
+            "grad norm heading for 5": [(t.state, t.step, t.reason) for t in predicted],
+            "grad norm 5+": [(t.state, t.step, t.reason) for t in handed],
+        }
+        assert payloads[0]["rule"]["name"] == "grad norm heading for 5"  # the warning came first
+
+
+def test_a_spike_rule_fires_once_a_spike_through_its_recovery(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    """A falling loss with three spikes, each recovering raggedly: ``X`` a step over the
+    limit, ``.`` one back in the band (never five in a row before the last ``X``)."""
+    rng = np.random.default_rng(11)
+    values = 0.8 + 2.2 * np.exp(-np.arange(900) / 250) + 0.04 * rng.standard_normal(900)
+    spikes = {200: "XXXX.X..X...XX.X", 450: "XX..X.X...X..X", 700: "XXX.X..XX...X....X..X"}
+    for at, recovery in spikes.items():
+        for i, step in enumerate(recovery):
+            if step == "X":
+                values[at + i] *= 3.0 + rng.random()
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        rule = create_rule(
+            api,
+            receiver.url(),
+            name="loss spikes",
+            metric="train/loss",
+            condition={"kind": "spike", "factor": 2.0, "window": 50},
+        )
+        assert rule["condition"]["resolve_steps"] == 5
+        run = create_run(api, name="r", start_step=0)
+        for batch in _in_batches(2, len(values)):
+            post_metrics(
+                api, run, list(batch), **{"train/loss": values[batch.start : batch.stop].tolist()}
+            )
+        condition = parse_condition(rule["condition"])
+        steps = list(range(len(values)))
+        expected = preview(condition, steps, values.tolist())
+        assert [(t.state, t.step) for t in expected] == [
+            (state, at + offset)
+            for at, recovery in spikes.items()
+            for state, offset in (("firing", 0), ("resolved", recovery.rindex("X") + 5))
+        ]
+        flapping = preview(
+            condition.model_copy(update={"resolve_steps": 1}), steps, values.tolist()
+        )
+        assert len(flapping) > 2 * len(expected)  # the recoveries are ragged
+        payloads = receiver.wait_for(6)
+        time.sleep(0.5)
+        assert len(receiver.received) == 6  # nothing more is on its way
+        assert [(p["state"], p["step"], p["reason"]) for p in payloads] == [
+            (t.state, t.step, t.reason) for t in expected
+        ]
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        assert [(a["state"], a["step"]) for a in history][::-1] == [
+            (t.state, t.step) for t in expected
+        ]
+
+
 def test_alertmanager_and_pagerduty_channels_end_to_end(
     alerting_server: ServerProcess, receiver: WebhookReceiver
 ) -> None:
