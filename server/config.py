@@ -80,6 +80,11 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the alert dispatcher looks for due retries and stale runs.",
     )
+    alert_repeat_min_s: int = Field(
+        default=60,
+        ge=1,
+        description="The shortest repeat_every_seconds an alert rule may be given.",
+    )
     retry_max_delay_s: float = Field(
         default=300.0,
         gt=0,

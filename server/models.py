@@ -269,6 +269,9 @@ class AlertRule(Base):
     run_tags: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
     repeat_every_steps: Mapped[int | None] = mapped_column(BigInteger)
     """A still-firing alert is sent again every this many logged steps (None: never)."""
+    repeat_every_seconds: Mapped[int | None] = mapped_column(Integer)
+    """A firing alert that went this many seconds without a notification is sent again by
+    the dispatcher's clock (None: never), also while no steps come."""
     group_wait_steps: Mapped[int | None] = mapped_column(BigInteger)
     """A glob rule's first message waits this many steps for more metrics to fire."""
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -280,6 +283,16 @@ class AlertState(Base):
     """Evaluation state of one rule on one metric of one run (metric 0: the run itself)."""
 
     __tablename__ = "alert_states"
+    __table_args__ = (
+        # The few firing states, which the clock of repeat_every_seconds looks through on
+        # every tick of every dispatcher.
+        Index(
+            "ix_alert_states_firing",
+            "rule_id",
+            postgresql_where=text("state = 'firing'"),
+            sqlite_where=text("state = 'firing'"),
+        ),
+    )
 
     run_key: Mapped[int] = mapped_column(
         ForeignKey("runs.key", ondelete="CASCADE"), primary_key=True

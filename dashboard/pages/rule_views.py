@@ -21,6 +21,7 @@ __all__ = [
     "channels_text",
     "condition_text",
     "preview_result",
+    "repeats_text",
     "rule_options",
     "rules_table",
     "send_test_text",
@@ -70,6 +71,25 @@ def condition_text(condition: dict[str, Any]) -> str:
     return f"{kind}: {text}" + (f" ({', '.join(extras)})" if extras else "")
 
 
+def repeats_text(rule: AlertRuleOut) -> str:
+    """How often a firing alert is sent again: ``repeats every 1,000 steps or 1 h``, or
+    nothing when it is not."""
+    every = []
+    if rule.repeat_every_steps:
+        every.append(f"{rule.repeat_every_steps:,} steps")
+    if rule.repeat_every_seconds:
+        every.append(_duration(rule.repeat_every_seconds))
+    return f"repeats every {' or '.join(every)}" if every else ""
+
+
+def _duration(seconds: int) -> str:
+    """``90 s``, ``10 min``, ``2 h``, ``7 d``: the largest whole unit."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds:,} s"
+
+
 def channels_text(channels: list[dict[str, Any]]) -> str:
     """Masked channels as the service returned them; never the stored URL or secret."""
     if not channels:
@@ -108,14 +128,7 @@ def rules_table(rules: list[AlertRuleOut], *, admin: bool) -> Any:
         cells = [
             html.Td(r.name, className="rule-name"),
             html.Td(r.metric, className="metric"),
-            html.Td(
-                condition_text(r.condition)
-                + (
-                    f"; repeats every {r.repeat_every_steps:,} steps"
-                    if r.repeat_every_steps
-                    else ""
-                )
-            ),
+            html.Td("; ".join(t for t in (condition_text(r.condition), repeats_text(r)) if t)),
             html.Td(runs),
             html.Td(channels_text(r.channels), className="channels"),
             html.Td(

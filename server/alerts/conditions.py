@@ -10,7 +10,7 @@ spike      ``value > factor · median(previous W)``  NaN; under ``min_history`` 
 slope      ``1000 · slope(last W points) op x``     value not finite; fewer than W points
 forecast   not yet crossed, slope toward ``v`` and  value not finite; fewer than W points; value
            crossing projected within N steps        already crossed (the threshold rule's job)
-stale      wall clock: no new step for ``seconds``  (see :func:`check_stale`)
+stale      wall clock: no new step for ``seconds``  (see `alerts.clock.check_stale`)
 ========== ======================================== ============================================
 
 A firing alert resolves after ``resolve_steps`` consecutive logged steps with the condition

@@ -22,7 +22,8 @@ over to the threshold rule).
 
 While firing, an alert is sent again every ``repeat_every_steps`` steps, at a step where
 the condition holds (a ``firing`` transition with ``repeat`` 1, 2, ... and the worst value
-so far). A firing spike
+so far); one that went ``repeat_every_seconds`` without a notification is sent again by
+the clock (`alerts.clock`), which is what repeats it while no steps come. A firing spike
 rule keeps its window as it was before the spike (for up to ``window`` logged steps, after
 which the values join it as a new level), so the spike is judged against what was normal.
 
@@ -33,17 +34,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from .conditions import (
-    MAX_WINDOW,
-    AlertStatus,
     Comparison,
-    Finite,
     ForecastCondition,
     NonFiniteCondition,
     SlopeCondition,
@@ -52,16 +47,17 @@ from .conditions import (
     StepCondition,
     ThresholdCondition,
 )
+from .state import RuleState, Transition
+from .state import short as _num
 
 __all__ = [
     "RuleState",
     "Transition",
-    "check_stale",
     "compare",
     "evaluate",
     "linear_fit",
     "preview",
-    "stale_due",
+    "rule_threshold",
 ]
 
 
@@ -99,154 +95,6 @@ def linear_fit(steps: Sequence[int], values: Sequence[float]) -> tuple[float, fl
     return slope, value_mean + slope * ds[-1]
 
 
-def stale_due(last_seen_unix: float, now_unix: float, seconds: float) -> bool:
-    """``now - last_seen >= seconds``: the metric has had no new step for ``seconds``."""
-    return now_unix - last_seen_unix >= seconds
-
-
-@dataclass
-class RuleState:
-    """Evaluation state of one rule on one metric of one run segment; JSON via ``to_dict``.
-
-    ``window`` holds the recent finite ``(step, value)`` points the kind needs (empty for
-    threshold and non_finite). ``cooldown_until_step``: no firing before that step.
-    """
-
-    status: AlertStatus = "ok"
-    streak: int = 0
-    window: list[tuple[int, float]] = field(default_factory=list)
-    last_step: int | None = None
-    last_value: float | None = None
-    last_seen_unix: float | None = None
-    fired_at_step: int | None = None
-    cooldown_until_step: int | None = None
-    clear: int = 0
-    """While firing: consecutive logged steps that count toward resolving."""
-    held: int = 0
-    """While firing: logged steps since it fired."""
-    repeats: int = 0
-    """While firing: notifications sent again so far."""
-    notified_step: int | None = None
-    """While firing: the step of the last notification (firing or repeat)."""
-    worst: float | None = None
-    """While firing: the measured value furthest past the threshold so far."""
-    handed_over: bool = False
-    """A forecast that resolved as crossed: quiet until its steps count as clear again."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """A strict-JSON document (non-finite numbers as ``"NaN"``, ``"Infinity"``...)."""
-        return {
-            "version": 2,
-            "clear": self.clear,
-            "held": self.held,
-            "repeats": self.repeats,
-            "notified_step": self.notified_step,
-            "worst": None if self.worst is None else _encode(self.worst),
-            "handed_over": self.handed_over,
-            "status": self.status,
-            "streak": self.streak,
-            "window": [[s, v] for s, v in self.window],
-            "last_step": self.last_step,
-            "last_value": None if self.last_value is None else _encode(self.last_value),
-            "last_seen_unix": self.last_seen_unix,
-            "fired_at_step": self.fired_at_step,
-            "cooldown_until_step": self.cooldown_until_step,
-        }
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> RuleState:
-        """Inverse of :meth:`to_dict`; raises ``ValueError`` on a malformed document."""
-        return _STATE_DOC.validate_python(doc).to_state()
-
-
-class _StateDoc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    version: Literal[1, 2] = 2
-    status: AlertStatus
-    streak: int = Field(ge=0)
-    window: list[tuple[int, Finite]] = Field(max_length=MAX_WINDOW)
-    last_step: int | None
-    last_value: float | None
-    last_seen_unix: float | None
-    fired_at_step: int | None
-    cooldown_until_step: int | None
-    # Version 2 (resolve and repeat bookkeeping); a version 1 document has none of it.
-    clear: int = Field(default=0, ge=0)
-    held: int = Field(default=0, ge=0)
-    repeats: int = Field(default=0, ge=0)
-    notified_step: int | None = None
-    worst: float | None = None
-    handed_over: bool = False
-
-    def to_state(self) -> RuleState:
-        return RuleState(
-            status=self.status,
-            streak=self.streak,
-            window=list(self.window),
-            last_step=self.last_step,
-            last_value=self.last_value,
-            last_seen_unix=self.last_seen_unix,
-            fired_at_step=self.fired_at_step,
-            cooldown_until_step=self.cooldown_until_step,
-            clear=self.clear,
-            held=self.held,
-            repeats=self.repeats,
-            notified_step=self.notified_step,
-            worst=self.worst,
-            handed_over=self.handed_over,
-        )
-
-
-_STATE_DOC = TypeAdapter(_StateDoc)
-
-
-@dataclass(frozen=True)
-class Transition:
-    """A state change to notify: ``firing`` or ``resolved`` at ``step``.
-
-    ``threshold`` is the number the payload reports (the rule's value, ``factor · median``
-    for a spike, ``per_1k_steps`` for a slope, ``seconds`` for stale, None for non_finite);
-    ``measured`` is what was compared with it (the value, the slope per 1k steps, the
-    projected steps to crossing, the seconds without a step). ``reason`` leaves out the
-    metric's name, which the caller puts in front. ``repeat`` is 0 for a state change and
-    n ≥ 1 for the n-th notification of a still-firing alert; ``worst`` the measured value
-    furthest past the threshold since it fired (None where that has no meaning).
-    """
-
-    state: Literal["firing", "resolved"]
-    step: int
-    value: float
-    threshold: float | None
-    measured: float
-    reason: str
-    fired_at_step: int
-    repeat: int = 0
-    worst: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Strict-JSON fields, non-finite numbers as strings."""
-        return {
-            "state": self.state,
-            "step": self.step,
-            "value": _encode(self.value),
-            "threshold": None if self.threshold is None else _encode(self.threshold),
-            "measured": _encode(self.measured),
-            "reason": self.reason,
-            "fired_at_step": self.fired_at_step,
-            "repeat": self.repeat,
-            "worst": None if self.worst is None else _encode(self.worst),
-        }
-
-
-def _encode(x: float) -> float | str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
-
-
 @dataclass(frozen=True)
 class _Verdict:
     satisfied: bool | None  # None: the step cannot be judged
@@ -270,8 +118,10 @@ def evaluate(
     ``steps`` strictly ascending, one finite or non-finite value each (leave out steps the
     metric was not logged at). Steps at or below ``state.last_step`` are skipped. ``state``
     is not modified. ``now_unix`` (the ingest time) is recorded as ``last_seen_unix`` when
-    the batch brings a new step; stale rules require it, and a new step resolves them.
-    ``repeat_every_steps`` (the rule's) sends a still-firing alert again that often.
+    the batch brings a new step, and as ``notified_unix`` when it fires or repeats (the wall
+    clock of the rule's ``repeat_every_seconds`` starts over); stale rules require it, and
+    a new step resolves them. ``repeat_every_steps`` (the rule's) sends a still-firing
+    alert again that often.
     """
     if len(steps) != len(values):
         raise ValueError(f"steps and values differ in length: {len(steps)} != {len(values)}")
@@ -290,7 +140,7 @@ def evaluate(
     for step, value in zip(steps[start:], values[start:], strict=True):
         step, value = int(step), float(value)
         verdict = _judge(condition, new, step, value)
-        transition = _advance(condition, new, step, value, verdict, repeat_every_steps)
+        transition = _advance(condition, new, step, value, verdict, repeat_every_steps, now_unix)
         if transition is not None:
             transitions.append(transition)
     new.last_step, new.last_value = int(steps[-1]), float(values[-1])
@@ -311,33 +161,6 @@ def preview(
     if isinstance(condition, StaleCondition):
         raise ValueError("a stale rule depends on arrival times, which a stored series lacks")
     return evaluate(condition, RuleState(), steps, values, repeat_every_steps=repeat_every_steps)[1]
-
-
-def check_stale(
-    condition: StaleCondition, state: RuleState, now_unix: float
-) -> tuple[RuleState, list[Transition]]:
-    """The clock tick of a stale rule: fire once no step has arrived for ``seconds``.
-
-    Fires at the last step seen, at most once per stall (a new step, seen by
-    :func:`evaluate`, resolves it). A metric with no step yet is never stale.
-    """
-    new = replace(state, window=list(state.window))
-    if (
-        state.status == "firing"
-        or state.last_step is None
-        or state.last_seen_unix is None
-        or not stale_due(state.last_seen_unix, now_unix, condition.seconds)
-    ):
-        return new, []
-    waited = now_unix - state.last_seen_unix
-    new.status, new.fired_at_step = "firing", state.last_step
-    value = math.nan if state.last_value is None else state.last_value
-    reason = f"no new step for {waited:.0f} s (limit {_num(condition.seconds)} s)"
-    return new, [
-        Transition(
-            "firing", state.last_step, value, condition.seconds, waited, reason, state.last_step
-        )
-    ]
 
 
 def _observe_stale(
@@ -366,6 +189,7 @@ def _observe_stale(
             )
         )
         state.status, state.fired_at_step = "ok", None
+        state.repeats, state.notified_unix = 0, None
     state.last_step, state.last_value, state.last_seen_unix = (
         int(steps[-1]),
         float(values[-1]),
@@ -381,10 +205,11 @@ def _advance(
     value: float,
     verdict: _Verdict,
     repeat_every_steps: int | None,
+    now_unix: float | None,
 ) -> Transition | None:
     """One step of ``ok → pending → firing → ok``; mutates ``state``."""
     if state.status == "firing":
-        return _while_firing(condition, state, step, value, verdict, repeat_every_steps)
+        return _while_firing(condition, state, step, value, verdict, repeat_every_steps, now_unix)
     if state.handed_over:
         # Around its crossing a noisy value crosses back and forth: the forecast stays quiet
         # until its steps have counted as clear for resolve_steps in a row.
@@ -401,6 +226,7 @@ def _advance(
             return None
         state.status, state.fired_at_step, state.notified_step = "firing", step, step
         state.clear, state.held, state.repeats = 0, 0, 0
+        state.notified_unix = now_unix
         state.worst = verdict.measured if _direction(condition) else None
         plural = "" if state.streak == 1 else "s"
         reason = f"{_claim(condition, verdict)} for {state.streak} step{plural}"
@@ -427,6 +253,7 @@ def _while_firing(
     value: float,
     verdict: _Verdict,
     repeat_every_steps: int | None,
+    now_unix: float | None,
 ) -> Transition | None:
     """A logged step of a firing alert: hold, resolve, or send it again."""
     state.held += 1
@@ -444,7 +271,7 @@ def _while_firing(
         worst = state.worst
         state.status, state.fired_at_step, state.notified_step = "ok", None, None
         state.clear, state.held, state.repeats, state.worst = 0, 0, 0, None
-        state.streak = 0
+        state.streak, state.notified_unix = 0, None
         if condition.cooldown_steps:
             state.cooldown_until_step = step + condition.cooldown_steps
         if isinstance(condition, ForecastCondition) and verdict.crossed:
@@ -470,7 +297,7 @@ def _while_firing(
     # down to resolve waits, and is not sent if it resolves).
     if verdict.satisfied and repeat_every_steps and step - last >= repeat_every_steps:
         state.repeats += 1
-        state.notified_step = step
+        state.notified_step, state.notified_unix = step, now_unix
         so_far = "" if state.worst is None else f", worst {_num(state.worst)}"
         reason = f"still firing since step {fired_at:,}: now {_num(value)}{so_far}"
         threshold = verdict.threshold if verdict.threshold is not None else _threshold(condition)
@@ -527,6 +354,16 @@ def _threshold(condition: StepCondition) -> float | None:
     if isinstance(condition, SlopeCondition):
         return condition.per_1k_steps
     return None
+
+
+def rule_threshold(condition: StepCondition | StaleCondition, state: RuleState) -> float | None:
+    """The number a notification between judged steps reports: the rule's own (``seconds``
+    for stale), or for a spike ``factor · median`` of the window it is judged against."""
+    if isinstance(condition, StaleCondition):
+        return condition.seconds
+    if isinstance(condition, SpikeCondition):
+        return _spike_verdict(condition, [v for _, v in state.window], 0.0).threshold
+    return _threshold(condition)
 
 
 def _judge(condition: StepCondition, state: RuleState, step: int, value: float) -> _Verdict:
@@ -611,11 +448,3 @@ def _claim(condition: StepCondition, verdict: _Verdict, *, negated: bool = False
 
 
 _SYMBOL: dict[Comparison, str] = {">": ">", ">=": "≥", "<": "<", "<=": "≤"}
-
-
-def _num(x: float) -> str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "+Inf" if x > 0 else "-Inf"
-    return f"{x:.4g}"

@@ -7,7 +7,8 @@ once the first has fired and ``group_wait`` more steps have passed, so a wave th
 arrives over a few steps is one message), an update when more metrics join while it
 fires, the rule's repeats while any still fires, and one resolved message when the last
 has resolved. The per-metric transitions stay in the history; only the group's messages
-are sent.
+are sent. The rule's ``repeat_every_seconds`` is the group's too: the clock sends one repeat
+for the group once its last firing message is that old (see `services.repeats`).
 
 Pure functions over transitions; the storing layer keeps one :class:`GroupState` per
 (rule, run) beside the per-metric states.
@@ -57,23 +58,29 @@ class GroupState:
     fired_at: int | None = None
     """The step of the episode's first message."""
     repeats: int = 0
+    notified_unix: float | None = None
+    """The wall time (Unix seconds) of the last firing message (first, update or repeat);
+    None where it is not known (a state stored before it was kept)."""
 
     def firing(self) -> list[str]:
         return sorted(m for m, member in self.members.items() if member.state == "firing")
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": 1,
+            "version": 2,
             "status": self.status,
             "members": {m: member.to_dict(m) for m, member in self.members.items()},
             "since": self.since,
             "told": self.told,
             "fired_at": self.fired_at,
             "repeats": self.repeats,
+            "notified_unix": self.notified_unix,
         }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> GroupState:
+        """Inverse of :meth:`to_dict`; a version 1 document has no ``notified_unix``."""
+        notified = doc.get("notified_unix")
         members = {
             str(m): Member(d["state"], int(d["step"]), float(d["value"]))
             for m, d in dict(doc.get("members") or {}).items()
@@ -85,6 +92,7 @@ class GroupState:
             told=list(doc.get("told") or []),
             fired_at=doc.get("fired_at"),
             repeats=int(doc.get("repeats") or 0),
+            notified_unix=None if notified is None else float(notified),
         )
 
 
@@ -113,9 +121,12 @@ def advance(
     events: Sequence[tuple[str, Transition]],
     last_step: int,
     group_wait: int,
+    *,
+    now_unix: float | None = None,
 ) -> list[GroupMessage]:
     """Feed one batch's per-metric transitions (any order) and the batch's last step;
-    mutates ``group`` and returns the messages to send."""
+    mutates ``group`` and returns the messages to send. ``now_unix`` (when they came) is
+    the group's ``notified_unix`` once a firing message goes out."""
     out: list[GroupMessage] = []
     threshold: float | None = None
     repeat_due = False
@@ -157,6 +168,8 @@ def advance(
         elif repeat_due:
             group.repeats += 1
             out.append(_firing(group, last_step, threshold, repeat=group.repeats))
+    if now_unix is not None and group.status == "firing" and out and out[-1].state == "firing":
+        group.notified_unix = now_unix
     return out
 
 
@@ -220,4 +233,5 @@ def _resolved(group: GroupState, step: int, threshold: float | None) -> GroupMes
     )
     group.status, group.members, group.since = "ok", {}, None
     group.told, group.fired_at, group.repeats = [], None, 0
+    group.notified_unix = None
     return message

@@ -37,7 +37,13 @@ def create_rule(
 ) -> AlertRuleOut:
     """Create a rule. Channel URLs that resolve to private or loopback addresses are refused
     unless ``NORMWATCH_WEBHOOK_ALLOW`` lists them; secrets are masked in every response."""
-    out = rules.create_rule(session, who, body, context.webhook_allow)
+    out = rules.create_rule(
+        session,
+        who,
+        body,
+        context.webhook_allow,
+        min_repeat_s=context.settings.alert_repeat_min_s,
+    )
     session.commit()
     return out
 
@@ -62,7 +68,14 @@ def update_rule(
     context: ContextDep,
 ) -> AlertRuleOut:
     """Change fields; a new condition, metric or run selector restarts its evaluation."""
-    out = rules.update_rule(session, who, rule_id, body, context.webhook_allow)
+    out = rules.update_rule(
+        session,
+        who,
+        rule_id,
+        body,
+        context.webhook_allow,
+        min_repeat_s=context.settings.alert_repeat_min_s,
+    )
     session.commit()
     return out
 

@@ -26,6 +26,8 @@ MAX_CONFIG_BYTES = 64 * 1024
 MAX_CONFIG_DEPTH = 32
 MAX_TAG = 128
 MAX_TAGS = 64
+MAX_REPEAT_SECONDS = 7 * 86_400
+"""The longest ``repeat_every_seconds``: a week (the shortest is a setting, 60 s by default)."""
 
 
 def plain_text(value: str) -> str:
@@ -255,6 +257,14 @@ class AlertRuleCreate(BaseModel):
         description="Send a still-firing alert again every this many logged steps, with "
         '`"repeat": n` and the worst value so far (0 or null: never).',
     )
+    repeat_every_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_REPEAT_SECONDS,
+        description="Send a firing alert again once it has gone this many seconds without a "
+        "notification (its firing or a repeat), also while no steps come (a hung trainer): "
+        "at least 60 (`NORMWATCH_ALERT_REPEAT_MIN_S`), at most a week (0 or null: never).",
+    )
     group_wait_steps: int | None = Field(
         default=None,
         ge=0,
@@ -276,6 +286,12 @@ class AlertRuleUpdate(BaseModel):
     repeat_every_steps: int | None = Field(
         default=None, ge=0, le=MAX_STEPS, description="0 turns repeats off; null leaves them."
     )
+    repeat_every_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_REPEAT_SECONDS,
+        description="0 turns repeats by the clock off; null leaves them.",
+    )
     group_wait_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
 
 
@@ -289,6 +305,7 @@ class AlertRuleOut(BaseModel):
     runs: RunSelector
     enabled: bool
     repeat_every_steps: int | None = None
+    repeat_every_seconds: int | None = None
     group_wait_steps: int | None = None
     created_at: datetime
     updated_at: datetime

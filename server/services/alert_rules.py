@@ -49,6 +49,8 @@ PREVIEW_MAX_POINTS = 20_000_000
 """Stored points a preview replays at most (about 10 s of work)."""
 MAX_PROJECT_RULES = 1_000
 """Rules a project may have: every batch of its runs is matched against each."""
+MIN_REPEAT_SECONDS = 60
+"""The shortest ``repeat_every_seconds`` by default (``NORMWATCH_ALERT_REPEAT_MIN_S``)."""
 
 
 class Conflict(errors.Conflict):
@@ -71,6 +73,7 @@ def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut
         runs=RunSelector(name=rule.run_name, tags=rule.run_tags or []),
         enabled=rule.enabled,
         repeat_every_steps=rule.repeat_every_steps,
+        repeat_every_seconds=rule.repeat_every_seconds,
         group_wait_steps=rule.group_wait_steps,
         created_at=rule.created_at,
         updated_at=rule.updated_at,
@@ -86,8 +89,21 @@ def _channels(raw: list[dict[str, Any]], allow: Collection[str]) -> list[dict[st
         raise errors.Invalid(str(exc)) from None
 
 
+def _repeat_seconds(seconds: int, least: int) -> int | None:
+    """A rule's ``repeat_every_seconds`` as stored (0: never, None); one shorter than
+    ``least`` is refused (a clock repeat every few seconds is a flood, not a reminder)."""
+    if seconds and seconds < least:
+        raise errors.Invalid(f"repeat_every_seconds: at least {least} s, got {seconds}")
+    return seconds or None
+
+
 def create_rule(
-    session: Session, who: Principal, body: AlertRuleCreate, allow: Collection[str]
+    session: Session,
+    who: Principal,
+    body: AlertRuleCreate,
+    allow: Collection[str],
+    *,
+    min_repeat_s: int = MIN_REPEAT_SECONDS,
 ) -> AlertRuleOut:
     project = body.project or who.project
     if project != who.project:
@@ -106,6 +122,7 @@ def create_rule(
         run_tags=sorted(set(body.runs.tags)),
         enabled=body.enabled,
         repeat_every_steps=body.repeat_every_steps or None,
+        repeat_every_seconds=_repeat_seconds(body.repeat_every_seconds or 0, min_repeat_s),
         group_wait_steps=body.group_wait_steps or None,
     )
     if not save_rule(session, rule):
@@ -133,6 +150,8 @@ def update_rule(
     rule_id: int,
     body: AlertRuleUpdate,
     allow: Collection[str],
+    *,
+    min_repeat_s: int = MIN_REPEAT_SECONDS,
 ) -> AlertRuleOut:
     """Apply the given fields; a changed condition, metric or run selector starts afresh."""
     rule = get_rule(session, who, rule_id)
@@ -142,7 +161,7 @@ def update_rule(
     # Nothing may flush the edit before the savepoint below: a name taken meanwhile by a
     # concurrent edit must fail there, where it can be answered 409.
     with session.no_autoflush:
-        restart = _apply(rule, body, allow)
+        restart = _apply(rule, body, allow, min_repeat_s)
     if not save_rule(session, rule):
         raise Conflict(f"project {who.project!r} already has a rule named {name!r}")
     if restart:
@@ -156,7 +175,9 @@ def _check_metric(metric: str) -> None:
         parse_expression(metric)
 
 
-def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bool:
+def _apply(
+    rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str], min_repeat_s: int
+) -> bool:
     """Set the fields ``body`` gives; True when the rule's evaluation must start afresh."""
     restart = False
     if body.name is not None:
@@ -177,6 +198,8 @@ def _apply(rule: AlertRule, body: AlertRuleUpdate, allow: Collection[str]) -> bo
         rule.enabled = body.enabled
     if body.repeat_every_steps is not None:
         rule.repeat_every_steps = body.repeat_every_steps or None
+    if body.repeat_every_seconds is not None:
+        rule.repeat_every_seconds = _repeat_seconds(body.repeat_every_seconds, min_repeat_s)
     if body.group_wait_steps is not None:
         rule.group_wait_steps = body.group_wait_steps or None
     rule.updated_at = utcnow()

@@ -17,8 +17,9 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.orm import Session
 
+from ..alerts.clock import check_stale
 from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
-from ..alerts.evaluation import RuleState, Transition, check_stale, evaluate
+from ..alerts.evaluation import RuleState, Transition, evaluate
 from ..alerts.grouping import GroupState, advance
 from ..alerts.selectors import metric_matches, run_matches
 from ..analytics import derived
@@ -186,7 +187,9 @@ def evaluate_batch(
             if row is None or row.segment != segment
             else GroupState.from_dict(row.data)
         )
-        messages = advance(group, events, int(batch.steps.max()), rule.group_wait_steps)
+        messages = advance(
+            group, events, int(batch.steps.max()), rule.group_wait_steps, now_unix=now_unix
+        )
         if messages or row is None or group.to_dict() != row.data:
             save_state(session, row, run.key, key, segment, group)
         owed += record_group(
@@ -197,7 +200,12 @@ def evaluate_batch(
 
 def is_glob(rule: StepRule) -> bool:
     """Whether the rule watches a glob of metrics (whose alerts are grouped)."""
-    return rule.expression is None and any(c in rule.metric for c in "*?[")
+    return rule.expression is None and watches_glob(rule.metric)
+
+
+def watches_glob(metric: str) -> bool:
+    """Whether a rule's metric is a glob of metrics (not a name, not a derived series)."""
+    return not derived.is_derived(metric) and any(c in metric for c in "*?[")
 
 
 def _expression(metric: str | None) -> derived.Call | None:

@@ -4,7 +4,7 @@ outbox rows (one notification a channel)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import and_, delete, func, or_, select
@@ -124,6 +124,76 @@ def save_state(
     row.segment = segment
     row.state = state.status
     row.data = state.to_dict()
+
+
+def clock_rules(session: Session) -> list[AlertRule]:
+    """Enabled rules of every project that repeat by the wall clock, by id."""
+    return list(
+        session.scalars(
+            select(AlertRule)
+            .where(AlertRule.enabled, AlertRule.repeat_every_seconds.is_not(None))
+            .order_by(AlertRule.id)
+        )
+    )
+
+
+def firing_states(
+    session: Session, rule_ids: Collection[int]
+) -> list[tuple[int, int, int, dict[str, Any]]]:
+    """``(rule, run key, metric, state document)`` of the rules' firing states (a glob
+    rule's group among them) on running runs, in each run's current segment. Read without
+    locks: what the clock finds due here it locks with `lock_firing` and decides again."""
+    rows = session.execute(
+        select(AlertState.rule_id, AlertState.run_key, AlertState.metric_id, AlertState.data)
+        .join(Run, Run.key == AlertState.run_key)
+        .where(
+            AlertState.rule_id.in_(rule_ids),
+            AlertState.state == "firing",
+            Run.status == "running",
+            AlertState.segment == Run.segment,
+        )
+    )
+    return [(rule_id, run_key, metric_id, data) for rule_id, run_key, metric_id, data in rows]
+
+
+def lock_firing(
+    session: Session, run_key: int, rule_id: int
+) -> tuple[int, dict[int, AlertState]] | None:
+    """Take a running run's row lock, as each batch of it does first, then the rule's
+    firing states in its current segment, locked and read afresh: the run's segment and
+    those states by metric id. None when the run no longer runs.
+
+    Batches and the clock thereby take turns on a run's states, locking in the same order
+    (the run, its per-metric states, then a group's), so neither undoes the other's work.
+    """
+    segment = session.scalar(
+        select(Run.segment)
+        .where(Run.key == run_key, Run.status == "running")
+        .with_for_update(key_share=True)
+    )
+    if segment is None:
+        return None
+    rows = session.scalars(
+        select(AlertState)
+        .where(
+            AlertState.run_key == run_key,
+            AlertState.rule_id == rule_id,
+            AlertState.state == "firing",
+            AlertState.segment == segment,
+        )
+        .order_by(AlertState.metric_id.desc())
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return segment, {row.metric_id: row for row in rows}
+
+
+def metric_names_by_id(session: Session, ids: Collection[int]) -> dict[int, str]:
+    """The names of metrics (of any run) by id."""
+    if not ids:
+        return {}
+    rows = session.execute(select(Metric.id, Metric.name).where(Metric.id.in_(ids)))
+    return {metric_id: name for metric_id, name in rows}
 
 
 def forget_states(session: Session, rule_id: int) -> None:

@@ -1,11 +1,13 @@
-"""The dispatcher: delivers the notification outbox and runs the clock for stale rules.
+"""The dispatcher: delivers the notification outbox and runs the clock for stale rules and
+for repeats by the wall clock (``repeat_every_seconds``).
 
 One daemon thread per worker process. Ingest wakes it after a commit that owed
 notifications, so a crossing point reaches its webhook in well under a second; otherwise it
-polls every ``tick_s`` for retries that came due, other workers' notifications and stale
-runs. Notifications are leased (see `storage.outbox.claim_notifications`), so several workers
-never send the same one at the same time, and one that a killed worker had leased is sent
-after the lease expires. Each try is recorded; receivers dedupe on ``X-Normwatch-Delivery``.
+polls every ``tick_s`` for retries that came due, other workers' notifications, stale
+runs and firing alerts due to be sent again. Notifications are leased (see
+`storage.outbox.claim_notifications`), so several workers never send the same one at the
+same time, and one that a killed worker had leased is sent after the lease expires. Each
+try is recorded; receivers dedupe on ``X-Normwatch-Delivery``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..db import is_unavailable
 from ..models import (
     utcnow,
 )
-from ..services import alerting
+from ..services import alerting, repeats
 from ..storage.outbox import claim_notifications, notification_context, record_attempt
 
 log = logging.getLogger("normwatch.alerts")
@@ -85,6 +87,7 @@ class Dispatcher:
             self._wake.clear()
             try:
                 self.check_stale()
+                self.check_repeats()
                 while self.deliver_due() and not self._stop.is_set():
                     pass
             except Exception as exc:
@@ -99,6 +102,17 @@ class Dispatcher:
                 owed = alerting.check_stale_runs(session)
         except SQLAlchemyError as exc:  # e.g. two workers creating the same state row
             log.debug("stale check skipped: %s", exc)
+            return 0
+        return owed
+
+    def check_repeats(self) -> int:
+        """Send again the firing alerts that went ``repeat_every_seconds`` without a
+        notification; returns how many notifications that owes."""
+        try:
+            with self._sessions() as session, session.begin():
+                owed = repeats.send_due_repeats(session)
+        except SQLAlchemyError as exc:  # e.g. a lock wait that ended in a deadlock
+            log.debug("repeat check skipped: %s", exc)
             return 0
         return owed
 

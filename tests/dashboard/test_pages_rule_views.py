@@ -13,6 +13,7 @@ from normwatch.dashboard.pages.rule_views import (
     channels_text,
     condition_text,
     preview_result,
+    repeats_text,
     rule_options,
     rules_table,
     send_test_text,
@@ -144,6 +145,25 @@ def test_rules_table_for_an_admin_has_each_rules_buttons() -> None:
         ({"type": "rule-delete", "rule": 9}, "Delete", "small danger"),
     ]
     assert {b["n_clicks"] for b in find(table, "Button")} == {0}
+
+
+@pytest.mark.parametrize(
+    ("steps", "seconds", "said"),
+    [
+        (None, None, ""),
+        (1000, None, "repeats every 1,000 steps"),
+        (None, 3600, "repeats every 1 h"),
+        (1000, 1800, "repeats every 1,000 steps or 30 min"),
+        (None, 90, "repeats every 90 s"),
+        (None, 7 * 86_400, "repeats every 7 d"),
+    ],
+)
+def test_repeats_text(steps: int | None, seconds: int | None, said: str) -> None:
+    rule = rule_out(1, "r", repeat_every_steps=steps, repeat_every_seconds=seconds)
+    assert repeats_text(rule) == said
+    assert rows(rules_table([rule], admin=False))[0][2] == "; ".join(
+        t for t in ("threshold: value > 5", said) if t
+    )
 
 
 def test_rules_table_without_rules() -> None:

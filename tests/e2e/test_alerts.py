@@ -599,3 +599,54 @@ def test_an_acknowledged_alert_stops_repeating_and_still_resolves(
         other = make_tenant(alerting_server.database_url)
         with client_for(alerting_server, other) as stranger:
             assert stranger.post(f"/api/v1/alerts/{firing['id']}/ack", json={}).status_code == 403
+
+
+def test_a_firing_alert_repeats_by_the_clock_while_the_trainer_is_silent(
+    alerting_server: ServerProcess, receiver: WebhookReceiver
+) -> None:
+    """No steps after the firing one: the dispatcher's clock sends it again every 2 s (the
+    test server allows that short an interval), until acknowledged; the resolve still goes."""
+    tenant = make_tenant(alerting_server.database_url)
+    with client_for(alerting_server, tenant) as api:
+        rule = create_rule(
+            api,
+            receiver.url(),
+            name="grad norm 5+",
+            metric="grad/norm/total",
+            condition={"kind": "threshold", "op": ">=", "value": 5.0},
+            repeat_every_seconds=2,
+        )
+        assert (rule["repeat_every_seconds"], rule["repeat_every_steps"]) == (2, None)
+        run = create_run(api, name="r", start_step=0)
+        post_metrics(api, run, [0, 1, 2], **{"grad/norm/total": [1.0, 6.0, 7.0]})
+        payloads = receiver.wait_for(3, timeout=20)
+        assert [(p["state"], p["step"], p["value"], p["repeat"]) for p in payloads] == [
+            ("firing", 1, 6.0, 0),
+            ("firing", 2, 7.0, 1),
+            ("firing", 2, 7.0, 2),
+        ]
+        assert payloads[2]["worst"] == 7.0 and payloads[2]["threshold"] == 5.0
+        assert payloads[2]["reason"].startswith("still firing since step 1, ")
+        at = [r.at for r in receiver.delivered]
+        assert 1.5 < at[1] - at[0] < 4.0 and 1.5 < at[2] - at[1] < 4.0
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        firing = next(a for a in history if a["repeat"] == 0)
+        assert api.post(f"/api/v1/alerts/{firing['id']}/ack", json={}).status_code == 204
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the next repeat: recorded, not sent
+            history = api.get("/api/v1/alerts", params={"run": run}).json()
+            if len(history) > len(receiver.received):
+                break
+            time.sleep(0.2)
+        assert [(a["repeat"], len(a["notifications"])) for a in history][::-1][3] == (3, 0)
+        post_metrics(api, run, [3], **{"grad/norm/total": [1.0]})
+        payloads = receiver.wait_for(4)
+        assert (payloads[3]["state"], payloads[3]["step"]) == ("resolved", 3)
+        time.sleep(2.5)
+        assert len(receiver.received) == 4  # resolved: the clock has nothing more to send
+        history = api.get("/api/v1/alerts", params={"run": run}).json()
+        assert history[0]["state"] == "resolved"  # and no repeat after it
+        turned_off = api.patch(
+            f"/api/v1/alert-rules/{rule['id']}", json={"repeat_every_seconds": 0}
+        )
+        assert turned_off.status_code == 200 and turned_off.json()["repeat_every_seconds"] is None

@@ -14,8 +14,13 @@ from pathlib import Path
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.databases import scratch_pg
 
-ALERTING = {"NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1", "NORMWATCH_DISPATCH_TICK_S": "0.2"}
-"""Settings of a server that posts alerts to a local receiver, checking its outbox often."""
+ALERTING = {
+    "NORMWATCH_WEBHOOK_ALLOW": "127.0.0.1",
+    "NORMWATCH_DISPATCH_TICK_S": "0.2",
+    "NORMWATCH_ALERT_REPEAT_MIN_S": "1",
+}
+"""Settings of a server that posts alerts to a local receiver, checking its outbox often
+(and taking repeats by the clock every few seconds, which a test can wait for)."""
 
 
 @contextmanager

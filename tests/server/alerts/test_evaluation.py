@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from normwatch.server.alerts.clock import check_stale, stale_due
 from normwatch.server.alerts.conditions import (
     ForecastCondition,
     NonFiniteCondition,
@@ -23,11 +25,9 @@ from normwatch.server.alerts.conditions import (
 from normwatch.server.alerts.evaluation import (
     RuleState,
     Transition,
-    check_stale,
     evaluate,
     linear_fit,
     preview,
-    stale_due,
 )
 from normwatch.server.alerts.selectors import metric_matches
 
@@ -605,11 +605,12 @@ def test_state_document_shape() -> None:
         held=4,
         repeats=2,
         notified_step=9,
+        notified_unix=1.7e9 - 5,
         worst=math.inf,
     )
     doc = state.to_dict()
     assert doc == {
-        "version": 2,
+        "version": 3,
         "status": "firing",
         "streak": 3,
         "window": [[10, 1.5], [11, 2.5]],
@@ -622,18 +623,19 @@ def test_state_document_shape() -> None:
         "held": 4,
         "repeats": 2,
         "notified_step": 9,
+        "notified_unix": 1.7e9 - 5,
         "worst": "Infinity",
         "handed_over": False,
     }
     assert RuleState.from_dict(json.loads(json.dumps(doc))) == state
     # A state stored before resolve and repeat bookkeeping reads as having none yet.
-    first = {
-        k: v
-        for k, v in doc.items()
-        if k not in ("clear", "held", "repeats", "notified_step", "worst", "handed_over")
-    }
+    later = ("clear", "held", "repeats", "notified_step", "notified_unix", "worst", "handed_over")
+    first = {k: v for k, v in doc.items() if k not in later}
     old = RuleState.from_dict({**first, "version": 1})
     assert (old.clear, old.held, old.repeats, old.notified_step, old.worst) == (0, 0, 0, None, None)
+    # One stored before the wall time of notifications was kept reads as not knowing it.
+    second = {k: v for k, v in doc.items() if k != "notified_unix"}
+    assert RuleState.from_dict({**second, "version": 2}) == replace(state, notified_unix=None)
     nan_state = RuleState.from_dict({**doc, "last_value": "NaN"})
     assert math.isnan(nan_state.last_value or 0.0)
 
@@ -645,8 +647,9 @@ def test_state_document_shape() -> None:
         {"streak": -1},
         {"window": [[1, "NaN"]]},
         {"window": [[1]]},
-        {"version": 3},
+        {"version": 4},
         {"clear": -1},
+        {"notified_unix": "NaN"},
         {"surprise": True},
     ],
 )
