@@ -70,12 +70,14 @@ def create_app(
     sessions = session_factory(engine)
     webhook_allow = parse_allow(settings.webhook_allow)
     health_probe = DatabaseProbe(settings.database_url)
+    reads_first = ReadsFirst(settings.interactive_first_s)
     dispatcher = Dispatcher(
         sessions,
         Deliverer(allow=webhook_allow),
         base_url=settings.base_url,
         tick_s=settings.dispatch_tick_s,
         max_retry_delay_s=settings.retry_max_delay_s,
+        ahead=reads_first.small_batch,
     )
     telemetry = Telemetry(engine, sessions)
     telemetry.add_collector(lag_samples, name="compaction")
@@ -117,7 +119,7 @@ def create_app(
             settings.ingest_concurrency, settings.ingest_wait_s, settings.admission_queue
         ),
         read_slots=Slots(settings.read_concurrency, settings.read_wait_s, settings.admission_queue),
-        reads_first=ReadsFirst(settings.interactive_first_s),
+        reads_first=reads_first,
         webhook_allow=webhook_allow,
     )
     install_context(app, context)
@@ -136,7 +138,11 @@ def create_app(
         else:
             attach_dashboard(app, settings)
     if settings.interactive_first_s > 0:
-        app.add_middleware(InteractiveRequests, reads_first=context.reads_first)
+        app.add_middleware(
+            InteractiveRequests,
+            reads_first=context.reads_first,
+            small_batch_bytes=settings.small_batch_bytes,
+        )
     # Outside the dashboard's session check, which reads the database: it is admitted too.
     app.add_middleware(
         Admission,

@@ -123,6 +123,14 @@ class Settings(BaseSettings):
         description="Longest a metric batch stands aside, at each stage, for a dashboard or "
         "API read in progress in its worker; 0 turns this off.",
     )
+    small_batch_bytes: int = Field(
+        default=16_384,
+        ge=0,
+        description="A metric batch whose declared Content-Length (as sent, compressed or "
+        "not) is at most this many bytes goes ahead of larger ones in its worker, as reads "
+        "do: a trainer's latest steps, which an alert may hang on, do not queue behind bulk "
+        "uploads; 0 turns this off.",
+    )
     session_max_age_s: int = 14 * 24 * 3600
     token_cache_s: float = Field(
         default=5.0,

@@ -182,16 +182,46 @@ async def _busy(send: Send, kind: Kind) -> None:
 
 
 class ReadsFirst:
-    """How many interactive requests run in this process; batches wait for them."""
+    """How many interactive requests run in this process; batches wait for them. Small
+    batches (a trainer's latest steps, which an alert may hang on) go ahead of large ones
+    the same way: a large batch also waits while a small one is in progress, a small one
+    waits only for interactive requests."""
 
     def __init__(self, max_wait_s: float = 0.1) -> None:
         self.max_wait_s = max_wait_s
         self._active = 0
+        self._small = 0
         self._idle = threading.Condition(threading.Lock())
 
     @property
     def active(self) -> int:
         return self._active
+
+    @property
+    def small(self) -> int:
+        """Small batches (and outgoing notifications) in progress."""
+        return self._small
+
+    def enter_small(self) -> None:
+        """A small batch (or a notification on its way out) starts its work."""
+        with self._idle:
+            self._small += 1
+
+    def leave_small(self) -> None:
+        """Each `enter_small` is left once."""
+        with self._idle:
+            self._small -= 1
+            if self._small == 0 and self._active == 0:
+                self._idle.notify_all()
+
+    @contextlib.contextmanager
+    def small_batch(self) -> Iterator[None]:
+        """Mark a small batch in progress for the block's duration."""
+        self.enter_small()
+        try:
+            yield
+        finally:
+            self.leave_small()
 
     def enter(self) -> None:
         """An interactive request starts its work."""
@@ -214,34 +244,48 @@ class ReadsFirst:
         finally:
             self.leave()
 
-    def wait_turn(self) -> float:
-        """Block until no interactive request runs (at most ``max_wait_s``); seconds waited."""
-        if self._active == 0:  # the common case: no lock taken
+    def wait_turn(self, *, small: bool = False) -> float:
+        """Block until no interactive request runs and, unless ``small`` (the caller is a
+        small batch), no small batch either (at most ``max_wait_s``); seconds waited."""
+        if self._active == 0 and (small or self._small == 0):  # the common case: no lock
             return 0.0
         start = time.perf_counter()
         with self._idle:
-            self._idle.wait_for(lambda: self._active == 0, self.max_wait_s)
+            self._idle.wait_for(
+                lambda: self._active == 0 and (small or self._small == 0), self.max_wait_s
+            )
         return time.perf_counter() - start
 
 
 class InteractiveRequests:
     """Pure ASGI middleware: every HTTP request but a metric batch is interactive while the
-    service works on it (see :class:`ReadsFirst`).
+    service works on it, and a metric batch of at most ``small_batch_bytes`` (its declared
+    ``Content-Length``) is a small batch then (see :class:`ReadsFirst`); such a batch's
+    scope says so (``scope["state"]["small_batch"]``).
 
     That is from the end of its body (at once for a request without one) to the start of
     its answer, so a client that uploads slowly, or reads the answer slowly, holds no batch
     back: the service is not working on it then.
     """
 
-    def __init__(self, app: ASGIApp, reads_first: ReadsFirst) -> None:
+    def __init__(self, app: ASGIApp, reads_first: ReadsFirst, small_batch_bytes: int = 0) -> None:
         self.app = app
         self.reads_first = reads_first
+        self.small_batch_bytes = small_batch_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_batch(scope):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         gate = self.reads_first
+        enter, leave = gate.enter, gate.leave
+        if is_batch(scope):
+            length = _content_length(scope)
+            if length is None or length > self.small_batch_bytes:
+                await self.app(scope, receive, send)
+                return
+            scope.setdefault("state", {})["small_batch"] = True
+            enter, leave = gate.enter_small, gate.leave_small
         working = False
         done = False
 
@@ -249,14 +293,14 @@ class InteractiveRequests:
             nonlocal working
             if not working and not done:
                 working = True
-                gate.enter()
+                enter()
 
         def end() -> None:
             nonlocal working, done
             done = True
             if working:
                 working = False
-                gate.leave()
+                leave()
 
         async def receive_marked() -> Message:
             message = await receive()
@@ -277,6 +321,15 @@ class InteractiveRequests:
             await self.app(scope, receive_marked, send_marked)
         finally:
             end()
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The declared body length; None when not declared (or not a number)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            text = value.strip()
+            return int(text) if text.isdigit() else None
+    return None
 
 
 def _has_body(scope: Scope) -> bool:

@@ -51,7 +51,8 @@ async def post_metrics(run_id: str, request: Request, who: Writer, context: Cont
     """
     # Admitted already: a slot of this worker's ingest slots is held (see admission.py).
     body = await read_limited_body(request, context.settings.max_body_bytes)
-    accepted, segment = await run_in_threadpool(_store, context, who, run_id, body)
+    small = bool(request.scope.get("state", {}).get("small_batch"))  # see admission.py
+    accepted, segment = await run_in_threadpool(_store, context, who, run_id, body, small)
     return Response(
         orjson.dumps({"accepted": accepted, "segment": segment}),
         status_code=202,
@@ -59,16 +60,25 @@ async def post_metrics(run_id: str, request: Request, who: Writer, context: Cont
     )
 
 
-def _store(context: ServiceContext, who: Principal, run_id: str, body: bytes) -> tuple[int, int]:
-    """Validate, store and evaluate alerts; wake the dispatcher when notifications are owed."""
+def _store(
+    context: ServiceContext, who: Principal, run_id: str, body: bytes, small: bool = False
+) -> tuple[int, int]:
+    """Validate, store and evaluate alerts; wake the dispatcher when notifications are owed.
+
+    A chart or page being served in this worker goes first, and so does a ``small`` batch
+    (marked so by `InteractiveRequests`) when this one is large (see admission.py): a large
+    batch stands aside before each stage and now and then while its rules are evaluated,
+    for at most `LARGE_BATCH_WAIT_S` in all."""
     settings = context.settings
-    # A chart or page being served in this worker goes first (see admission.py).
-    _stand_aside(context)
+    turns = _Turns(context, small=small)
+    turns.stand_aside()
     # A bad batch raises a `BatchError`, answered with its status (see api/errors.py).
     batch = parse_batch(
-        loads(body), max_points=settings.max_batch_points, max_metrics=settings.max_batch_metrics
+        loads(body),
+        max_points=settings.max_batch_points,
+        max_metrics=settings.max_batch_metrics,
     )
-    _stand_aside(context)
+    turns.stand_aside()
     result = ingest.store_batch(
         context.sessions,
         context.engine,
@@ -76,16 +86,33 @@ def _store(context: ServiceContext, who: Principal, run_id: str, body: bytes) ->
         batch,
         project_id=who.project_id,
         max_run_metrics=settings.max_run_metrics,
+        pause=None if small else turns.stand_aside,
     )
     if result.notifications:
         context.dispatcher.wake()
     return result.points, result.segment
 
 
-def _stand_aside(context: ServiceContext) -> None:
-    waited = context.reads_first.wait_turn()
-    if waited:
-        context.telemetry.deferred.inc(waited)
+LARGE_BATCH_WAIT_S = 0.5
+"""The most a large batch stands aside in all, however many small batches and reads come."""
+
+
+class _Turns:
+    """One batch's standing aside: each wait at most the gate's ``max_wait_s``, all of them
+    together at most `LARGE_BATCH_WAIT_S`, counted in the deferral telemetry."""
+
+    def __init__(self, context: ServiceContext, *, small: bool) -> None:
+        self._context = context
+        self._small = small
+        self._left = LARGE_BATCH_WAIT_S
+
+    def stand_aside(self) -> None:
+        if self._left <= 0:
+            return
+        waited = self._context.reads_first.wait_turn(small=self._small)
+        if waited:
+            self._left -= waited
+            self._context.telemetry.deferred.inc(waited)
 
 
 @router.get("/metrics", response_model=list[MetricOut])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -110,6 +110,10 @@ rule_cache = PerEngine(RuleCache)
 """This process's rule cache for the database behind an engine."""
 
 
+PAUSE_EVERY = 32
+"""Series evaluated between two calls of `evaluate_batch`'s ``pause``."""
+
+
 def evaluate_batch(
     session: Session,
     run: LockedRun,
@@ -119,8 +123,10 @@ def evaluate_batch(
     *,
     rules: RuleCache | None = None,
     now_unix: float | None = None,
+    pause: Callable[[], None] | None = None,
 ) -> int:
     """Feed a stored batch to every matching rule; returns how many notifications are owed.
+    ``pause`` is called before the states are read and after every `PAUSE_EVERY` series.
 
     Only the run's current segment is evaluated: a late batch for an older segment is
     history, not news. Steps at or below a state's last step are skipped by `evaluate`, so
@@ -153,12 +159,16 @@ def evaluate_batch(
             work.append((rule, column.name, steps, values))
     if not work:
         return 0
+    if pause is not None:
+        pause()
     states = states_for_update(
         session, run.key, {_state_key(r, name, metric_ids) for r, name, _, _ in work}
     )
     owed = 0
     grouped: dict[int, tuple[StepRule, list[tuple[str, Transition]]]] = {}
-    for rule, name, steps, values in work:
+    for done, (rule, name, steps, values) in enumerate(work, 1):
+        if pause is not None and done % PAUSE_EVERY == 0:
+            pause()
         key = _state_key(rule, name, metric_ids)
         row = states.get(key)
         state = _state_of(row, segment)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -45,9 +46,11 @@ def store_batch(
     *,
     project_id: int,
     max_run_metrics: int | None = None,
+    pause: Callable[[], None] | None = None,
 ) -> Ingested:
     """`ingest_batch` in a transaction of its own, with this process's caches of metric ids
-    and rules; the ids it resolved enter the cache once committed."""
+    and rules; the ids it resolved enter the cache once committed. ``pause`` is called now
+    and then while rules are evaluated (a large batch standing aside for small ones)."""
     known = metric_id_cache(engine)
     with sessions() as session:
         result = ingest_batch(
@@ -58,6 +61,7 @@ def store_batch(
             known=known,
             rules=alerting.rule_cache(engine),
             max_run_metrics=max_run_metrics,
+            pause=pause,
         )
         session.commit()
     known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
@@ -73,6 +77,7 @@ def ingest_batch(
     known: MetricIdCache | None = None,
     rules: alerting.RuleCache | None = None,
     max_run_metrics: int | None = None,
+    pause: Callable[[], None] | None = None,
 ) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
@@ -109,7 +114,9 @@ def ingest_batch(
         and (run.last_step is None or int(batch.steps.min()) > run.last_step)
     )
     points = write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
-    owed = alerting.evaluate_batch(session, run, segment, batch, metric_ids, rules=rules)
+    owed = alerting.evaluate_batch(
+        session, run, segment, batch, metric_ids, rules=rules, pause=pause
+    )
     return Ingested(points, segment, owed, metric_ids, run.key)
 
 

@@ -8,10 +8,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from normwatch.server.api.admission import Busy, InteractiveRequests, ReadsFirst, Slots, is_batch
+from normwatch.server.api.metrics import LARGE_BATCH_WAIT_S, _Turns
 from starlette.types import Message, Receive, Scope, Send
 
 from normwatch.testing import running_server
@@ -290,3 +292,75 @@ def deferred_seconds(scrape: str) -> float:
     ]
     assert len(values) == 1, scrape
     return values[0]
+
+
+def test_a_large_batch_waits_for_small_ones_which_wait_only_for_reads() -> None:
+    gate = ReadsFirst(max_wait_s=0.2)
+    with gate.small_batch(), gate.small_batch():
+        assert gate.wait_turn(small=True) == 0.0  # small batches do not wait for each other
+        assert gate.wait_turn() >= 0.19  # a large one waits for them
+        with gate.interactive():
+            assert gate.wait_turn(small=True) >= 0.19  # and every batch for a read
+    assert gate.wait_turn() == 0.0 and gate.wait_turn(small=True) == 0.0
+    waited: list[float] = []
+    with gate.small_batch():
+        gate.max_wait_s = 30.0
+        large = threading.Thread(target=lambda: waited.append(gate.wait_turn()))
+        large.start()
+        large.join(0.3)
+        assert large.is_alive()  # held back while the small batch runs
+    large.join(5.0)
+    assert not large.is_alive() and 0.25 < waited[0] < 5.0
+
+
+def test_a_large_batch_stands_aside_for_a_bounded_time_in_all() -> None:
+    gate = ReadsFirst(max_wait_s=0.2)
+    deferred: list[float] = []
+    context = SimpleNamespace(
+        reads_first=gate, telemetry=SimpleNamespace(deferred=SimpleNamespace(inc=deferred.append))
+    )
+    turns = _Turns(context, small=False)  # type: ignore[arg-type]
+    with gate.small_batch():
+        started = time.perf_counter()
+        for _ in range(8):
+            turns.stand_aside()
+        took = time.perf_counter() - started
+    # Waits of 0.2 s until LARGE_BATCH_WAIT_S is spent, then none: 3 waits, not 8.
+    assert len(deferred) == 3 and LARGE_BATCH_WAIT_S <= sum(deferred) <= took < 1.2
+    small = _Turns(context, small=True)  # type: ignore[arg-type]
+    with gate.small_batch():
+        small.stand_aside()
+    assert len(deferred) == 3
+
+
+def test_a_small_batch_is_marked_from_its_body_to_its_answer_and_a_large_one_never() -> None:
+    gate = ReadsFirst()
+    seen: list[tuple[str, int, bool]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        marked = bool(scope.get("state", {}).get("small_batch"))
+        seen.append(("called", gate.small, marked))
+        while (await receive()).get("more_body"):
+            pass
+        seen.append(("body read", gate.small, marked))
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        seen.append(("answering", gate.small, marked))
+
+    async def call(headers: list[tuple[bytes, bytes]]) -> None:
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(message: Message) -> None:
+            pass
+
+        scope = {"type": "http", "method": "POST", "path": "/api/v1/runs/r1/metrics"}
+        middleware = InteractiveRequests(app, gate, small_batch_bytes=1000)
+        await middleware({**scope, "headers": headers}, receive, send)
+
+    run_async(call([(b"content-length", b"1000")]))
+    assert seen == [("called", 0, True), ("body read", 1, True), ("answering", 0, True)]
+    for large in ([(b"content-length", b"1001")], [(b"transfer-encoding", b"chunked")]):
+        seen.clear()
+        run_async(call(large))
+        assert seen == [("called", 0, False), ("body read", 0, False), ("answering", 0, False)]
+    assert (gate.small, gate.active) == (0, 0)

@@ -14,8 +14,9 @@ from normwatch.server.batch import BatchError, parse_batch
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.errors import Conflict
 from normwatch.server.models import Event, Run
-from normwatch.server.schemas import EventCreate, RunCreate
-from normwatch.server.services import ingest, runs
+from normwatch.server.schemas import AlertRuleCreate, EventCreate, RunCreate
+from normwatch.server.services import alert_rules, ingest, runs
+from normwatch.server.services.alerting import PAUSE_EVERY
 from normwatch.server.services.ingest import MAX_RUN_EVENTS, add_event
 from normwatch.server.services.runs import create_or_resume
 from normwatch.server.storage import blocks
@@ -242,3 +243,26 @@ def test_a_run_holds_a_bounded_number_of_events(db_session: Session) -> None:
     add_event(db_session, run, EventCreate(step=1, text="the last one that fits"))
     with pytest.raises(Conflict, match="has 10000 events already"):
         add_event(db_session, run, EventCreate(step=2, text="one too many"))
+
+
+def test_a_batch_pauses_now_and_then_while_its_rules_are_evaluated(db_session: Session) -> None:
+    """``pause`` (a large batch standing aside for small ones) is called before the rule
+    states are read and after every `PAUSE_EVERY` series evaluated."""
+    run = new_run(db_session, "paused")
+    found = runs.get_run(db_session, run.id)
+    assert found is not None
+    admin = principal(db_session, "admin", project=found[1])
+    condition = {"kind": "threshold", "op": ">", "value": 5.0}
+    body = AlertRuleCreate(name="layers", metric="grad/norm/layers.*", condition=condition)
+    alert_rules.create_rule(db_session, admin, body, ())
+    names = [f"grad/norm/layers.{i}" for i in range(300)] + ["loss"]  # loss matches no rule
+    batch = parse_batch(
+        {"steps": [0, 1], "metrics": {n: [1.0, 1.0] for n in names}}, max_points=10_000
+    )
+    calls: list[int] = []
+    ingest.ingest_batch(db_session, run.id, batch, pause=lambda: calls.append(1))
+    assert len(calls) == 1 + 300 // PAUSE_EVERY
+    calls.clear()
+    quiet = parse_batch({"steps": [2], "metrics": {"loss": [1.0]}}, max_points=10)
+    ingest.ingest_batch(db_session, run.id, quiet, pause=lambda: calls.append(1))
+    assert calls == []  # no rule to evaluate: no pause
