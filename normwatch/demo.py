@@ -84,7 +84,8 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
 
 DEMO_RULES = (
     # The contingency as an on-call team would set it: fire after 3 steps at 5 or more, stay
-    # firing through dips (resolve only after 100 steps below 4), say so every 1,000 steps.
+    # firing through dips (resolve only after 100 steps below 4), say so every 1,000 steps,
+    # and every hour should the trainer hang while it fires.
     {
         "name": "grad norm 5+",
         "metric": "grad/norm/total",
@@ -97,6 +98,7 @@ DEMO_RULES = (
             "resolve_steps": 100,
         },
         "repeat_every_steps": 1000,
+        "repeat_every_seconds": 3600,
     },
     {
         "name": "grad norm heading for 5",

@@ -56,6 +56,8 @@ _HINTS = {
 CHANNELS = ("webhook", "slack", "alertmanager", "pagerduty")
 REPEAT = "rule-repeat-every-steps"
 """The rule's ``repeat_every_steps`` (not a condition field)."""
+REPEAT_SECONDS = "rule-repeat-every-seconds"
+"""The rule's ``repeat_every_seconds``: repeats by the clock, also while no steps come."""
 GROUP_WAIT = "rule-group-wait-steps"
 """The rule's ``group_wait_steps``: how long a glob rule's first message waits for more."""
 
@@ -70,6 +72,7 @@ FIELDS = (
     "rule-kind",
     *(field_id(n) for n in CONDITION_FIELDS),
     REPEAT,
+    REPEAT_SECONDS,
     GROUP_WAIT,
     "rule-channel-type",
     "rule-channel-url",
@@ -82,14 +85,16 @@ NEW_TITLE = "New rule"
 URL_HINT = "https://…"
 KEEP_URL_HINT = "blank keeps the current channels"
 # A new rule as someone who has been paged at 3 a.m. would set it: it resolves after ten
-# calm steps (not on the first dip), says it is still firing every 1,000 steps, and has no
-# cooldown (which could hide a condition that comes back).
+# calm steps (not on the first dip), says it is still firing every 1,000 steps and, should
+# the trainer hang, every hour, and has no cooldown (which could hide a condition that
+# comes back).
 _DEFAULTS: dict[str, Any] = {
     "rule-metric": "grad/norm/total",
     "rule-kind": "threshold",
     field_id("op"): ">",
     field_id("resolve_steps"): 10,
     REPEAT: 1000,
+    REPEAT_SECONDS: 3600,
     GROUP_WAIT: 5,
     "rule-channel-type": "webhook",
     "rule-run-name": "*",
@@ -114,6 +119,7 @@ def values_of(rule: AlertRuleOut) -> list[Any]:
     if "resolve_steps" not in rule.condition:
         values[field_id("resolve_steps")] = None
     values[REPEAT] = rule.repeat_every_steps
+    values[REPEAT_SECONDS] = rule.repeat_every_seconds
     values[GROUP_WAIT] = rule.group_wait_steps
     if rule.channels and rule.channels[0].get("type") in CHANNELS:
         values["rule-channel-type"] = rule.channels[0]["type"]
@@ -176,6 +182,12 @@ def form() -> html.Div:
                     _labelled(
                         "repeat every (steps)",
                         dcc.Input(id=REPEAT, type="number", value=1000, placeholder="blank: never"),
+                    ),
+                    _labelled(
+                        "and every (seconds, also while no steps come)",
+                        dcc.Input(
+                            id=REPEAT_SECONDS, type="number", value=3600, placeholder="blank: never"
+                        ),
                     ),
                     _labelled(
                         "group wait (steps, glob rules)",
@@ -265,6 +277,7 @@ def to_create(values: Mapping[str, Any]) -> AlertRuleCreate:
             "channels": _channels(values),
             "runs": {"name": _text(values, "rule-run-name") or "*"},
             "repeat_every_steps": _repeat(values),
+            "repeat_every_seconds": _repeat(values, REPEAT_SECONDS),
             "group_wait_steps": _group_wait(values),
         }
     )
@@ -276,9 +289,9 @@ def _group_wait(values: Mapping[str, Any]) -> Any:
     return 0 if value is None or value == "" else value
 
 
-def _repeat(values: Mapping[str, Any]) -> Any:
-    """The repeat field's value; blank is 0 (never)."""
-    value = values.get(REPEAT)
+def _repeat(values: Mapping[str, Any], field: str = REPEAT) -> Any:
+    """A repeat field's value; blank is 0 (never)."""
+    value = values.get(field)
     return 0 if value is None or value == "" else value
 
 
@@ -293,6 +306,7 @@ def to_update(values: Mapping[str, Any], current: AlertRuleOut) -> AlertRuleUpda
         "metric": _text(values, "rule-metric"),
         "condition": _condition(values),
         "repeat_every_steps": _repeat(values),
+        "repeat_every_seconds": _repeat(values, REPEAT_SECONDS),
         "group_wait_steps": _group_wait(values),
     }
     channels = _channels(values)

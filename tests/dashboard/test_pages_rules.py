@@ -188,6 +188,7 @@ def test_edit_loads_the_clicked_rule(
                 "rule-resolve-steps": 1,
                 "rule-cooldown-steps": 0,
                 "rule-repeat-every-steps": None,
+                "rule-repeat-every-seconds": None,
                 "rule-group-wait-steps": None,
             },
         )

@@ -74,6 +74,7 @@ def test_fields_and_a_fresh_forms_values() -> None:
         "rule-resolve-steps",
         "rule-cooldown-steps",
         "rule-repeat-every-steps",
+        "rule-repeat-every-seconds",
         "rule-group-wait-steps",
         "rule-channel-type",
         "rule-channel-url",
@@ -87,6 +88,7 @@ def test_fields_and_a_fresh_forms_values() -> None:
         "rule-op": ">",
         "rule-resolve-steps": 10,  # hysteresis and repeats on, as an on-call team sets them
         "rule-repeat-every-steps": 1000,
+        "rule-repeat-every-seconds": 3600,  # and by the clock, should the trainer hang
         "rule-group-wait-steps": 5,
         "rule-channel-type": "webhook",
         "rule-run-name": "*",
@@ -112,6 +114,7 @@ def test_values_of_a_rule_load_its_fields_but_no_channel_url_or_secret() -> None
         rule_for_steps=3,
         rule_resolve_steps=None,  # the kind's default
         rule_repeat_every_steps=None,
+        rule_repeat_every_seconds=None,
         rule_group_wait_steps=None,
         rule_channel_type="slack",
         rule_run_name="32b-*",
@@ -124,6 +127,7 @@ def test_values_of_a_rule_load_its_fields_but_no_channel_url_or_secret() -> None
         rule_run_name="32b-*",
         rule_resolve_steps=None,
         rule_repeat_every_steps=None,
+        rule_repeat_every_seconds=None,
         rule_group_wait_steps=None,
     )
     hysteresis = rule_out(
@@ -154,6 +158,7 @@ def test_to_create_sends_only_the_kinds_fields() -> None:
         "channels": [{"type": "webhook", "url": "https://hooks.example/x", "secret": "s3cret"}],
         "runs": {"name": "*"},
         "repeat_every_steps": 1000,
+        "repeat_every_seconds": 3600,
         "group_wait_steps": 5,
     }
 
@@ -167,10 +172,18 @@ def test_to_create_without_a_url_makes_no_channel() -> None:
         "channels": [],
         "runs": {"name": "*"},
         "repeat_every_steps": 1000,
+        "repeat_every_seconds": 3600,
         "group_wait_steps": 5,
     }
-    never = to_create(values(rule_name="once", rule_value=5, rule_repeat_every_steps=""))
-    assert never.repeat_every_steps == 0
+    never = to_create(
+        values(
+            rule_name="once",
+            rule_value=5,
+            rule_repeat_every_steps="",
+            rule_repeat_every_seconds=None,
+        )
+    )
+    assert (never.repeat_every_steps, never.repeat_every_seconds) == (0, 0)
 
 
 def test_to_update_keeps_channels_for_a_blank_url_and_the_runs_tags() -> None:
@@ -181,6 +194,7 @@ def test_to_update_keeps_channels_for_a_blank_url_and_the_runs_tags() -> None:
         "metric": "grad/norm/total",
         "condition": {"kind": "threshold", "op": ">", "value": 7.0, "resolve_steps": 10},
         "repeat_every_steps": 1000,
+        "repeat_every_seconds": 3600,
         "group_wait_steps": 5,
     }
     moved = to_update(
@@ -198,6 +212,7 @@ def test_to_update_keeps_channels_for_a_blank_url_and_the_runs_tags() -> None:
         "metric": "grad/norm/total",
         "condition": {"kind": "threshold", "op": ">", "value": 9.0, "resolve_steps": 10},
         "repeat_every_steps": 1000,
+        "repeat_every_seconds": 3600,
         "group_wait_steps": 5,
         "channels": [{"type": "slack", "url": "https://hooks.slack.com/services/T/B/X"}],
         "runs": {"name": "64b-*", "tags": ["32b"]},
