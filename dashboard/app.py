@@ -18,7 +18,8 @@ from normwatch.server.auth import instance_secret
 from normwatch.server.config import Settings
 
 from . import routing
-from .dash_internals import disable_catchall, render_index
+from .callback_check import CallbackCheck, CallbackErrors
+from .dash_internals import callback_map, disable_catchall, render_index
 from .data import DashboardData
 from .login import install_login
 from .security import BrowserSecurity, origin_of
@@ -35,6 +36,9 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
         webhook_allow=context.webhook_allow,
         base_url=settings.base_url,
     )
+    # Added before Dash's middleware, so inside it: a failing callback is logged and
+    # answered here rather than by Dash's anonymous 500.
+    server.add_middleware(CallbackErrors)
     # Dash's annotation predates its FastAPI backend, which takes the app instance.
     app = dash.Dash(
         __name__,
@@ -68,6 +72,9 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     signer = SessionSigner(
         URLSafeTimedSerializer(secret, salt="normwatch-session"), settings.session_max_age_s
     )
+    # Outside Dash's middleware and inside the session guard: a malformed callback request
+    # from a logged-in viewer is a 400 naming what does not fit.
+    server.add_middleware(CallbackCheck, callbacks=lambda: callback_map(app))
     install_login(server, signer, sessions)
     # Added after the login guard, so outside it: its redirects and 401s carry the headers
     # too, and a cross-site write is refused before any session is looked up. The hashes are

@@ -30,11 +30,13 @@ hooks; their routes do not get the current request either), ``Dash(use_pages=Tru
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash.backends._fastapi import reset_current_request, set_current_request
 from fastapi import Request
 
-__all__ = ["CHECKED_WITH", "disable_catchall", "finish_setup", "render_index"]
+__all__ = ["CHECKED_WITH", "callback_map", "disable_catchall", "finish_setup", "render_index"]
 
 CHECKED_WITH = "4.4.1"
 """The Dash version these calls were read against."""
@@ -52,6 +54,14 @@ def _no_catchall() -> None:
 def finish_setup(app: dash.Dash) -> None:
     """Run Dash's once-per-process setup now, if no request of Dash's own has yet."""
     app._setup_server()
+
+
+def callback_map(app: dash.Dash) -> dict[str, Any]:
+    """Dash's callbacks by output, as ``POST /_dash-update-component`` looks them up (each
+    with its declared ``inputs`` and ``state``), once its setup has merged them."""
+    finish_setup(app)
+    callbacks: dict[str, Any] = app.callback_map
+    return callbacks
 
 
 def render_index(app: dash.Dash, request: Request) -> str:

@@ -262,6 +262,7 @@ def test_acknowledge_and_silence_from_the_alerts_page(
     """An admin takes a firing alert on (its repeats stop going out), silences the metric
     (the resolve is recorded, not sent) and expires the silence; a read viewer sees both
     and can change neither."""
+    page.set_default_timeout(30_000)  # the tables refresh every 2 s, slower on a busy machine
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -289,7 +290,7 @@ def test_acknowledge_and_silence_from_the_alerts_page(
     assert page.locator("#alerts-firing button").count() == 0
     # Repeats at 1002 and 1004 are recorded and not sent; the firing row counts them.
     post_points(alerting_server, tenant, run_id, {1001: 6.5, 1002: 7.0, 1003: 6.0, 1004: 8.0})
-    page.wait_for_selector("#alerts-firing :text('repeat 2')", timeout=10_000)
+    page.wait_for_selector("#alerts-firing :text('repeat 2')")
     assert page.locator("#alerts-recent .alert-repeat").all_inner_texts() == [
         "repeat 2",
         "repeat 1",
@@ -315,7 +316,7 @@ def test_acknowledge_and_silence_from_the_alerts_page(
     assert "in force" in row
     # Ten calm steps later the rule resolves: recorded as silenced, not sent.
     post_points(alerting_server, tenant, run_id, {s: 1.0 for s in range(1005, 1016)})
-    page.wait_for_selector("#alerts-firing :text('Nothing is firing.')", timeout=10_000)
+    page.wait_for_selector("#alerts-firing :text('Nothing is firing.')")
     page.wait_for_selector("#alerts-recent .alert-resolved .alert-silenced")
     assert "not sent: silence #" in page.inner_text("#alerts-recent tr.alert-resolved")
     page.screenshot(path=str(artifacts / "silences.png"), full_page=True)

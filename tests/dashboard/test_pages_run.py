@@ -573,13 +573,15 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
         )
         assert aids == {"overlay-aids": {"data": None}}
         table = post(
-            ["transition-table.children"], {"view.data": store, "transitions-tick.data": None}, {}
+            ["transition-table.children"],
+            {"view-drawn.data": store, "transitions-tick.data": None},
+            {},
         )
         assert table["transition-table"]["children"]["props"]["children"] == ""
         shares = post(
             ["attribution-chart.figure", "attribution-info.children"],
             {
-                "view.data": store,
+                "view-drawn.data": store,
                 "attribution-family.value": "grad/norm",
                 "attribution-by.value": ["part"],
                 "attribution-tick.data": None,
