@@ -18,7 +18,8 @@ streak keeps counting meanwhile, so a condition still true then fires at once). 
 cannot be judged: they end a pending streak but neither fire nor resolve (a firing alert
 stays firing). A forecast resolves once no crossing is projected sooner than twice
 ``within_steps`` for ``resolve_steps`` steps, or at once when its value crosses (handed
-over to the threshold rule).
+over to the threshold rule); one that handed over warns again only after that many calm
+steps and a whole window of them.
 
 While firing, an alert is sent again every ``repeat_every_steps`` steps, at a step where
 the condition holds (a ``firing`` transition with ``repeat`` 1, 2, ... and the worst value
@@ -211,11 +212,13 @@ def _advance(
     if state.status == "firing":
         return _while_firing(condition, state, step, value, verdict, repeat_every_steps, now_unix)
     if state.handed_over:
-        # Around its crossing a noisy value crosses back and forth: the forecast stays quiet
-        # until its steps have counted as clear for resolve_steps in a row.
+        # Around its crossing a noisy value crosses back and forth, and a value that levels
+        # off just short of the line leaves a flat fit: the forecast stays quiet until its
+        # steps have counted as clear for resolve_steps in a row and for a whole window, so
+        # that no point of the approach it warned of is left in the fit.
         calm = verdict.satisfied is False and _cleared(condition, verdict, value)
         state.clear = state.clear + 1 if calm else 0
-        if state.clear >= condition.resolve_steps:
+        if state.clear >= max(condition.resolve_steps, getattr(condition, "window", 0)):
             state.handed_over, state.clear = False, 0
         return None
     if verdict.satisfied:

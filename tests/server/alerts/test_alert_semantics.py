@@ -118,6 +118,24 @@ def test_a_noisy_forecast_fires_once_and_hands_over_when_crossed() -> None:
     assert got[1].reason.startswith("crossed: ") and "handed over" in got[1].reason
 
 
+def test_a_forecast_that_handed_over_stays_quiet_through_a_short_level_stretch() -> None:
+    # A rise that levels off just under the line for a dozen steps (a flat fit, no
+    # crossing projected), then rises again: one warning, one hand-over, nothing more.
+    rng = np.random.default_rng(8)
+    k = np.arange(800)
+    values = np.minimum(1.0 + 0.01 * k, 5.0) + np.maximum(0, k - 600) * 0.01
+    values = values + rng.normal(0.0, 0.15, size=800)
+    steps = (START + k).tolist()
+    condition = ForecastCondition(value=5.0, within_steps=100, window=50)
+    got = preview(condition, steps, values)
+    assert [t.state for t in got] == ["firing", "resolved"]
+    assert "handed over" in got[1].reason
+    # After a whole window of calm steps it warns again.
+    back = np.concatenate([values[:400], np.full(200, 3.0), 3.0 + 0.01 * np.arange(200)])
+    again = preview(condition, steps, back)
+    assert [t.state for t in again][:3] == ["firing", "resolved", "firing"]
+
+
 def test_one_alert_a_spike_through_its_ragged_recovery() -> None:
     rng = np.random.default_rng(4)
     values = 1.0 + 0.05 * rng.random(400)

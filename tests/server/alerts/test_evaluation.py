@@ -393,12 +393,17 @@ def test_slope_matches_polyfit(seed: int, op: str) -> None:
 
 
 def forecast_machine(
-    entries: list[float | str | None], steps: list[int], within: int, resolve_steps: int = 10
+    entries: list[float | str | None],
+    steps: list[int],
+    within: int,
+    window: int,
+    resolve_steps: int = 10,
 ) -> list[tuple[str, int]]:
     """The forecast's states from the projected steps to the crossing (``CROSSED`` once
     crossed, None before a full window): fire under ``within``; resolve after
     ``resolve_steps`` steps in a row projected at ``2 · within`` or more, or at once when
-    crossed, and then stay quiet until as many steps in a row are that clear again."""
+    crossed, and then stay quiet until as many steps in a row, and a whole ``window`` of
+    them, are that clear again."""
     out: list[tuple[str, int]] = []
     firing, handed, clear = False, False, 0
     for entry, step in zip(entries, steps, strict=True):
@@ -416,7 +421,7 @@ def forecast_machine(
                 firing, handed, clear = False, crossed, 0
         elif handed:
             clear = clear + 1 if calm else 0
-            if clear >= resolve_steps:
+            if clear >= max(resolve_steps, window):
                 handed, clear = False, 0
         elif hit:
             out.append(("firing", step))
@@ -438,7 +443,7 @@ def test_forecast_matches_polyfit(seed: int) -> None:
             entries.append(math.inf)
         else:
             entries.append((threshold - intercept) / slope - steps[i])
-    expected = forecast_machine(entries, steps, within)
+    expected = forecast_machine(entries, steps, within, window)
     assert len(expected) >= 2
     rule = ForecastCondition(value=threshold, within_steps=within, window=window)
     assert brief(preview(rule, steps, values)) == expected
