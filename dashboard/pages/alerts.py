@@ -1,4 +1,5 @@
-"""Alerts: what is firing now and the recent history, with each notification's delivery.
+"""Alerts: what is firing now and the recent history, with each notification's delivery,
+and between them the project's silences (`oncall`: silencing and acknowledging, for admins).
 
 Refreshed live; ``?run=<id>`` narrows both lists to one run. Each alert links to its run
 page zoomed on the step where the state changed.
