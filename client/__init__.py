@@ -18,6 +18,7 @@ here satisfies (`Run`, `NoopTracker`, `MemoryTracker`, `CompositeTracker`).
 
 from __future__ import annotations
 
+from ._packed import PackedMetrics
 from ._run import Run
 from ._sync import SyncReport, sync_spool
 from ._tracker import (
@@ -36,6 +37,7 @@ __all__ = [
     "CompositeTracker",
     "MemoryTracker",
     "NoopTracker",
+    "PackedMetrics",
     "Run",
     "SyncReport",
     "Tracker",

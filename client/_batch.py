@@ -96,7 +96,7 @@ def to_wire(value: float) -> WireValue:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-def fetch_from_device(records: list[tuple[int, dict[Any, object]]]) -> None:
+def fetch_from_device(records: list[tuple[int, Mapping[Any, object]]]) -> None:
     """Copy device arrays of all records to the host in one transfer, in place.
 
     Only acts when JAX is already imported by the trainer; converting each scalar on its

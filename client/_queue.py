@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +33,9 @@ class EventRecord:
     text: str
 
 
-Record = tuple[int, dict[Any, object]]
-"""A step and the (copied) dict logged for it, values not yet converted."""
+Record = tuple[int, Mapping[Any, object]]
+"""A step and what was logged for it, values not yet converted: a copy of the caller's dict, or
+a `PackedMetrics` as it came (immutable)."""
 
 
 class SendQueue:

@@ -24,6 +24,7 @@ from types import TracebackType
 import httpx
 
 from ._batch import jsonable
+from ._packed import is_packed
 from ._queue import EventRecord, Record, SendQueue
 from ._reporting import WarnEvery, WarnOnce, logger
 from ._sender import Sender
@@ -158,12 +159,15 @@ class Run:
         """Queue ``metrics`` for ``step``; returns at once, never raises.
 
         Values may be Python numbers, NumPy scalars or size-1 device arrays (JAX); they are
-        converted to floats on the sender thread. Logging the same step twice merges the two
+        converted to floats on the sender thread. ``metrics`` may also be a `PackedMetrics`
+        (``stability_metrics(..., packed=True)``): one device vector for all its names,
+        queued without a copy and read in one transfer. Logging the same step twice merges the two
         dicts (the later value of a metric wins). A value that is not a real scalar is
         dropped with a warning; the others of the call are kept.
         """
         try:
-            record: Record = (_as_step(step), dict(metrics))
+            # A PackedMetrics is immutable (a device vector, static names): kept as it is.
+            record: Record = (_as_step(step), metrics if is_packed(metrics) else dict(metrics))
         except Exception as exc:
             self._warn_once(f"log:{type(exc).__name__}", "dropped a log() call: %s", exc)
             return

@@ -39,12 +39,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax  # type: ignore[import-untyped]  # optax ships no py.typed
+
+from ._packed import PackedMetrics, from_pytree_parts, pytree_parts
+
+jax.tree_util.register_pytree_node(PackedMetrics, pytree_parts, from_pytree_parts)
 
 __all__ = [
     "DEFAULT_LAYER_AXES",
@@ -102,7 +106,41 @@ def computed_at(metrics: Mapping[str, V], *, step: int, every: int) -> Mapping[s
     _check_every(every)
     if step % every == 0:
         return metrics
+    if isinstance(metrics, PackedMetrics):
+        return metrics.totals_only()
     return {name: value for name, value in metrics.items() if not _is_per_leaf(name)}
+
+
+@overload
+def stability_metrics(
+    grads: PyTree,
+    params: PyTree,
+    updates: PyTree | None = None,
+    opt_state: PyTree | None = None,
+    *,
+    every: int = 1,
+    step: jax.typing.ArrayLike | None = None,
+    layer_axes: LayerAxes | None = None,
+    per_leaf: bool = True,
+    moments_per_leaf: bool = False,
+    packed: Literal[False] = False,
+) -> dict[str, jax.Array]: ...
+
+
+@overload
+def stability_metrics(
+    grads: PyTree,
+    params: PyTree,
+    updates: PyTree | None = None,
+    opt_state: PyTree | None = None,
+    *,
+    every: int = 1,
+    step: jax.typing.ArrayLike | None = None,
+    layer_axes: LayerAxes | None = None,
+    per_leaf: bool = True,
+    moments_per_leaf: bool = False,
+    packed: Literal[True],
+) -> PackedMetrics: ...
 
 
 def stability_metrics(
@@ -116,7 +154,8 @@ def stability_metrics(
     layer_axes: LayerAxes | None = None,
     per_leaf: bool = True,
     moments_per_leaf: bool = False,
-) -> dict[str, jax.Array]:
+    packed: bool = False,
+) -> dict[str, jax.Array] | PackedMetrics:
     """L2 norms of gradients, parameters, updates and Adam moments; call inside ``jit``.
 
     Every norm is ``sqrt(sum(|x|**2))`` over the leaves it covers, each leaf upcast to
@@ -148,6 +187,12 @@ def stability_metrics(
     leaves them out. The totals come every step. The device work saved is small (the
     per-leaf sums of squares are those the totals add up); ``every`` thins what is sent
     and stored.
+
+    ``packed=True`` returns the same norms as one `PackedMetrics`: one float32 vector and
+    the names beside it, so the step has one output however many leaves the model has
+    (compile time and host time per step stay flat; docs/benchmarks.md), and `Run.log
+    <normwatch.client.Run.log>` takes it as it is. Log other values (the loss) in a call of
+    their own for the same step: the two are merged.
 
     >>> grads = {"embed": jnp.array([3.0, 4.0]), "layers": {"w": jnp.ones((2, 4))}}
     >>> metrics = stability_metrics(grads, grads)
@@ -193,6 +238,8 @@ def stability_metrics(
             detail_sums,
         )
     norms = jnp.concatenate([totals, detail_norms])
+    if packed:
+        return PackedMetrics(names, norms, totals=plan.n_totals)
     return {name: norms[index] for index, name in enumerate(names)}
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
 import subprocess
@@ -31,6 +29,7 @@ from normwatch.client.jax import (
 )
 
 from normwatch.testing import ServerProcess
+from tests.helpers.ingest import IngestRecorder
 from tests.helpers.tenants import make_tenant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -473,27 +472,6 @@ def test_docstring_examples_run() -> None:
 
 
 # --- logging device scalars ----------------------------------------------------------------------
-
-
-class IngestRecorder:
-    """The three ingest endpoints a `Run` calls, in memory: what arrived at which step."""
-
-    def __init__(self) -> None:
-        self.points: dict[tuple[int, str], object] = {}
-        self.lock = threading.Lock()
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "PATCH":
-            return httpx.Response(200, json={"id": "run-1"})
-        if request.url.path.endswith("/runs"):
-            return httpx.Response(200, json={"id": "run-1", "segment": 1})
-        batch = json.loads(gzip.decompress(request.content))
-        with self.lock:
-            for name, column in batch["metrics"].items():
-                for step, value in zip(batch["steps"], column, strict=True):
-                    if value is not None:
-                        self.points[(step, name)] = value
-        return httpx.Response(202, json={"accepted": len(self.points), "segment": 1})
 
 
 class JaxCallAudit:
