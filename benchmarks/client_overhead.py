@@ -22,10 +22,17 @@ metrics (grads, params, updates); compile time and per-call host time of the jit
 returning them, with ``per_leaf=False`` (totals and per-layer norms only), and the same
 values returned as one vector.
 
+(d) Leaf count: ``stability_metrics`` of grads and params over 10, 100, 1,000 and 5,000
+leaves (``--leaves``), as the per-leaf dict and ``packed=True``: compile time, and host time
+a step (the jitted call plus `Run.log` of what it returned, the log part also alone).
+Baseline: the same function with ``per_leaf=False`` (the two totals only), which takes the
+same inputs: what is left above it is the cost of the outputs.
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/client_overhead.py            # ~1.5 min
     .venv/bin/python benchmarks/client_overhead.py --quick    # fewer calls and steps
+    .venv/bin/python benchmarks/client_overhead.py --only-leaves --leaves 10,100,1000,5000
 """
 
 from __future__ import annotations
@@ -227,6 +234,62 @@ def bench_outputs(n_layers: int, repeat: int) -> list[list[str]]:
     return rows
 
 
+def bench_leaves(counts: list[int], repeat: int) -> list[list[str]]:
+    """(d) Compile time and host time per step against the number of leaves: per-leaf dict
+    against `packed=True`; the step is the norms of grads and params of ``n`` leaves, and
+    host time includes `Run.log` of what it returned (to a client that sends nowhere)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="normwatch-bench-spool-") as spool:
+        os.environ["NORMWATCH_SPOOL_DIR"] = spool
+        run = Run(
+            "http://bench.invalid",
+            token="nw_bench",
+            name="leaves",
+            transport=httpx.MockTransport(answer_at_once),
+        )
+        for n in counts:
+            tree: dict[str, dict[str, jax.Array]] = {}
+            for i in range(n):  # blocks of 100 leaves, as a model's modules group them
+                tree.setdefault(f"block{i // 100}", {})[f"w{i}"] = jnp.ones((8, 8))
+            cells = [f"{n:,}"]
+            for mode in ("dict", "packed", "totals"):
+                fn = jax.jit(
+                    lambda g, p, mode=mode: stability_metrics(
+                        g, p, packed=mode == "packed", per_leaf=mode != "totals"
+                    )
+                )
+                started = time.perf_counter()
+                compiled = fn.lower(tree, tree).compile()
+                compile_s = time.perf_counter() - started
+                out = compiled(tree, tree)
+                jax.block_until_ready(out)
+                samples, log_samples = [], []
+                for step in range(repeat):
+                    started = time.perf_counter()
+                    out = compiled(tree, tree)
+                    called = time.perf_counter()
+                    run.log(out, step=step)
+                    logged = time.perf_counter()
+                    samples.append(logged - started)
+                    log_samples.append(logged - called)
+                    jax.block_until_ready(out)
+                outputs = 1 if mode == "packed" else len(out)
+                cells += [
+                    f"{outputs:,}",
+                    f"{compile_s:.2f} s",
+                    f"{statistics.median(samples) * 1e3:.3f} ms",
+                ]
+                if mode != "totals":
+                    cells.append(f"{statistics.median(log_samples) * 1e6:.1f} µs")
+                say(
+                    f"  {n} leaves, {mode}: {outputs} outputs, compile {compile_s:.2f} s, "
+                    f"host {statistics.median(samples) * 1e3:.3f} ms"
+                )
+            rows.append(cells)
+        run.finish(timeout=30.0)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metrics", type=int, default=2000)
@@ -236,9 +299,33 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--leaves", default="10,100,1000,5000", help="leaf counts for (d), comma separated"
+    )
+    parser.add_argument("--only-leaves", action="store_true", help="run (d) alone")
     args = parser.parse_args()
     if args.quick:
         args.calls, args.steps, args.width = 500, 5, 512
+    counts = [int(n) for n in args.leaves.split(",") if n.strip()]
+    leaves_header = [
+        "leaves",
+        "dict: outputs",
+        "compile",
+        "host time a step",
+        "of it, log",
+        "packed: outputs",
+        "compile",
+        "host time a step",
+        "of it, log",
+        "totals only (baseline): outputs",
+        "compile",
+        "host time a step",
+    ]
+    if args.only_leaves:
+        say(f"(d) leaves {counts}: per-leaf dict against packed")
+        print()
+        print(table(leaves_header, bench_leaves(counts, repeat=20)))
+        return
 
     say(f"(a) Run.log of {args.metrics:,} floats, {args.calls:,} calls")
     with tempfile.TemporaryDirectory(prefix="normwatch-bench-spool-") as spool:
@@ -248,6 +335,8 @@ def main() -> None:
     step_rows = bench_train_step(args.width, args.batch_size, args.steps)
     say("(c) many scalar outputs")
     output_rows = bench_outputs(n_layers=48 if not args.quick else 8, repeat=50)
+    say(f"(d) leaves {counts}: per-leaf dict against packed")
+    leaves_rows = bench_leaves(counts if not args.quick else counts[:3], repeat=20)
 
     print()
     print(
@@ -274,6 +363,8 @@ def main() -> None:
     )
     print()
     print(table(["returned as", "values", "compile", "host time per call"], output_rows))
+    print()
+    print(table(leaves_header, leaves_rows))
 
 
 if __name__ == "__main__":
