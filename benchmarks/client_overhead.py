@@ -303,6 +303,7 @@ def main() -> None:
         "--leaves", default="10,100,1000,5000", help="leaf counts for (d), comma separated"
     )
     parser.add_argument("--only-leaves", action="store_true", help="run (d) alone")
+    parser.add_argument("--only-log", action="store_true", help="run (a) alone")
     args = parser.parse_args()
     if args.quick:
         args.calls, args.steps, args.width = 500, 5, 512
@@ -331,6 +332,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="normwatch-bench-spool-") as spool:
         os.environ["NORMWATCH_SPOOL_DIR"] = spool  # the client spools here, not in the cwd
         log_rows = bench_log(args.metrics, args.calls, args.pace)
+    log_table = table(
+        [
+            f"Run.log, {args.metrics:,} floats",
+            "log median",
+            "log p99",
+            "dict() median",
+            "ratio log / dict()",
+            "dict() kept, median",
+            "ratio log / kept",
+            "points sent / dropped",
+        ],
+        log_rows,
+    )
+    if args.only_log:
+        print()
+        print(log_table)
+        return
     say(f"(b) train step, width {args.width}, batch {args.batch_size}, {args.steps} steps")
     step_rows = bench_train_step(args.width, args.batch_size, args.steps)
     say("(c) many scalar outputs")
@@ -339,21 +357,7 @@ def main() -> None:
     leaves_rows = bench_leaves(counts if not args.quick else counts[:3], repeat=20)
 
     print()
-    print(
-        table(
-            [
-                f"Run.log, {args.metrics:,} floats",
-                "log median",
-                "log p99",
-                "dict() median",
-                "ratio log / dict()",
-                "dict() kept, median",
-                "ratio log / kept",
-                "points sent / dropped",
-            ],
-            log_rows,
-        )
-    )
+    print(log_table)
     print()
     print(
         table(

@@ -21,10 +21,11 @@ import gzip
 import json
 import math
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, NamedTuple
+
+from ._packed import PackedMetrics
 
 try:
     import orjson
@@ -96,76 +97,171 @@ def to_wire(value: float) -> WireValue:
     return "Infinity" if value > 0 else "-Infinity"
 
 
+_HOST_TYPES = frozenset({float, int, bool})
+"""Values that are already on the host: nothing to fetch."""
+
+
 def fetch_from_device(records: list[tuple[int, Mapping[Any, object]]]) -> None:
-    """Copy device arrays of all records to the host in one transfer, in place.
+    """Copy the device arrays of all records to the host in one transfer, in place.
 
     Only acts when JAX is already imported by the trainer; converting each scalar on its
-    own would cost one device round trip per value.
+    own would cost one device round trip per value. Python numbers are passed over (handing
+    them to JAX would cost more than all the rest of the writer's work), and a record with
+    nothing on a device is left as it is; one with device values is replaced by a copy.
     """
     jax = sys.modules.get("jax")
     if jax is None:
         return
+    places: list[tuple[int, object]] = []  # (record index, name; PACKED for a whole record)
+    values: list[object] = []
+    for index, (_, metrics) in enumerate(records):
+        if type(metrics) is PackedMetrics:
+            places.append((index, PACKED))
+            values.append(metrics)  # a pytree: fetched as a PackedMetrics of a host vector
+            continue
+        for name, value in metrics.items():
+            if type(value) not in _HOST_TYPES:
+                places.append((index, name))
+                values.append(value)
+    if not values:
+        return
     try:
-        fetched = jax.device_get([metrics for _, metrics in records])
+        fetched = jax.device_get(values)
     except Exception:
         return  # fall back to converting value by value
-    for index, metrics in enumerate(fetched):
-        records[index] = (records[index][0], metrics)
+    copies: dict[int, dict[Any, object]] = {}
+    for (index, name), value in zip(places, fetched, strict=True):
+        step = records[index][0]
+        if name is PACKED:
+            records[index] = (step, value)
+            continue
+        copy = copies.get(index)
+        if copy is None:
+            copy = copies[index] = dict(records[index][1])
+            records[index] = (step, copy)
+        copy[name] = value
 
 
-@dataclass(slots=True)
-class ColumnarBatch:
-    """Merged steps ready to send: ``rows[step][name]`` is the wire value."""
-
-    rows: dict[int, dict[str, WireValue]]
-
-    @property
-    def points(self) -> int:
-        """Number of (step, metric) values in the batch."""
-        return sum(len(row) for row in self.rows.values())
-
-    def body(self, segment: int | None) -> dict[str, object]:
-        """The JSON document: ascending steps, one column per metric name, null padded."""
-        steps = sorted(self.rows)
-        names: dict[str, None] = {}
-        for step in steps:
-            names.update(dict.fromkeys(self.rows[step]))
-        rows = [self.rows[step] for step in steps]
-        columns = {name: [row.get(name) for row in rows] for name in names}
-        body: dict[str, object] = {"steps": steps, "metrics": columns}
-        if segment is not None:
-            body["segment"] = segment
-        return body
+PACKED = object()
+"""Where `fetch_from_device` fetched a whole `PackedMetrics`."""
 
 
 class Merged(NamedTuple):
-    """`merge_records` result: the batch, plus the values that could not be converted."""
+    """`merge_records` result: the wire document, plus the values that could not be converted."""
 
-    batch: ColumnarBatch
+    document: dict[str, Any]
+    """``{"steps": [...], "metrics": {name: column}}``, steps ascending, columns null padded."""
+    points: int
+    """Number of (step, metric) values in ``document``."""
     rejected: dict[str, str]
     """Reason per metric name (non-string names under their ``repr``)."""
     rejected_points: int
 
 
-def merge_records(records: Iterable[tuple[int, Mapping[Any, object]]]) -> Merged:
+def merge_records(records: list[tuple[int, Mapping[Any, object]]]) -> Merged:
     """Convert and merge records; a later value for the same step and name wins."""
+    plain = _merge_plain(records)
+    if plain is not None:
+        return plain
     rows: dict[int, dict[str, WireValue]] = {}
     rejected: dict[str, str] = {}
     rejected_points = 0
     for step, metrics in records:
         row = rows.setdefault(step, {})
-        for name, value in metrics.items():
+        try:
+            items = list(metrics.items())
+        except Exception as exc:  # a mapping that cannot be read (a vector of the wrong size)
+            reason = f"cannot read the logged {type(metrics).__name__}: {exc}"
+            rejected[f"<{type(metrics).__name__} at step {step}>"] = reason
+            rejected_points += len(metrics)
+            continue
+        for name, value in items:
             if not isinstance(name, str):
                 rejected[repr(name)] = f"metric names must be str, got {type(name).__name__}"
                 rejected_points += 1
+                continue
+            if type(value) is float and value - value == 0.0:  # finite: the common case
+                row[name] = value
                 continue
             try:
                 row[name] = to_wire(to_float(value))
             except BadValue as exc:
                 rejected[name] = str(exc)
                 rejected_points += 1
-    batch = ColumnarBatch({step: row for step, row in rows.items() if row})
-    return Merged(batch, rejected, rejected_points)
+    steps = sorted(step for step, row in rows.items() if row)
+    names: dict[str, None] = {}
+    for step in steps:
+        names.update(dict.fromkeys(rows[step]))
+    ordered = [rows[step] for step in steps]
+    columns = {name: [row.get(name) for row in ordered] for name in names}
+    points = sum(len(row) for row in ordered)
+    return Merged({"steps": steps, "metrics": columns}, points, rejected, rejected_points)
+
+
+_ONLY_FLOAT = frozenset({float})
+_ONLY_STR = frozenset({str})
+
+
+def _merge_plain(records: list[tuple[int, Mapping[Any, object]]]) -> Merged | None:
+    """`merge_records` for the usual batch, with the per-value work done in C: every value a
+    finite Python float, every name a str, no step twice. Records that share their names
+    (the usual trainer logs the same dict every step) are transposed into columns together.
+    None when the batch is not of that kind (the general loop then does it).
+    """
+    steps = [step for step, _ in records]
+    if len(set(steps)) != len(steps):
+        return None  # same-step logs to merge
+    groups: list[tuple[tuple[str, ...], list[tuple[int, list[float]]]]] = []
+    for step, metrics in records:
+        if type(metrics) is dict:
+            names: tuple[Any, ...] = tuple(metrics)
+            values: list[Any] = list(metrics.values())
+        elif type(metrics) is PackedMetrics:
+            names, values = metrics.names[: metrics.count], metrics.host_values()
+        else:
+            return None
+        if not names:
+            continue
+        if len(values) != len(names):
+            return None
+        # sum() of finite floats is finite unless it overflows (then the general loop decides);
+        # a NaN or an infinity anywhere makes it non-finite.
+        if not _ONLY_FLOAT.issuperset(map(type, values)) or not math.isfinite(sum(values)):
+            return None
+        for group_names, rows in groups:
+            if group_names == names:
+                rows.append((step, values))
+                break
+        else:
+            if not _ONLY_STR.issuperset(map(type, names)):
+                return None
+            groups.append((names, [(step, values)]))
+    all_steps = sorted(step for _, rows in groups for step, _ in rows)
+    columns: dict[str, list[float | None]] = {}
+    points = 0
+    if len(groups) == 1:
+        names, rows = groups[0]
+        rows.sort(key=_step_of)
+        transposed = zip(*(values for _, values in rows), strict=True)
+        columns = dict(zip(names, map(list, transposed), strict=True))
+        points = len(names) * len(rows)
+    else:
+        position = {step: index for index, step in enumerate(all_steps)}
+        for names, rows in groups:
+            places = [position[step] for step, _ in rows]
+            points += len(names) * len(rows)
+            transposed = zip(*(values for _, values in rows), strict=True)
+            for name, column in zip(names, transposed, strict=True):
+                target = columns.get(name)
+                if target is None:
+                    target = columns[name] = [None] * len(all_steps)
+                for place, value in zip(places, column, strict=True):
+                    target[place] = value
+    return Merged({"steps": all_steps, "metrics": columns}, points, {}, 0)
+
+
+def _step_of(row: tuple[int, list[float]]) -> int:
+    return row[0]
 
 
 def dumps(document: object) -> bytes:
