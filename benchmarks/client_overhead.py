@@ -33,6 +33,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/client_overhead.py            # ~1.5 min
     .venv/bin/python benchmarks/client_overhead.py --quick    # fewer calls and steps
     .venv/bin/python benchmarks/client_overhead.py --only-leaves --leaves 10,100,1000,5000
+    .venv/bin/python benchmarks/client_overhead.py --only-log   # (a) alone, ~20 s
 """
 
 from __future__ import annotations

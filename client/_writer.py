@@ -168,6 +168,7 @@ class SpoolWriter:
             if finishing:
                 self._append(Kind.STATUS, 0, dumps({"status": self._status}))
                 self._flush()
+                self._newest = None  # nothing more comes: let its values (device arrays) go
                 self.complete = True
                 return
             if self._unflushed:
