@@ -22,6 +22,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping
+from operator import itemgetter
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -100,6 +101,9 @@ def to_wire(value: float) -> WireValue:
 _HOST_TYPES = frozenset({float, int, bool})
 """Values that are already on the host: nothing to fetch."""
 
+PACKED = object()
+"""Where `fetch_from_device` fetched a whole `PackedMetrics`."""
+
 
 def fetch_from_device(records: list[tuple[int, Mapping[Any, object]]]) -> None:
     """Copy the device arrays of all records to the host in one transfer, in place.
@@ -140,10 +144,6 @@ def fetch_from_device(records: list[tuple[int, Mapping[Any, object]]]) -> None:
             copy = copies[index] = dict(records[index][1])
             records[index] = (step, copy)
         copy[name] = value
-
-
-PACKED = object()
-"""Where `fetch_from_device` fetched a whole `PackedMetrics`."""
 
 
 class Merged(NamedTuple):
@@ -241,7 +241,7 @@ def _merge_plain(records: list[tuple[int, Mapping[Any, object]]]) -> Merged | No
     points = 0
     if len(groups) == 1:
         names, rows = groups[0]
-        rows.sort(key=_step_of)
+        rows.sort(key=itemgetter(0))
         transposed = zip(*(values for _, values in rows), strict=True)
         columns = dict(zip(names, map(list, transposed), strict=True))
         points = len(names) * len(rows)
@@ -258,10 +258,6 @@ def _merge_plain(records: list[tuple[int, Mapping[Any, object]]]) -> Merged | No
                 for place, value in zip(places, column, strict=True):
                     target[place] = value
     return Merged({"steps": all_steps, "metrics": columns}, points, {}, 0)
-
-
-def _step_of(row: tuple[int, list[float]]) -> int:
-    return row[0]
 
 
 def dumps(document: object) -> bytes:

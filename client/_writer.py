@@ -176,10 +176,10 @@ class SpoolWriter:
 
     def _write_records(self, records: list[Record]) -> None:
         taken = sum(len(metrics) for _, metrics in records)
-        # The newest record taken stays referenced until the next batch: it was allocated last,
-        # above the others, so the memory of those freed here stays below it in the heap
-        # instead of being handed back to the system. The trainer's next copies reuse that warm
-        # memory rather than fault in fresh pages (a 2,000-name dict copy: 7 µs, not 30).
+        # The newest record taken stays referenced until the next batch: allocated last, it
+        # usually sits above the others, so the memory of those freed here stays below it in
+        # the heap instead of being trimmed, and the trainer's next copies reuse it warm. In a
+        # plain loop of 2,000-name dict copies that was 7 µs a copy against 28 µs.
         self._newest = records[-1]
         fetch_from_device(records)
         merged = merge_records(records)
