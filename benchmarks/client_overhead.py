@@ -2,14 +2,16 @@
 
 (a) ``Run.log`` on the training thread. One dict of ``--metrics`` Python floats (per-layer
 norm names) is logged ``--calls`` times to a `normwatch.client.Run` whose transport is an
-`httpx.MockTransport` answering at once, so only the client is measured. Each call is timed
-alone; reported: median and p99. Baseline: ``dict(metrics)``, the copy of the same dict,
-timed the same way (``log`` has to take a copy at least); beside it the same copy kept in a
-list, as a queue keeps it until the background thread takes it (fresh memory every call).
+`httpx.MockTransport` answering at once, so only the client is measured; its writer and
+sender threads run as they do in a trainer. Each call is timed alone; reported: median and
+p99. Baseline: ``dict(metrics)`` kept alive as the queue keeps a record until the writer
+takes its batch (25 records of 2,000), the least a client that copies the dict can do. Beside
+it, ``log`` of the same values as one `PackedMetrics` (no copy). The variants take turns
+call by call, in an order that rotates, so that the machine's drift falls on all of them.
 Two patterns: back to back (the background threads converting, spooling and sending
-earlier steps compete for the GIL, and the queue grows), and paced, with ``--pace`` ms of
-sleep between calls as a training step would leave. The client spools to a temporary
-folder.
+earlier steps compete for the GIL), and each call right after a jitted step of ``--pace``
+ms run to completion, which leaves the caches as a training step does. The client spools
+to a temporary folder.
 
 (b) A jitted AdamW train step of a 6-layer residual MLP of about 11M parameters (layers
 stacked and run with ``lax.scan``) on the CPU, with and without
@@ -39,6 +41,8 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import os
 import statistics
 import tempfile
@@ -51,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from _harness import percentile, say, table
-from normwatch.client import Run
+from normwatch.client import PackedMetrics, Run
 from normwatch.client.jax import stability_metrics
 
 
@@ -63,49 +67,80 @@ def answer_at_once(request: httpx.Request) -> httpx.Response:
     return httpx.Response(202, json={"accepted": 0, "segment": 1})
 
 
-def time_calls(fn: Callable[[int], object], calls: int, pace_s: float) -> list[float]:
-    """Seconds per call of ``fn(i)``, each timed alone."""
-    samples = []
-    for i in range(calls):
-        if pace_s:
-            time.sleep(pace_s)
-        started = time.perf_counter()
-        fn(i)
-        samples.append(time.perf_counter() - started)
-    return sorted(samples)
+def paced_step(pace_ms: float) -> Callable[[], object]:
+    """A jitted matmul chain taking about ``pace_ms`` on this machine, run to completion:
+    what a training step leaves the caches in when `log` is called after it."""
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def work(x: jax.Array, repeats: int) -> jax.Array:
+        return jax.lax.fori_loop(0, repeats, lambda _, y: jnp.tanh(y @ y), x)
+
+    x = jnp.full((256, 256), 0.01)
+    work(x, 8).block_until_ready()
+    started = time.perf_counter()
+    for _ in range(5):
+        work(x, 8).block_until_ready()
+    per_repeat = (time.perf_counter() - started) / 40
+    repeats = max(1, round(pace_ms / 1e3 / per_repeat))
+    work(x, repeats).block_until_ready()
+    return lambda: work(x, repeats).block_until_ready()
 
 
 def bench_log(n_metrics: int, calls: int, pace_ms: float) -> list[list[str]]:
+    """Each round times one call of every variant, in an order that rotates from round to
+    round, so that drift in the machine's speed falls on all of them alike."""
     metrics = {f"grad/norm/layers.{i // 10}.w{i % 10}": 0.1 + i * 1e-4 for i in range(n_metrics)}
+    packed = PackedMetrics(list(metrics), jnp.asarray(list(metrics.values())))
+    batch_points = 50_000
+    # The queue holds a record until the writer takes a batch: as many copies stay alive.
+    keep = max(1, batch_points // n_metrics)
+    kept: collections.deque[dict[str, float]] = collections.deque()
+    step = paced_step(pace_ms)
     rows = []
-    for label, pace_s in (("back to back", 0.0), (f"{pace_ms:g} ms apart", pace_ms / 1e3)):
-        copies = time_calls(lambda i: dict(metrics), calls, pace_s)
-        kept: list[dict[str, float]] = []
-        kept_copies = time_calls(lambda i, kept=kept: kept.append(dict(metrics)), calls, pace_s)
-        kept.clear()
+    for label, pace in (("back to back", None), (f"after a {pace_ms:g} ms jitted step", step)):
         run = Run(
             "http://normwatch.test",
             token="nw_bench",
-            name=f"bench-{pace_s}",
+            name=f"bench-{len(rows)}",
             transport=httpx.MockTransport(answer_at_once),
-            max_queue_points=n_metrics * calls * 2,
+            max_batch_points=batch_points,
+            max_queue_points=n_metrics * calls * 4,
         )
-        logs = time_calls(lambda i, run=run: run.log(metrics, step=i), calls, pace_s)
+        # Each returns what it made, freed after the clock stops: `log` frees nothing on the
+        # training thread (the writer frees a batch), so neither do its baselines.
+        variants: dict[str, Callable[[int], object]] = {
+            "kept": lambda i: kept.append(dict(metrics)),
+            "log": lambda i, run=run: run.log(metrics, step=i),
+            "packed": lambda i, run=run: run.log(packed, step=i),
+        }
+        names = list(variants)
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(calls):
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                if pace is not None:
+                    pace()
+                started = time.perf_counter()
+                made = variants[name](i)
+                samples[name].append(time.perf_counter() - started)
+                del made
+                if len(kept) > keep:
+                    kept.popleft()
         run.finish(timeout=300)
-        log_median = statistics.median(logs)
+        kept.clear()
+        median = {name: statistics.median(values) for name, values in samples.items()}
         rows.append(
             [
                 label,
-                f"{log_median * 1e6:.1f} µs",
-                f"{percentile(logs, 99) * 1e6:.1f} µs",
-                f"{statistics.median(copies) * 1e6:.1f} µs",
-                f"**{log_median / statistics.median(copies):.2f}**",
-                f"{statistics.median(kept_copies) * 1e6:.1f} µs",
-                f"{log_median / statistics.median(kept_copies):.2f}",
+                f"{median['log'] * 1e6:.1f} µs",
+                f"{percentile(sorted(samples['log']), 99) * 1e6:.1f} µs",
+                f"{median['kept'] * 1e6:.1f} µs",
+                f"**{median['log'] / median['kept']:.2f}**",
+                f"{median['packed'] * 1e6:.1f} µs",
                 f"{run.sent_points:,} / {run.dropped_points:,}",
             ]
         )
-        say(f"  {label}: log median {log_median * 1e6:.1f} µs")
+        say(f"  {label}: log median {median['log'] * 1e6:.1f} µs")
     return rows
 
 
@@ -295,7 +330,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metrics", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--pace", type=float, default=2.0, help="ms between paced log calls")
+    parser.add_argument(
+        "--pace", type=float, default=2.0, help="ms of jitted work before each paced call"
+    )
     parser.add_argument("--width", type=int, default=1344, help="MLP width (6 layers)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
@@ -338,10 +375,9 @@ def main() -> None:
             f"Run.log, {args.metrics:,} floats",
             "log median",
             "log p99",
-            "dict() median",
-            "ratio log / dict()",
             "dict() kept, median",
             "ratio log / kept",
+            "packed log median",
             "points sent / dropped",
         ],
         log_rows,

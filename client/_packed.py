@@ -86,7 +86,3 @@ def from_pytree_parts(
 ) -> PackedMetrics:
     names, totals, count = aux
     return PackedMetrics(names, children[0], totals=totals, count=count)
-
-
-def is_packed(metrics: Mapping[Any, object]) -> bool:
-    return type(metrics) is PackedMetrics

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,10 +38,21 @@ Record = tuple[int, Mapping[Any, object]]
 a `PackedMetrics` as it came (immutable)."""
 
 
-class SendQueue:
-    """FIFO of records and events, with the counters `Run` exposes."""
+def _nothing() -> None:
+    pass
 
-    def __init__(self, *, max_points: int, batch_points: int) -> None:
+
+class SendQueue:
+    """FIFO of records and events, with the counters `Run` exposes.
+
+    ``on_batch_ready`` is called, outside the lock, by the `put` that brings the queue to a
+    full batch, so the writer need not wait for its timer.
+    """
+
+    def __init__(
+        self, *, max_points: int, batch_points: int, on_batch_ready: Callable[[], None] = _nothing
+    ) -> None:
+        self.on_batch_ready = on_batch_ready
         self._lock = threading.Lock()
         self._items: deque[Record | EventRecord] = deque()
         self._max_points = max_points
@@ -66,15 +77,17 @@ class SendQueue:
         Returns how many old values were shed to make room (usually 0), or None when the
         queue is closed and the item was dropped.
         """
+        # The training thread's path: one lock, no other call unless a batch fills up.
         with self._lock:
             if self.closed:
                 self.dropped_points += points
                 return None
             self._items.append(item)
-            self.queued_points += points
-            if self.queued_points <= self._max_points:
-                return 0
-            return self._shed_oldest()
+            queued = self.queued_points = self.queued_points + points
+            shed = 0 if queued <= self._max_points else self._shed_oldest()
+        if queued >= self._batch_points > queued - points:
+            self.on_batch_ready()
+        return shed
 
     def _shed_oldest(self) -> int:
         kept_events: list[EventRecord] = []

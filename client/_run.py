@@ -24,8 +24,8 @@ from types import TracebackType
 import httpx
 
 from ._batch import jsonable
-from ._packed import is_packed
-from ._queue import EventRecord, Record, SendQueue
+from ._packed import PackedMetrics
+from ._queue import EventRecord, SendQueue
 from ._reporting import WarnEvery, WarnOnce, logger
 from ._sender import Sender
 from ._streams import default_spool_dir, run_folder
@@ -136,6 +136,7 @@ class Run:
             run_name=name,
             warn_once=self._warn_once,
         )
+        self._queue.on_batch_ready = self._writer.wake
         self._sender = Sender(
             IngestApi(url, token=token, timeout=timeout, transport=transport),
             self._queue,
@@ -165,13 +166,24 @@ class Run:
         dicts (the later value of a metric wins). A value that is not a real scalar is
         dropped with a warning; the others of the call are kept.
         """
+        # Called every step: the common case (an int step, a dict) costs the copy, one lock
+        # and no other Python call.
         try:
-            # A PackedMetrics is immutable (a device vector, static names): kept as it is.
-            record: Record = (_as_step(step), metrics if is_packed(metrics) else dict(metrics))
+            if type(step) is not int or step < 0:
+                step = _as_step(step)
+            if type(metrics) is PackedMetrics:
+                # Immutable (a device vector, static names): kept as it is, read later.
+                values: Mapping[str, object] = metrics
+                points = metrics.count
+            else:
+                values = dict(metrics)
+                points = len(values)
         except Exception as exc:
             self._warn_once(f"log:{type(exc).__name__}", "dropped a log() call: %s", exc)
             return
-        self._enqueue(record, len(record[1]))
+        shed = self._queue.put((step, values), points)
+        if shed != 0:
+            self._after_put(shed)
 
     def event(self, text: str, *, step: int, kind: str = "note") -> None:
         """Queue an annotation (a config change, a restart) drawn on the charts at ``step``."""
@@ -180,7 +192,7 @@ class Run:
         except Exception as exc:
             self._warn_once(f"event:{type(exc).__name__}", "dropped an event() call: %s", exc)
             return
-        self._enqueue(record, 0)
+        self._after_put(self._queue.put(record, 0))
 
     def finish(self, timeout: float = 30.0, status: FinalStatus = "finished") -> None:
         """Send what is queued, mark the run ``status`` ("finished" or "failed") on the server
@@ -261,10 +273,8 @@ class Run:
         """This run's folder in the spool: its streams and its dead-letter file."""
         return self._writer.run_folder
 
-    def _enqueue(self, record: Record | EventRecord, points: int) -> None:
-        shed = self._queue.put(record, points)
-        if self._queue.batch_ready:
-            self._writer.wake()
+    def _after_put(self, shed: int | None) -> None:
+        """Warn of data that `SendQueue.put` dropped: None (closed) or the count shed."""
         if shed is None and not self._writer.failed:
             self._warn_once("closed", "run %r is finished; dropped data logged after", self._name)
         elif shed:

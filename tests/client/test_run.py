@@ -469,6 +469,34 @@ def test_a_full_queue_sheds_the_oldest_steps_and_keeps_events() -> None:
     assert queue.take() is None
 
 
+def test_the_put_that_fills_a_batch_wakes_the_writer_once() -> None:
+    woken: list[int] = []
+    queue = SendQueue(max_points=1000, batch_points=10)
+    queue.on_batch_ready = lambda: woken.append(queue.queued_points)
+    for step in range(4):
+        queue.put((step, {"a": 1.0, "b": 2.0, "c": 3.0}), 3)
+
+    assert woken == [12], "once, by the put that reached 10, not by the next"
+    assert len(queue.take() or []) == 4, "a batch of 10: three records and part of the fourth"
+    assert queue.queued_points == 2
+    queue.put((5, {f"m{i}": 0.0 for i in range(25)}), 25)
+    assert woken == [12, 27]
+
+
+def test_a_full_batch_is_sent_without_waiting_for_the_flush_interval(
+    server: FakeIngest, make_run: Callable[..., Run]
+) -> None:
+    run = make_run(flush_interval=60.0, max_batch_points=100)
+    run.log({f"grad/norm/layers.{i}": 0.5 for i in range(100)}, step=7)
+    deadline = time.monotonic() + 10.0
+    while len(server.points) < 100 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    assert len(server.points) == 100, "the writer waited for its 60 s timer"
+    run.finish(timeout=5.0)
+    assert run.sent_points == 100
+
+
 def test_a_full_spool_drops_the_oldest_with_a_counted_warning(
     server: FakeIngest,
     make_run: Callable[..., Run],
