@@ -24,7 +24,15 @@ from normwatch.server.schemas import (
     TestDelivery,
 )
 from normwatch.server.schemas.analytics import CompareOut
-from normwatch.server.services import alert_rules, analytics, full_resolution, layers, query, runs
+from normwatch.server.services import (
+    alert_rules,
+    aliases,
+    analytics,
+    full_resolution,
+    layers,
+    query,
+    runs,
+)
 from normwatch.server.services.analytics import SpikeReport, full_series
 from normwatch.server.services.attribution import Attribution
 from normwatch.server.services.attribution import attribution as group_shares
@@ -104,7 +112,12 @@ class DashboardData(OnCallData):
                 raise MetricRefused(str(exc)) from None
         return {
             s.metric: Line(
-                s.metric, s.steps.tolist(), s.values.tolist(), s.downsampled, s.total_points
+                s.metric,
+                s.steps.tolist(),
+                s.values.tolist(),
+                s.downsampled,
+                s.total_points,
+                s.source,
             )
             for s in series
         }
@@ -284,7 +297,9 @@ class DashboardData(OnCallData):
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            logged = set(full_resolution.Reader(session, run, None, None).names())
+            names = full_resolution.Reader(session, run, None, None).names()
+            # A canonical name that a stored alias stands for counts as logged.
+            logged = set(aliases.project_aliases(session, run.project_id).visible(names))
             chosen = [*metrics, *(m for m in optional if m in logged)]
             try:
                 return analytics.spike_report(session, run, chosen, start=start, end=end)
@@ -332,7 +347,9 @@ class DashboardData(OnCallData):
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            reader = full_resolution.Reader(session, run, start, end)
+            reader = full_resolution.Reader(
+                session, run, start, end, aliases=aliases.project_aliases(session, run.project_id)
+            )
             try:
                 series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
             except (Invalid, TooLarge) as exc:

@@ -62,6 +62,8 @@ class Line:
     values: Sequence[float]
     downsampled: bool = False
     total_points: int = 0
+    source: str | None = None
+    """The stored alias drawn for ``metric`` (a canonical name the run logged otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,9 @@ def overlay_figure(view: OverlayView) -> Figure:
                 "type": "scatter",
                 "x": xs,
                 "y": ys,
-                "name": plot_text(line.metric) + suffix,
+                "name": plot_text(line.metric)
+                + (f" ({plot_text(line.source)})" if line.source else "")
+                + suffix,
                 "meta": plot_text(line.metric),
                 "mode": "lines",
                 "line": {"color": color, "width": 1.5},

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from normwatch.cli_aliases import add_alias_commands
 from normwatch.cli_db import add_db_commands, settings_and_engine
 from normwatch.cli_tokens import add_token_commands
 
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_db_commands(sub)
 
     add_token_commands(sub)
+    add_alias_commands(sub)
 
     from normwatch import cli_client
 

@@ -12,7 +12,18 @@ from fastapi import FastAPI
 from . import memory
 from .alerts.delivery import Deliverer
 from .alerts.targets import parse_allow
-from .api import alerts, analytics, errors, events, health, metrics, prometheus, runs, tokens
+from .api import (
+    alerts,
+    aliases,
+    analytics,
+    errors,
+    events,
+    health,
+    metrics,
+    prometheus,
+    runs,
+    tokens,
+)
 from .api.admission import Admission, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
 from .api.context import ServiceContext, install_context
@@ -126,7 +137,7 @@ def create_app(
 
     errors.install(app)
 
-    for module in (health, runs, metrics, analytics, events, alerts, prometheus, tokens):
+    for module in (health, runs, metrics, analytics, events, alerts, aliases, prometheus, tokens):
         app.include_router(module.router)
     app.include_router(analytics.compare_router)
 

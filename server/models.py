@@ -360,6 +360,23 @@ class Silence(Base):
     expired_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
+class MetricAliases(Base):
+    """A project's metric-name aliases: the presets it chose, in order of preference, and
+    its own ``alias → canonical`` pairs. Stored names stay as logged; reads and rules
+    resolve through these. ``revision`` grows with every change (cached copies compare it)."""
+
+    __tablename__ = "metric_aliases"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    presets: Mapped[list[str]] = mapped_column(JsonDoc, default=list)
+    pairs: Mapped[dict[str, str]] = mapped_column(JsonDoc, default=dict)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
 class Notification(Base):
     """The outbox: one row per alert and channel, written with the state change."""
 

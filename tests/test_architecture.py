@@ -32,7 +32,12 @@ LAYERS: list[tuple[str, ...]] = [
         "normwatch.migrations",
     ),
     # Pure domain logic: the batch parser and alerting (conditions, evaluation, delivery).
-    ("normwatch.server.batch", "normwatch.server.alerts", "normwatch.server.analytics"),
+    (
+        "normwatch.server.batch",
+        "normwatch.server.alerts",
+        "normwatch.server.analytics",
+        "normwatch.server.aliases",
+    ),
     ("normwatch.server.schemas", "normwatch.server.storage"),
     ("normwatch.server.auth", "normwatch.server.telemetry"),
     ("normwatch.server.services",),

@@ -110,10 +110,12 @@ def restarts_text(run: RunOut) -> str:
 def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str) -> html.Div:
     """The page of the viewer's run ``run_id``, in the view its URL's ``query`` names."""
     run = data.run(who, run_id)
-    names = [m.name for m in data.metrics(who, run_id)]
+    metrics = data.metrics(who, run_id)
+    names = [m.name for m in metrics]
     view = RunView.from_query(
         run_id,
         names,
+        canonical={m.name: m.canonical for m in metrics if m.canonical},
         left=query.get("left"),
         right=query.get("right"),
         start=query.get("start"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
@@ -193,9 +193,11 @@ class RunView:
         axes: str | None = None,
         forecast: str | None = None,
         focus: str | None = None,
+        canonical: Mapping[str, str] | None = None,
     ) -> RunView:
-        """The view of a page URL's query parameters; ``names`` are the run's metrics, for
-        the defaults of :func:`default_metrics`.
+        """The view of a page URL's query parameters; ``names`` are the run's metrics (and
+        ``canonical`` the canonical names of its aliases), for the defaults of
+        :func:`default_metrics`.
 
         ``start``, ``end`` and ``focus`` are steps (``1e3`` reads as 1000); one that is no
         step is left out, and a range that ends before it starts is dropped whole.
@@ -204,7 +206,7 @@ class RunView:
         parameter repeated) are the extra series: malformed expressions, repeats and those
         past `MAX_EXTRA` are left out (:func:`extra_series`).
         """
-        default_left, default_right = default_metrics(names)
+        default_left, default_right = default_metrics(names, canonical)
         first, last = _step_or_none(start), _step_or_none(end)
         if first is not None and last is not None and last < first:
             first = last = None
@@ -282,21 +284,28 @@ def _step_or_none(value: str | None) -> int | None:
     return step if 0 <= step <= MAX_STEP else None
 
 
-def default_metrics(names: list[str]) -> tuple[str | None, str | None]:
+def default_metrics(
+    names: list[str], canonical: Mapping[str, str] | None = None
+) -> tuple[str | None, str | None]:
     """Total grad norm on the left; the final norm's gain (else any parameter norm) right.
 
     Without ``grad/norm/total`` the left axis takes the first ``grad/norm…`` metric, else
-    the first metric of all.
+    the first metric of all. ``canonical`` maps stored aliases to the canonical names they
+    stand for (`MetricOut.canonical`): those names count as logged, and the chart reads
+    them through the alias.
 
     >>> default_metrics(["train/loss", "params/norm/a", "params/norm/final_norm.scale"])
     ('train/loss', 'params/norm/final_norm.scale')
+    >>> default_metrics(["optim/total grad norm"], {"optim/total grad norm": "grad/norm/total"})
+    ('grad/norm/total', None)
     """
+    seen = list(dict.fromkeys([*names, *(canonical or {}).values()]))
     left = (
         DEFAULT_LEFT
-        if DEFAULT_LEFT in names
-        else next((n for n in names if n.startswith("grad/norm")), names[0] if names else None)
+        if DEFAULT_LEFT in seen
+        else next((n for n in seen if n.startswith("grad/norm")), names[0] if names else None)
     )
-    params = [n for n in names if n.startswith("params/norm/")]
+    params = [n for n in seen if n.startswith("params/norm/")]
     right = next((n for n in params if "final_norm" in n), params[0] if params else None)
     return left, right
 

@@ -59,6 +59,9 @@ class Notification:
     worst: float | None = None
     members: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
     """A glob rule's group message: each metric's ``metric``, ``state``, ``step``, ``value``."""
+    rule_metric: str = ""
+    """The rule's own metric, when it differs from ``metric``: a canonical name that the
+    run logged under an alias (``metric``), or a glob."""
 
     def __post_init__(self) -> None:
         if self.state not in ("firing", "resolved"):
@@ -109,7 +112,7 @@ def webhook_payload(notification: Notification) -> dict[str, Any]:
         "rule": {
             "id": n.rule_id,
             "name": n.rule_name,
-            "metric": n.metric,
+            "metric": n.rule_metric or n.metric,
             "condition": _json_safe(n.condition),
         },
         "run": {"id": n.run_id, "name": n.run_name, "project": n.project},

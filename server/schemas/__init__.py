@@ -13,7 +13,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ..alerts.conditions import MAX_STEPS, Condition
 
@@ -139,6 +146,15 @@ class MetricOut(BaseModel):
     name: str
     last_step: int | None
     last_value: float | str | None
+    canonical: str | None = None
+    """The canonical name this stored alias stands for (left out for other names)."""
+
+    @model_serializer(mode="wrap")
+    def _without_canonical(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if isinstance(out, dict) and out.get("canonical") is None:
+            out.pop("canonical", None)
+        return out
 
 
 MetricValue = float | Literal["NaN", "Infinity", "-Infinity"] | None

@@ -40,6 +40,7 @@ from ..storage.alerts import (
 )
 from ..storage.alerts import delete_rule as remove_rule
 from ..storage.runs import lineage_of, run_by_id, run_owner, segments_of
+from .aliases import project_aliases
 from .full_resolution import Reader
 from .query import compute, encode_value, parse_expression
 from .runs import Forbidden
@@ -224,7 +225,8 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
         raise errors.Invalid("a stale rule depends on arrival times, which cannot be replayed")
     transitions: list[PreviewTransition] = []
     if derived.is_derived(rule.metric):
-        reader = Reader(session, run, None, None, budget=PREVIEW_MAX_POINTS)
+        aliases = project_aliases(session, run.project_id)
+        reader = Reader(session, run, None, None, budget=PREVIEW_MAX_POINTS, aliases=aliases)
         steps, values = compute(reader, parse_expression(rule.metric))
         series: Iterable[tuple[str, list[int], list[float]]] = [
             (rule.metric, steps.tolist(), values.tolist())
@@ -254,8 +256,15 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
 def _stored_series(
     session: Session, run: Run, pattern: str
 ) -> Iterator[tuple[str, list[int], list[float]]]:
-    """Every stored point of the run's metrics matching ``pattern``, metric by metric."""
-    metrics = [m for m in metrics_of_run(session, run.key) if metric_matches(pattern, m.name)]
+    """Every stored point of the run's metrics matching ``pattern`` (directly, or through
+    the project's aliases as ingest evaluates it), metric by metric."""
+    logged = metrics_of_run(session, run.key)
+    aliases = project_aliases(session, run.project_id)
+    if aliases:
+        watched = set(aliases.matching(pattern, [m.name for m in logged]).values())
+        metrics = [m for m in logged if m.name in watched]
+    else:
+        metrics = [m for m in logged if metric_matches(pattern, m.name)]
     lineage = lineage_of(segments_of(session, run.key))
     replayed = 0
     for metric in metrics[:PREVIEW_MAX_METRICS]:

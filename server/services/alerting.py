@@ -22,6 +22,8 @@ from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
 from ..alerts.evaluation import RuleState, Transition, evaluate
 from ..alerts.grouping import GroupState, advance
 from ..alerts.selectors import metric_matches, run_matches
+from ..aliases import EMPTY, AliasMap
+from ..aliases.resolution import matching_visible
 from ..analytics import derived
 from ..batch import MetricBatch
 from ..db import PerEngine
@@ -66,12 +68,19 @@ class RuleCache:
     `LockedRun.rules`) stays the same, so steady ingest neither queries nor parses
     them. A rule change anywhere (another worker, another replica) changes the fingerprint,
     which every batch reads under its run's lock: the next batch of the project reloads.
-    At most ``max_projects``, least recently used dropped first. Thread-safe."""
+    The project's metric aliases are part of that fingerprint and are reloaded with the
+    rules. At most ``max_projects``, least recently used dropped first. Thread-safe."""
 
     def __init__(self, max_projects: int = 10_000) -> None:
         self.max_projects = max_projects
         self._projects: OrderedDict[int, tuple[str, tuple[StepRule, ...]]] = OrderedDict()
+        self._aliases: dict[int, AliasMap] = {}
         self._lock = threading.Lock()
+
+    def aliases(self, project_id: int) -> AliasMap:
+        """The aliases read with the project's rules by the last `step_rules`."""
+        with self._lock:
+            return self._aliases.get(project_id, EMPTY)
 
     def step_rules(
         self, session: Session, project_id: int, fingerprint: str | None
@@ -98,11 +107,14 @@ class RuleCache:
             for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
         )
+        aliases = project_aliases(session, project_id) if rules else EMPTY
         with self._lock:
             self._projects[project_id] = (fingerprint, rules)
+            self._aliases[project_id] = aliases
             self._projects.move_to_end(project_id)
             while len(self._projects) > self.max_projects:
-                self._projects.popitem(last=False)
+                dropped, _ = self._projects.popitem(last=False)
+                self._aliases.pop(dropped, None)
         return rules
 
 
@@ -143,15 +155,24 @@ def evaluate_batch(
     if not matching:
         return 0
     now_unix = time.time() if now_unix is None else now_unix
+    visible = _visible_in_batch(cache.aliases(run.project_id), batch)
     work: list[tuple[StepRule, str, Sequence[int], Sequence[float]]] = []
     for rule in matching:
         if rule.expression is not None:
-            at, derived_values = _derived_in_batch(rule.expression, batch)
+            at, derived_values = _derived_in_batch(rule.expression, batch, visible)
             if len(at):
                 work.append((rule, rule.metric, at.tolist(), derived_values.tolist()))
             continue
+        # Through an alias a rule watches the stored series that stands for its metric.
+        aliased = None if visible is None else set(matching_visible(rule.metric, visible).values())
         for column in batch.columns:
-            if not column.logged.any() or not metric_matches(rule.metric, column.name):
+            if not column.logged.any():
+                continue
+            if not (
+                metric_matches(rule.metric, column.name)
+                if aliased is None
+                else column.name in aliased
+            ):
                 continue
             order = np.argsort(batch.steps[column.logged], kind="stable")
             steps = batch.steps[column.logged][order].tolist()
@@ -232,10 +253,20 @@ def _state_key(rule: StepRule, name: str, metric_ids: dict[str, int]) -> tuple[i
     return (rule.id, RUN_METRIC_ID if rule.expression is not None else metric_ids[name])
 
 
+def _visible_in_batch(aliases: AliasMap, batch: MetricBatch) -> dict[str, str] | None:
+    """The batch's logged names and the canonical names its aliases stand for, each →
+    its stored name (`AliasMap.visible`); None without aliases. A canonical name the batch
+    logs itself wins over its aliases."""
+    if not aliases:
+        return None
+    return aliases.visible(column.name for column in batch.columns if column.logged.any())
+
+
 def _derived_in_batch(
-    expression: derived.Call, batch: MetricBatch
+    expression: derived.Call, batch: MetricBatch, visible: dict[str, str] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The derived series over the batch's steps where every input is in the batch.
+    """The derived series over the batch's steps where every input is in the batch
+    (an input the batch logs under an alias read through ``visible``).
 
     A trainer logs a step's metrics together, so a batch holds all of a step's inputs; a
     step whose inputs came in different batches is not judged.
@@ -243,11 +274,18 @@ def _derived_in_batch(
     inputs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for pattern in derived.patterns(expression):
         name = derived.Name(pattern)
+        sources = None if visible is None else set(matching_visible(pattern, visible).values())
         inputs[pattern] = [
             _ascending(batch.steps[column.logged], column.values[column.logged])
             for column in batch.columns
             if column.logged.any()
-            and (metric_matches(pattern, column.name) if name.is_glob else column.name == pattern)
+            and (
+                column.name in sources
+                if sources is not None
+                else metric_matches(pattern, column.name)
+                if name.is_glob
+                else column.name == pattern
+            )
         ]
     return derived.evaluate(expression, inputs)
 

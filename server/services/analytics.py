@@ -21,6 +21,7 @@ from ..analytics.summary import config_diff, summarize
 from ..errors import Invalid
 from ..models import Run
 from . import query
+from .aliases import project_aliases
 from .full_resolution import Reader
 
 StepArray = npt.NDArray[np.int64]
@@ -31,9 +32,12 @@ MAX_COMPARED_RUNS = 8
 
 
 def full_series(reader: Reader, metric: str) -> tuple[StepArray, FloatArray]:
-    """Every point of a stored metric, or of a derived series, in the reader's range."""
+    """Every point of a stored metric, or of a derived series, in the reader's range; a
+    name the run did not store reads its stored alias (the reader's ``aliases``)."""
     if derived.is_derived(metric):
         return query.compute(reader, query.parse_expression(metric))
+    if reader.aliases:
+        metric = reader.aliases.resolve(metric, set(reader.names())) or metric
     return reader.series([metric])[metric]
 
 
@@ -69,7 +73,7 @@ def spike_report(
         raise Invalid(f"end ({end}) must not be below start ({start})")
     if not 1 <= max_lag <= MAX_LAG:
         raise Invalid(f"max_lag must be between 1 and {MAX_LAG}, got {max_lag}")
-    reader = Reader(session, run, None, None)
+    reader = Reader(session, run, None, None, aliases=project_aliases(session, run.project_id))
     found: dict[str, list[spike_finder.Spike]] = {}
     listed: list[dict[str, object]] = []
     whole: dict[str, float] = {}
@@ -111,7 +115,7 @@ def compare_runs(
     out = []
     for run in runs:
         [series] = query.read_series(session, run, [metric], start=start, end=end, points=points)
-        whole = Reader(session, run, None, None)
+        whole = Reader(session, run, None, None, aliases=project_aliases(session, run.project_id))
         steps, values = full_series(whole, metric)
         found = spike_finder.find_spikes(steps, values)
         inside = (steps >= (start if start is not None else -(2**63))) & (

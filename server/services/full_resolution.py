@@ -17,6 +17,7 @@ import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from ..alerts.selectors import metric_matches
+from ..aliases import EMPTY, AliasMap
 from ..analytics.derived import Name
 from ..errors import TooLarge
 from ..models import Run
@@ -42,6 +43,8 @@ class Reader:
     budget: int = MAX_ANALYSIS_POINTS
     read: int = 0
     _names: list[str] | None = None
+    aliases: AliasMap = EMPTY
+    """The project's aliases: a canonical name the run did not store reads its alias."""
 
     def names(self) -> list[str]:
         if self._names is None:
@@ -49,7 +52,13 @@ class Reader:
         return self._names
 
     def matching(self, pattern: Name) -> list[str]:
-        """The run's metrics a name or glob stands for (a name: itself, if logged)."""
+        """The run's metrics a name or glob stands for (a name: itself, if logged, else
+        its stored alias; a glob: the stored names and canonical names it matches)."""
+        if self.aliases:
+            if not pattern.is_glob:
+                source = self.aliases.resolve(pattern.pattern, set(self.names()))
+                return [] if source is None else [source]
+            return list(self.aliases.matching(pattern.pattern, self.names()).values())
         if not pattern.is_glob:
             return [pattern.pattern] if pattern.pattern in self.names() else []
         return [name for name in self.names() if metric_matches(pattern.pattern, name)]

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
+from ..aliases import AliasMap
 from ..analytics import derived
 from ..errors import Invalid
 from ..models import Run
@@ -17,6 +18,7 @@ from ..storage import pyramid
 from ..storage.m4 import m4_select
 from ..storage.points import latest_values, series_keys
 from ..storage.runs import Lineage, events_of
+from .aliases import project_aliases
 from .full_resolution import Reader
 
 MAX_POINTS = 20_000
@@ -29,9 +31,11 @@ class Series:
     values: npt.NDArray[np.float64]
     downsampled: bool
     total_points: int
+    source: str | None = None
+    """The stored alias read for ``metric``, when the run did not store ``metric`` itself."""
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "metric": self.metric,
             "steps": self.steps.tolist(),
             "values": self.values.tolist()
@@ -40,6 +44,9 @@ class Series:
             "downsampled": self.downsampled,
             "total_points": self.total_points,
         }
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
 
 def encode_value(v: float) -> float | str:
@@ -51,14 +58,24 @@ def encode_value(v: float) -> float | str:
     return "Infinity" if v > 0 else "-Infinity"
 
 
-def list_metrics(session: Session, run: Run) -> list[MetricOut]:
+def list_metrics(session: Session, run: Run, aliases: AliasMap | None = None) -> list[MetricOut]:
+    """Every stored metric; a stored alias that stands for a canonical name the run did
+    not store carries that name as ``canonical``."""
+    aliases = project_aliases(session, run.project_id) if aliases is None else aliases
+    stored = latest_values(session, run.key)
+    canonical = {
+        source: name
+        for name, source in aliases.visible(n for n, _, _ in stored).items()
+        if name != source
+    }
     return [
         MetricOut(
             name=name,
             last_step=step,
             last_value=None if step is None or value is None else encode_value(value),
+            canonical=canonical.get(name),
         )
-        for name, step, value in latest_values(session, run.key)
+        for name, step, value in stored
     ]
 
 
@@ -70,6 +87,7 @@ def read_series(
     start: int | None = None,
     end: int | None = None,
     points: int = 1000,
+    aliases: AliasMap | None = None,
 ) -> list[Series]:
     """Each metric's points in ``[start, end]`` of the latest lineage, M4-downsampled.
 
@@ -78,20 +96,36 @@ def read_series(
     A metric the run never logged comes back empty. A derived-series expression
     (`analytics.derived`) is computed from every stored point of its inputs in the range,
     then downsampled the same way, and comes back under the expression's text.
+
+    A name the run did not store reads its stored alias under the project's ``aliases``
+    (read from the database when not given), and comes back under the name asked for,
+    with the alias as its ``source``; a stored name always wins over an alias.
     """
     if points < 1 or points > MAX_POINTS:
         raise Invalid(f"points must be between 1 and {MAX_POINTS}, got {points}")
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     expressions = {name: parse_expression(name) for name in metrics if derived.is_derived(name)}
-    lineage, ids = series_keys(session, run.key, [m for m in metrics if m not in expressions])
-    reader = Reader(session, run, start, end)
+    aliases = project_aliases(session, run.project_id) if aliases is None else aliases
+    plain = [m for m in metrics if m not in expressions]
+    # The aliases of every name asked for are looked up in the same round trip.
+    lookup = list(
+        dict.fromkeys([*plain, *(a for m in plain for a in aliases.aliases_of.get(m, ()))])
+    )
+    lineage, ids = series_keys(session, run.key, lookup)
+    sources = {
+        name: source
+        for name in plain
+        if (source := aliases.resolve(name, ids)) is not None and source != name
+    }
+    reader = Reader(session, run, start, end, aliases=aliases)
     out = []
     for name in metrics:
         if name in expressions:
             out.append(derived_series(reader, name, expressions[name], points))
             continue
-        mid = ids.get(name)
+        source = sources.get(name)
+        mid = ids.get(name) if source is None else ids.get(source)
         span = None if mid is None else _span(session, run.key, mid, lineage, start, end)
         if mid is None or span is None:
             empty = np.empty(0, dtype=np.int64)
@@ -105,12 +139,12 @@ def read_series(
         steps, values = got.points.steps, got.points.values
         if len(steps) <= 4 * points:
             done = got.finish()
-            out.append(Series(name, done.steps, done.values, got.summarized, got.total))
+            out.append(Series(name, done.steps, done.values, got.summarized, got.total, source))
             continue
         lo = start if start is not None else int(steps[0])
         hi = end if end is not None else int(steps[-1])
         done = got.finish(m4_select(steps, values, points, lo, hi))
-        out.append(Series(name, done.steps, done.values, True, got.total))
+        out.append(Series(name, done.steps, done.values, True, got.total, source))
     return out
 
 

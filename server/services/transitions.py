@@ -21,6 +21,7 @@ from ..analytics import transitions as fitting
 from ..errors import Invalid
 from ..models import Run
 from ..storage.runs import events_of
+from .aliases import project_aliases
 from .analytics import full_series
 from .full_resolution import Reader
 
@@ -69,7 +70,7 @@ def run_transitions(
         raise Invalid(f"end ({end}) must not be below start ({start})")
     if window is not None and window < 1:
         raise Invalid(f"window must be at least 1 step, got {window}")
-    reader = Reader(session, run, start, end)
+    reader = Reader(session, run, start, end, aliases=project_aliases(session, run.project_id))
     series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
     if window is None:
         spans = [int(s[-1] - s[0]) for s, _ in series.values() if len(s) > 1]

@@ -59,19 +59,26 @@ class LockedRun:
     """The current segment's last step before this batch."""
     rules: str | None
     """A fingerprint of the project's alert rules (None: it has none), which changes with
-    any rule created, edited, enabled, disabled or deleted."""
+    any rule created, edited, enabled, disabled or deleted, and with its metric aliases."""
 
+
+# The project's metric aliases change what its rules watch: their revision is part of the
+# fingerprint (NULL || text stays NULL, so a project without rules still reads as None).
+_ALIASES = (
+    "coalesce((SELECT '#' || m.revision FROM metric_aliases m "
+    "WHERE m.project_id = r.project_id), '')"
+)
 
 _RULES_PG = (
-    "(SELECT md5(string_agg(a.id || '@' || a.updated_at || '@' || a.enabled, ',' "
-    "ORDER BY a.id)) FROM alert_rules a WHERE a.project_id = r.project_id)"
+    "((SELECT md5(string_agg(a.id || '@' || a.updated_at || '@' || a.enabled, ',' "
+    f"ORDER BY a.id)) FROM alert_rules a WHERE a.project_id = r.project_id) || {_ALIASES})"
 )
 
 
 _RULES_SQLITE = (
-    "(SELECT group_concat(a.id || '@' || a.updated_at || '@' || a.enabled, ',') FROM "
+    "((SELECT group_concat(a.id || '@' || a.updated_at || '@' || a.enabled, ',') FROM "
     "(SELECT id, updated_at, enabled FROM alert_rules WHERE project_id = r.project_id "
-    "ORDER BY id) a)"
+    f"ORDER BY id) a) || {_ALIASES})"
 )
 
 

@@ -204,5 +204,6 @@ class Dispatcher:
             repeat=alert.repeat or 0,
             worst=alert.worst,
             members=tuple(alert.members or ()),
+            rule_metric=rule.metric or "",
         )
         return dict(channels[notification.channel_index]), message

@@ -175,6 +175,12 @@ API = [
     Row("DELETE /api/v1/silences/{silence_id}", "expire a silence (a fresh one each time)",
         own=(401, 401, 401, 403, 403, 204), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 403, 404)),
+    Row("GET /api/v1/aliases/presets", "list the alias presets",
+        own=(401, 401, 401, 403, 200, 200)),
+    Row("GET /api/v1/projects/{project}/aliases", "read a project's aliases",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("PUT /api/v1/projects/{project}/aliases", "set a project's aliases",
+        own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
     Row("GET /api/v1/tokens", "list tokens (other: ?project=other)",
         own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
     Row("POST /api/v1/tokens", "create a token (other: body names the other project)",
@@ -688,6 +694,15 @@ API_REQUESTS: dict[str, ApiRequest] = {
     ),
     "expire a silence (a fresh one each time)": lambda w, t, o: Request(
         "DELETE", f"/api/v1/silences/{w.fresh_silence(t)}"
+    ),
+    "list the alias presets": lambda w, t, o: Request("GET", "/api/v1/aliases/presets"),
+    "read a project's aliases": lambda w, t, o: Request(
+        "GET", f"/api/v1/projects/{o.project}/aliases"
+    ),
+    "set a project's aliases": lambda w, t, o: Request(
+        "PUT",
+        f"/api/v1/projects/{o.project}/aliases",
+        json={"presets": ["hf-trainer"], "aliases": {f"gn {w.next()}": "grad/norm/total"}},
     ),
     "list tokens (other: ?project=other)": lambda w, t, o: Request(
         "GET", "/api/v1/tokens", params=_listing(t, o)
