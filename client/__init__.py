@@ -18,6 +18,7 @@ here satisfies (`Run`, `NoopTracker`, `MemoryTracker`, `CompositeTracker`).
 
 from __future__ import annotations
 
+from ._control import ControlRequest
 from ._packed import PackedMetrics
 from ._run import Run
 from ._sync import SyncReport, sync_spool
@@ -35,6 +36,7 @@ from ._tracker import (
 
 __all__ = [
     "CompositeTracker",
+    "ControlRequest",
     "MemoryTracker",
     "NoopTracker",
     "PackedMetrics",

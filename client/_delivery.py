@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._batch import dumps, gzip_bytes, split_document
+from ._control import ControlInbox
 from ._spool import Kind, Spool, SpoolRecord
 from ._streams import append_dead_letter
 from ._transport import Budget, Delivery, IngestApi, Pause
@@ -108,8 +109,12 @@ class StreamDelivery:
         pause: Pause,
         budget: Budget,
         report: Report,
+        control: ControlInbox | None = None,
     ) -> None:
         self._api = api
+        self._control = control
+        """Where the server's requests to the trainer go; None for a stream replayed by
+        ``normwatch sync``, whose trainer is gone (the requests stay unread for a new one)."""
         self._spool = spool
         self._dead_letter_folder = dead_letter_folder
         self._pause = pause
@@ -177,13 +182,17 @@ class StreamDelivery:
         if self._refused is not None:
             return self._dead_letter(Kind.METRICS, body, points, self._refused)
         assert self.run_id is not None
+        control = self._control
         delivery = self._api.post_metrics(
             self.run_id,
             gzip_bytes(with_segment(body, self.segment)),
             pause=self._pause,
             budget=self._budget,
+            control_read=None if control is None else lambda: control.read_up_to,
         )
         if delivery.outcome == "delivered":
+            if control is not None:
+                control.receive(delivery.body)
             return Outcome("done", Kind.METRICS, sent_points=points)
         if delivery.outcome == "abandoned":
             return Outcome("abandoned", Kind.METRICS)
@@ -240,8 +249,13 @@ class StreamDelivery:
             tries += 1
             return tries <= STATUS_RETRIES and self._pause(seconds)
 
+        control = self._control
         delivery = self._api.update_run(
-            self.run_id, record.payload, pause=pause, budget=self._budget
+            self.run_id,
+            record.payload,
+            pause=pause,
+            budget=self._budget,
+            control_read=None if control is None else lambda: control.read_up_to,
         )
         if delivery.outcome == "delivered":
             return Outcome("done", Kind.STATUS)

@@ -24,6 +24,7 @@ from types import TracebackType
 import httpx
 
 from ._batch import jsonable
+from ._control import ControlInbox, ControlRequest
 from ._packed import PackedMetrics
 from ._queue import EventRecord, SendQueue
 from ._reporting import WarnEvery, WarnOnce, logger
@@ -137,6 +138,7 @@ class Run:
             warn_once=self._warn_once,
         )
         self._queue.on_batch_ready = self._writer.wake
+        self._control = ControlInbox(name)
         self._sender = Sender(
             IngestApi(url, token=token, timeout=timeout, transport=transport),
             self._queue,
@@ -145,6 +147,7 @@ class Run:
             flush_interval=float(flush_interval),
             timeout=float(timeout),
             warn_once=self._warn_once,
+            control=self._control,
         )
         self._writer_thread = threading.Thread(
             target=self._writer.run, name=f"normwatch-spool-{name}", daemon=True
@@ -193,6 +196,29 @@ class Run:
             self._warn_once(f"event:{type(exc).__name__}", "dropped an event() call: %s", exc)
             return
         self._after_put(self._queue.put(record, 0))
+
+    def should_stop(self) -> bool:
+        """True once the server has asked this run to stop (an admin on the dashboard or the
+        API, or an alert rule); it stays True. Cheap enough for every step: it reads what the
+        answers to earlier batches said, and never waits on the network.
+
+        >>> if run.should_stop():  # doctest: +SKIP
+        ...     save_checkpoint(step)
+        ...     run.finish()
+        ...     break
+        """
+        return self._control.stop is not None
+
+    def should_checkpoint(self) -> bool:
+        """True once for each time the server asked for a checkpoint (requests that came
+        while none was taken count as one); as cheap as `should_stop`."""
+        return self._control.take_checkpoint() is not None
+
+    @property
+    def control_requests(self) -> tuple[ControlRequest, ...]:
+        """Every request the server sent this process, oldest first: action, reason, source
+        (``"admin"`` or ``"rule"``), and the step the server knew of then."""
+        return self._control.received
 
     def finish(self, timeout: float = 30.0, status: FinalStatus = "finished") -> None:
         """Send what is queued, mark the run ``status`` ("finished" or "failed") on the server

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from ._control import ControlInbox
 from ._delivery import Outcome, StreamDelivery, Tally, deliver_all
 from ._queue import SendQueue
 from ._reporting import WarnOnce, logger
@@ -40,8 +41,10 @@ class Sender:
         flush_interval: float,
         timeout: float,
         warn_once: WarnOnce,
+        control: ControlInbox | None = None,
     ) -> None:
         self._api = api
+        self._control = control
         self._queue = queue
         self._writer = writer
         self._run_name = run_name
@@ -150,6 +153,7 @@ class Sender:
             pause=self._pause,
             budget=self._budget,
             report=self._warn_once,
+            control=self._control,
         )
 
     def _settle(self, outcome: Outcome) -> bool:

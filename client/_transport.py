@@ -110,16 +110,39 @@ class IngestApi:
         """``POST /api/v1/runs``: create or resume the run."""
         return self._send("POST", "/api/v1/runs", document, {}, pause=pause, budget=budget)
 
-    def update_run(self, run_id: str, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
-        """``PATCH /api/v1/runs/{id}``: change the run's status."""
+    def update_run(
+        self,
+        run_id: str,
+        document: bytes,
+        *,
+        pause: Pause,
+        budget: Budget,
+        control_read: Callable[[], int] | None = None,
+    ) -> Delivery:
+        """``PATCH /api/v1/runs/{id}``: change the run's status; with ``control_read``, also
+        say which control requests the trainer read."""
         return self._send(
-            "PATCH", f"/api/v1/runs/{run_id}", document, {}, pause=pause, budget=budget
+            "PATCH",
+            f"/api/v1/runs/{run_id}",
+            document,
+            {},
+            pause=pause,
+            budget=budget,
+            params=None if control_read is None else lambda: {"control_read": control_read()},
         )
 
     def post_metrics(
-        self, run_id: str, gzipped: bytes, *, pause: Pause, budget: Budget
+        self,
+        run_id: str,
+        gzipped: bytes,
+        *,
+        pause: Pause,
+        budget: Budget,
+        control_read: Callable[[], int] | None = None,
     ) -> Delivery:
-        """``POST /api/v1/runs/{id}/metrics`` with a gzip-compressed columnar batch."""
+        """``POST /api/v1/runs/{id}/metrics`` with a gzip-compressed columnar batch; with
+        ``control_read`` (the newest control request read, asked again on each attempt)
+        the answer carries the run's unread requests to its trainer."""
         return self._send(
             "POST",
             f"/api/v1/runs/{run_id}/metrics",
@@ -127,6 +150,7 @@ class IngestApi:
             {"Content-Encoding": "gzip"},
             pause=pause,
             budget=budget,
+            params=None if control_read is None else lambda: {"control_read": control_read()},
         )
 
     def post_event(self, run_id: str, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
@@ -144,6 +168,7 @@ class IngestApi:
         *,
         pause: Pause,
         budget: Budget,
+        params: Callable[[], dict[str, int]] | None = None,
     ) -> Delivery:
         headers = {"Content-Type": "application/json", **headers}
         attempt = 0
@@ -156,7 +181,12 @@ class IngestApi:
             message = ""
             try:
                 response = self._client.request(
-                    method, path, content=content, headers=headers, timeout=request_timeout
+                    method,
+                    path,
+                    content=content,
+                    headers=headers,
+                    params=None if params is None else params(),
+                    timeout=request_timeout,
                 )
             except Exception as exc:
                 # Whatever the HTTP stack raises (a network error, a proxy, a custom

@@ -41,6 +41,7 @@ from normwatch.server.services.runs import Forbidden
 from normwatch.server.services.transitions import run_transitions
 from sqlalchemy.orm import Session, sessionmaker
 
+from .control import ControlData
 from .figures import AlertMark, Line, Marker
 from .oncall import OnCallData
 
@@ -62,7 +63,7 @@ _REFUSALS = (alert_rules.Conflict, alert_rules.NotFound, Forbidden, ValueError)
 
 
 @dataclass(frozen=True)
-class DashboardData(OnCallData):
+class DashboardData(OnCallData, ControlData):
     """Reads for one viewer; a run of another project looks exactly like a missing one."""
 
     sessions: sessionmaker[Session]

@@ -177,6 +177,14 @@ def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> N
                 run.event(text, step=ev_step, kind=kind)
                 print(f"  step {ev_step:,}: event '{text}'")
             run.log(metrics, step=step)
+            # What the run page's "Ask the trainer" buttons (or a rule) asked of it.
+            stop = run.should_stop()
+            if stop or run.should_checkpoint():
+                run.event("checkpoint saved (simulated)", step=step, kind="checkpoint")
+                print(f"  step {step:,}: checkpoint saved, as asked")
+            if stop:
+                print(f"  step {step:,}: stopping, as asked")
+                break
             if step % 1000 == 0:
                 print(
                     f"  live: step {step:,}  grad/norm/total={metrics['grad/norm/total']:.3f}  "

@@ -16,6 +16,7 @@ from .api import (
     alerts,
     aliases,
     analytics,
+    control,
     errors,
     events,
     health,
@@ -137,7 +138,18 @@ def create_app(
 
     errors.install(app)
 
-    for module in (health, runs, metrics, analytics, events, alerts, aliases, prometheus, tokens):
+    for module in (
+        health,
+        runs,
+        metrics,
+        analytics,
+        events,
+        control,
+        alerts,
+        aliases,
+        prometheus,
+        tokens,
+    ):
         app.include_router(module.router)
     app.include_router(analytics.compare_router)
 

@@ -274,6 +274,8 @@ class AlertRule(Base):
     the dispatcher's clock (None: never), also while no steps come."""
     group_wait_steps: Mapped[int | None] = mapped_column(BigInteger)
     """A glob rule's first message waits this many steps for more metrics to fire."""
+    control: Mapped[str | None] = mapped_column(String(16))
+    """What the rule asks of the run's trainer when it fires: "checkpoint", "stop" or None."""
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
@@ -406,3 +408,40 @@ class DeliveryAttempt(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     duration_ms: Mapped[float] = mapped_column(Double)
+
+
+class ControlRequest(Base):
+    """An admin's or a rule's request that a run's trainer checkpoint or stop.
+
+    The trainer reads open requests in the answers to its metric batches and tells, in the
+    next batch, how far it has read: ``delivered_at`` is the first answer that carried it,
+    ``seen_at`` the batch that acknowledged it. One the run finished without reading
+    expires then."""
+
+    __tablename__ = "control_requests"
+    __table_args__ = (
+        Index("ix_control_requests_run_key_id", "run_key", "id"),
+        # The few unread requests, which every metric batch of the run looks up.
+        Index(
+            "ix_control_requests_open",
+            "run_key",
+            postgresql_where=text("seen_at IS NULL AND expired_at IS NULL"),
+            sqlite_where=text("seen_at IS NULL AND expired_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigKey, primary_key=True, autoincrement=True)
+    run_key: Mapped[int] = mapped_column(ForeignKey("runs.key", ondelete="CASCADE"))
+    action: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))
+    """"admin" (the dashboard or the API) or "rule"."""
+    requested_by: Mapped[str] = mapped_column(String(128))
+    rule_id: Mapped[int | None] = mapped_column(ForeignKey("alert_rules.id", ondelete="SET NULL"))
+    segment: Mapped[int] = mapped_column(SmallInteger)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    """The run's last step when the request was made."""
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    expired_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -28,6 +28,7 @@ from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
 from . import (
     run_aids,
     run_attribution,
+    run_control,
     run_layers,
     run_layers_draw,
     run_series,
@@ -66,6 +67,7 @@ Drawn = tuple[Any, Any, str, Any]
 
 
 class RunReads(
+    run_control.ControlAccess,
     run_layers_draw.LayerReads,
     run_spikes.SpikeReads,
     run_transitions.TransitionReads,
@@ -172,6 +174,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             run_attribution.section(names),
             html.H3("Events"),
             html.Div(id="event-list"),
+            run_control.section(who),
             dcc.Store(id="view", data=view.to_store()),
             # The view the overlay last drew: the sections below follow it rather than the
             # view itself, so that a zoom's overlay request runs first and alone.
@@ -325,6 +328,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_transitions.register(app, data)
     run_attribution.register(app, data)
     run_aids.register(app, data)
+    run_control.register(app, data)
     run_series.register(app)
 
     @app.callback(

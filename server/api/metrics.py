@@ -42,7 +42,22 @@ router = APIRouter(
         }
     },
 )
-async def post_metrics(run_id: str, request: Request, who: Writer, context: ContextDep) -> Response:
+async def post_metrics(
+    run_id: str,
+    request: Request,
+    who: Writer,
+    context: ContextDep,
+    control_read: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=INT64_MAX,
+            description="The newest control request id the trainer has read (0: none). Given, "
+            'the answer carries the run\'s unread requests as `"control": [...]` and those up '
+            "to this id are marked seen (see `POST /runs/{id}/control`).",
+        ),
+    ] = None,
+) -> Response:
     """Store a columnar batch: ``{"steps": [...], "metrics": {name: [values...]}}``.
 
     Values are numbers, ``null`` (not logged at that step) or ``"NaN"``, ``"Infinity"``,
@@ -52,17 +67,21 @@ async def post_metrics(run_id: str, request: Request, who: Writer, context: Cont
     # Admitted already: a slot of this worker's ingest slots is held (see admission.py).
     body = await read_limited_body(request, context.settings.max_body_bytes)
     small = bool(request.scope.get("state", {}).get("small_batch"))  # see admission.py
-    accepted, segment = await run_in_threadpool(_store, context, who, run_id, body, small)
-    return Response(
-        orjson.dumps({"accepted": accepted, "segment": segment}),
-        status_code=202,
-        media_type="application/json",
-    )
+    result = await run_in_threadpool(_store, context, who, run_id, body, small, control_read)
+    answer: dict[str, object] = {"accepted": result.points, "segment": result.segment}
+    if result.control is not None:
+        answer["control"] = result.control
+    return Response(orjson.dumps(answer), status_code=202, media_type="application/json")
 
 
 def _store(
-    context: ServiceContext, who: Principal, run_id: str, body: bytes, small: bool = False
-) -> tuple[int, int]:
+    context: ServiceContext,
+    who: Principal,
+    run_id: str,
+    body: bytes,
+    small: bool = False,
+    control_read: int | None = None,
+) -> ingest.Ingested:
     """Validate, store and evaluate alerts; wake the dispatcher when notifications are owed.
 
     A chart or page being served in this worker goes first, and so does a ``small`` batch
@@ -87,10 +106,11 @@ def _store(
         project_id=who.project_id,
         max_run_metrics=settings.max_run_metrics,
         pause=None if small else turns.stand_aside,
+        control_read=control_read,
     )
     if result.notifications:
         context.dispatcher.wake()
-    return result.points, result.segment
+    return result
 
 
 LARGE_BATCH_WAIT_S = 0.5

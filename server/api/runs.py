@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from ..schemas import RunCreate, RunOut, RunUpdate
+from ..schemas import INT64_MAX, RunCreate, RunOut, RunUpdate
 from ..services import runs as run_service
 from .deps import Reader, SessionDep, Writer, owned_run
 from .errors import API, documented
@@ -42,9 +42,23 @@ def get_run(run_id: str, session: SessionDep, who: Reader) -> RunOut:
 
 
 @router.patch("/{run_id}", response_model=RunOut, responses=documented(404))
-def update_run(run_id: str, body: RunUpdate, session: SessionDep, who: Writer) -> RunOut:
+def update_run(
+    run_id: str,
+    body: RunUpdate,
+    session: SessionDep,
+    who: Writer,
+    control_read: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=INT64_MAX,
+            description="The newest control request id the trainer has read: those up to it "
+            "are marked seen before a finished run's unread requests expire.",
+        ),
+    ] = None,
+) -> RunOut:
     """Mark a run finished or failed, or replace its tags."""
     run, project = owned_run(session, who, run_id)
-    out = run_service.update_run(session, run, project, body)
+    out = run_service.update_run(session, run, project, body, control_read=control_read)
     session.commit()
     return out

@@ -179,6 +179,11 @@ class MetricBatchIn(BaseModel):
 class Accepted(BaseModel):
     accepted: int
     segment: int
+    control: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="With `control_read`: the run's unread requests to its trainer, each "
+        '`{"id", "action": "checkpoint"|"stop", "reason", "source": "admin"|"rule", "step"}`.',
+    )
 
 
 class EventCreate(BaseModel):
@@ -288,6 +293,12 @@ class AlertRuleCreate(BaseModel):
         description="A glob rule's alerts on a run are one group: its first message waits "
         "this many steps for more metrics to fire (default 0).",
     )
+    control: Literal["checkpoint", "stop"] | None = Field(
+        default=None,
+        description="What the rule asks of the run's trainer when it fires: save a checkpoint, "
+        "or stop (see `POST /runs/{id}/control`). Not for `stale` rules, whose trainer has "
+        "gone quiet and reads no answers.",
+    )
 
 
 class AlertRuleUpdate(BaseModel):
@@ -309,6 +320,9 @@ class AlertRuleUpdate(BaseModel):
         description="0 turns repeats by the clock off; null leaves them.",
     )
     group_wait_steps: int | None = Field(default=None, ge=0, le=MAX_STEPS)
+    control: Literal["checkpoint", "stop", "none"] | None = Field(
+        default=None, description='"none" stops asking the trainer; null leaves it.'
+    )
 
 
 class AlertRuleOut(BaseModel):
@@ -323,6 +337,7 @@ class AlertRuleOut(BaseModel):
     repeat_every_steps: int | None = None
     repeat_every_seconds: int | None = None
     group_wait_steps: int | None = None
+    control: str | None = None
     created_at: datetime
     updated_at: datetime
 

@@ -76,6 +76,7 @@ def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut
         repeat_every_steps=rule.repeat_every_steps,
         repeat_every_seconds=rule.repeat_every_seconds,
         group_wait_steps=rule.group_wait_steps,
+        control=rule.control,
         created_at=rule.created_at,
         updated_at=rule.updated_at,
     )
@@ -88,6 +89,14 @@ def _channels(raw: list[dict[str, Any]], allow: Collection[str]) -> list[dict[st
         ]
     except ValueError as exc:  # a channel URL refused, or not a channel at all
         raise errors.Invalid(str(exc)) from None
+
+
+def _check_control(control: str | None, kind: str) -> None:
+    if control is not None and kind == "stale":
+        raise errors.Invalid(
+            f"control: a stale rule fires when the trainer has gone quiet, so it would never "
+            f"read a request to {control}; use a webhook channel to reach whoever restarts it"
+        )
 
 
 def _repeat_seconds(seconds: int, least: int) -> int | None:
@@ -113,6 +122,7 @@ def create_rule(
     if have >= MAX_PROJECT_RULES:
         raise Conflict(f"project {project!r} has {have} rules, the most it may have")
     _check_metric(body.metric)
+    _check_control(body.control, body.condition.kind)
     rule = AlertRule(
         project_id=who.project_id,
         name=body.name,
@@ -125,6 +135,7 @@ def create_rule(
         repeat_every_steps=body.repeat_every_steps or None,
         repeat_every_seconds=_repeat_seconds(body.repeat_every_seconds or 0, min_repeat_s),
         group_wait_steps=body.group_wait_steps or None,
+        control=body.control,
     )
     if not save_rule(session, rule):
         raise Conflict(f"project {project!r} already has a rule named {body.name!r}")
@@ -203,6 +214,9 @@ def _apply(
         rule.repeat_every_seconds = _repeat_seconds(body.repeat_every_seconds, min_repeat_s)
     if body.group_wait_steps is not None:
         rule.group_wait_steps = body.group_wait_steps or None
+    if body.control is not None:
+        rule.control = None if body.control == "none" else body.control
+    _check_control(rule.control, str(rule.condition.get("kind")))
     rule.updated_at = utcnow()
     return restart
 

@@ -36,6 +36,8 @@ from ..storage.alerts import (
     states_for_update,
 )
 from ..storage.runs import LockedRun, running_runs
+from . import control
+from .aliases import project_aliases
 
 GROUP_METRIC_ID = -1
 """``alert_states.metric_id`` of a glob rule's group on a run (see `alerts.grouping`)."""
@@ -61,6 +63,9 @@ class StepRule:
     """A still-firing alert is sent again every this many logged steps."""
     group_wait_steps: int = 0
     """A glob rule's group waits this many steps after its first firing before telling."""
+    control: str | None = None
+    """What the rule asks of the run's trainer when it fires ("checkpoint", "stop")."""
+    name: str = ""
 
 
 class RuleCache:
@@ -103,6 +108,8 @@ class RuleCache:
                 _expression(rule.metric),
                 rule.repeat_every_steps,
                 rule.group_wait_steps or 0,
+                rule.control,
+                rule.name,
             )
             for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
@@ -202,6 +209,17 @@ def evaluate_batch(
             repeat_every_steps=rule.repeat_every_steps,
         )
         save_state(session, row, run.key, key, segment, new_state)
+        if rule.control is not None and transitions:
+            control.request_from_rule(
+                session,
+                run_key=run.key,
+                segment=segment,
+                rule_id=rule.id,
+                rule_name=rule.name,
+                action=rule.control,
+                metric=name,
+                transitions=transitions,
+            )
         if is_glob(rule):
             # The group speaks for the rule's metrics; each one's transitions are history.
             record_alerts(session, run.key, segment, rule.id, 0, name, transitions)

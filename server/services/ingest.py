@@ -16,7 +16,7 @@ from ..storage.metric_ids import MetricIdCache, metric_id_cache, resolve_metric_
 from ..storage.points import write_points
 from ..storage.runs import add_event as store_event
 from ..storage.runs import event_count, lock_run, run_exists, same_event
-from . import alerting
+from . import alerting, control
 
 
 class RunNotFound(errors.NotFound):
@@ -36,6 +36,9 @@ class Ingested:
     metric_ids: dict[str, int] = field(default_factory=dict, compare=False)
     """Ids of the batch's metrics, for the caller to `MetricIdCache.remember` once committed."""
     run_key: int = field(default=0, compare=False)
+    control: list[dict[str, object]] | None = field(default=None, compare=False)
+    """The run's unread requests to its trainer, when the batch said how far it had read
+    (see `control.for_trainer`)."""
 
 
 def store_batch(
@@ -47,6 +50,7 @@ def store_batch(
     project_id: int,
     max_run_metrics: int | None = None,
     pause: Callable[[], None] | None = None,
+    control_read: int | None = None,
 ) -> Ingested:
     """`ingest_batch` in a transaction of its own, with this process's caches of metric ids
     and rules; the ids it resolved enter the cache once committed. ``pause`` is called now
@@ -62,6 +66,7 @@ def store_batch(
             rules=alerting.rule_cache(engine),
             max_run_metrics=max_run_metrics,
             pause=pause,
+            control_read=control_read,
         )
         session.commit()
     known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
@@ -78,6 +83,7 @@ def ingest_batch(
     rules: alerting.RuleCache | None = None,
     max_run_metrics: int | None = None,
     pause: Callable[[], None] | None = None,
+    control_read: int | None = None,
 ) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
@@ -87,7 +93,10 @@ def ingest_batch(
     ``project_id`` a run of another project raises `RunForbidden`. Metric ids found in
     ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`). Rules
     come from ``rules`` while the project's rules are unchanged. A batch that would give
-    the run more than ``max_run_metrics`` metric names raises `TooManyMetrics`.
+    the run more than ``max_run_metrics`` metric names raises `TooManyMetrics`. With
+    ``control_read`` (the newest request id the trainer has read, 0 for none) the result
+    carries the run's unread requests to its trainer, those a rule made on this batch
+    included.
     """
     last = int(batch.steps.max()) if len(batch.steps) else None
     run = lock_run(
@@ -117,7 +126,10 @@ def ingest_batch(
     owed = alerting.evaluate_batch(
         session, run, segment, batch, metric_ids, rules=rules, pause=pause
     )
-    return Ingested(points, segment, owed, metric_ids, run.key)
+    requests = None
+    if control_read is not None:
+        requests = control.for_trainer(session, run.key, control_read)
+    return Ingested(points, segment, owed, metric_ids, run.key, requests)
 
 
 MAX_RUN_EVENTS = 10_000

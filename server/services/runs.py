@@ -26,6 +26,7 @@ from ..storage.runs import (
     segments,
 )
 from ..storage.runs import update_run as update_stored_run
+from . import control
 
 
 class Forbidden(errors.Forbidden):
@@ -116,7 +117,14 @@ def list_runs(session: Session, project: str, *, limit: int = 1000) -> list[RunO
     return [to_out(run, name) for run, name in runs_of_project(session, project, limit)]
 
 
-def update_run(session: Session, run: Run, project: str, body: RunUpdate) -> RunOut:
+def update_run(
+    session: Session, run: Run, project: str, body: RunUpdate, *, control_read: int | None = None
+) -> RunOut:
+    """Set the run's status or tags. ``control_read``: the newest control request the
+    trainer read (see `control.for_trainer`), acknowledged before a finished run's unread
+    requests expire."""
+    if control_read is not None:
+        control.acknowledge(session, run.key, control_read)
     values: dict[str, object] = {}
     if body.status is not None:
         values["status"] = body.status
@@ -124,4 +132,6 @@ def update_run(session: Session, run: Run, project: str, body: RunUpdate) -> Run
         values["tags"] = sorted(set(body.tags))
     if values:
         update_stored_run(session, run, values)
+    if body.status in ("finished", "failed"):
+        control.expire_unread(session, run)
     return describe(session, run, project)

@@ -137,6 +137,12 @@ API = [
     Row("GET /api/v1/runs/{run_id}/events", "list a run's events",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("POST /api/v1/runs/{run_id}/control", "ask a run's trainer to checkpoint",
+        own=(401, 401, 401, 403, 403, 201), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 403, 404)),
+    Row("GET /api/v1/runs/{run_id}/control", "list a run's control requests",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
     Row("GET /api/v1/alert-rules", "list rules (other: ?project=other, which it ignores)",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 200, 200)),
     Row("POST /api/v1/alert-rules", "create a rule (other: body names the other project)",
@@ -293,6 +299,10 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_series.add_expression", "add a derived series",
         own=(401, 401, 401, 401, OK, OK)),
+    Row("run_control.act", "ask the view's run's trainer to stop, with a reason",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("run_control.act", "list the view's run's control requests",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("compare.update_view", "pick the compared metric",
         own=(401, 401, 401, 401, OK, OK)),
     Row("compare.draw", "draw a comparison",
@@ -354,6 +364,7 @@ CALLBACK_KEYS = {
     "run_aids.tick": "aids-tick.data <- tick.n_intervals",
     "run_aids.read": "overlay-aids.data <- view.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
+    "run_control.act": "control-message.children <- control-checkpoint.n_clicks",
     "compare.update_view": "compare-view.data <- compare-metric.value",
     "compare.draw": "compare-chart.figure <- compare-view.data",
     "alerts.refresh": "alerts-firing.children <- alerts-refresh.n_intervals",
@@ -644,6 +655,12 @@ API_REQUESTS: dict[str, ApiRequest] = {
         "POST", f"/api/v1/runs/{o.run_id}/events", json={"step": 3, "text": f"note {w.next()}"}
     ),
     "list a run's events": lambda w, t, o: Request("GET", f"/api/v1/runs/{o.run_id}/events"),
+    "ask a run's trainer to checkpoint": lambda w, t, o: Request(
+        "POST", f"/api/v1/runs/{o.run_id}/control", json={"action": "checkpoint"}
+    ),
+    "list a run's control requests": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/control"
+    ),
     "list rules (other: ?project=other, which it ignores)": lambda w, t, o: Request(
         "GET", "/api/v1/alert-rules", params=_listing(t, o)
     ),
@@ -1035,6 +1052,21 @@ def _edit(o: Objects) -> Callback:
     return Callback("rules.edit", values, [key], f'"name":"{o.rule_name}"')
 
 
+def _control(
+    o: Objects, trigger: str, ok: str, effect: Callable[[State, State], bool] | None = None
+) -> Callback:
+    values = {
+        "control-checkpoint.n_clicks": 0,
+        "control-stop.n_clicks": 0,
+        "control-refresh.n_intervals": 0,
+        "control-reason.value": "grad norm diverging",
+        "view.data": _view(o.run_id),
+    }
+    key = f"{trigger}.n_intervals" if trigger == "control-refresh" else f"{trigger}.n_clicks"
+    values[key] = 1
+    return Callback("run_control.act", values, [key], ok, effect=effect)
+
+
 def _silence_form(w: World, o: Objects) -> Callback:
     comment = f"quiet {w.next()}"
     values = {
@@ -1199,6 +1231,12 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         },
         ["add-expression.n_clicks"],
         "ratio(grad/norm/total, params/norm/final_norm.weight)",
+    ),
+    "ask the view's run's trainer to stop, with a reason": lambda w, t, o: _control(
+        o, "control-stop", "Asked the trainer to stop", lambda b, a: a.events == b.events + 1
+    ),
+    "list the view's run's control requests": lambda w, t, o: _control(
+        o, "control-refresh", '"control-list"'
     ),
     "pick the compared metric": lambda w, t, o: Callback(
         "compare.update_view",
