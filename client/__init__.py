@@ -14,6 +14,12 @@ reported through the ``normwatch.client`` logger and counted on the `Run`. What 
 cannot take yet waits in an on-disk spool; `sync_spool` (``normwatch sync``) delivers spools
 that a finished or killed trainer left behind. `Tracker` is the interface every backend
 here satisfies (`Run`, `NoopTracker`, `MemoryTracker`, `CompositeTracker`).
+`mirror_wandb` sends a W&B run's ``wandb.log`` stream here too, at wandb's steps; the
+Levanter tracker backend is `normwatch.client.levanter`.
+
+An admin can ask a run to checkpoint or to stop from the dashboard or the API, and an alert
+rule can ask it when it fires: the trainer reads that between steps with
+`Run.should_checkpoint` and `Run.should_stop`, at no cost to the step.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from ._tracker import (
     log,
     process_index,
 )
+from .wandb_mirror import WandbMirror, mirror_wandb
 
 __all__ = [
     "CompositeTracker",
@@ -43,10 +50,12 @@ __all__ = [
     "Run",
     "SyncReport",
     "Tracker",
+    "WandbMirror",
     "event",
     "finish",
     "init",
     "log",
+    "mirror_wandb",
     "process_index",
     "sync_spool",
 ]
