@@ -38,6 +38,8 @@ from ._tracker import (
     init,
     log,
     process_index,
+    should_checkpoint,
+    should_stop,
 )
 from .wandb_mirror import WandbMirror, mirror_wandb
 
@@ -57,5 +59,7 @@ __all__ = [
     "log",
     "mirror_wandb",
     "process_index",
+    "should_checkpoint",
+    "should_stop",
     "sync_spool",
 ]

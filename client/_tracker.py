@@ -181,6 +181,20 @@ def event(text: str, *, step: int, kind: str = "note") -> None:
     _current.event(text, step=step, kind=kind)
 
 
+def should_stop() -> bool:
+    """Whether the run started by `init` was asked to stop (`Run.should_stop`); False for
+    a process that does not report, or before `init`."""
+    current = _current
+    return isinstance(current, Run) and current.should_stop()
+
+
+def should_checkpoint() -> bool:
+    """Whether the run started by `init` was asked for a checkpoint since the last time
+    this said True (`Run.should_checkpoint`); False for a process that does not report."""
+    current = _current
+    return isinstance(current, Run) and current.should_checkpoint()
+
+
 def finish(timeout: float = 30.0, status: FinalStatus = "finished") -> None:
     """Flush and close the run started by `init`."""
     global _current

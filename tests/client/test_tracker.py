@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 
 import httpx
@@ -79,21 +80,37 @@ def test_init_log_finish_reach_the_server(
     for step in range(5):
         nw.log({"train/loss": 1.0 / (step + 1)}, step=step)
     nw.event("warmup done", step=4)
+    assert not nw.should_stop() and not nw.should_checkpoint()
+    deadline = time.monotonic() + 10
+    while run.run_id is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with httpx.Client(base_url=server.url, headers=tenant.headers()) as admin:
+        asked = admin.post(f"/api/v1/runs/{run.run_id}/control", json={"action": "checkpoint"})
+        assert asked.status_code == 201, asked.text
+    step = 5
+    while not nw.should_checkpoint() and time.monotonic() < deadline:
+        nw.log({"train/loss": 0.1}, step=step)  # the answer to a batch brings the request
+        step += 1
+        time.sleep(0.05)
+    assert [r.action for r in run.control_requests] == ["checkpoint"]
+    assert not nw.should_checkpoint(), "once per request"
     nw.finish()
+    assert not nw.should_stop(), "after finish: no run"
     with httpx.Client(base_url=server.url, headers=tenant.headers("read")) as api:
         [listed] = api.get("/api/v1/runs").json()
         assert (listed["name"], listed["status"], listed["last_step"]) == (
             "module-api",
             "finished",
-            4,
+            step - 1,
         )
         got = api.get(
             f"/api/v1/runs/{listed['id']}/series", params={"metric": "train/loss"}
         ).json()["series"][0]
-        assert got["steps"] == [0, 1, 2, 3, 4]
-        assert got["values"] == [1.0, 0.5, 1.0 / 3, 0.25, 0.2]
+        assert got["steps"] == list(range(step))
+        assert got["values"] == [1.0, 0.5, 1.0 / 3, 0.25, 0.2] + [0.1] * (step - 5)
         events = api.get(f"/api/v1/runs/{listed['id']}/events").json()
-        assert [(e["step"], e["text"]) for e in events] == [(4, "warmup done")]
+        assert sorted((e["kind"], e["text"]) for e in events)[1] == ("note", "warmup done")
+        assert sorted(e["kind"] for e in events) == ["control", "note"]
 
 
 def test_init_outside_process_zero_or_disabled_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
