@@ -9,12 +9,13 @@ answers within a second throughout, and every point of every accepted batch is s
 from __future__ import annotations
 
 import asyncio
-import threading
+import multiprocessing
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -26,6 +27,9 @@ from tests.helpers.coroutines import run_async
 from tests.helpers.databases import admin_dsn
 from tests.helpers.servers import server_of_its_own
 from tests.helpers.tenants import Tenant, make_tenant
+
+EventLike = Any  # a multiprocessing Event (its type is not public)
+QueueLike = Any  # a multiprocessing Queue
 
 SEED_STEPS = 20_000
 BATCH_STEPS = 10
@@ -54,37 +58,57 @@ def burst_server(
         yield server, tenant, run_id
 
 
+def poll_health(url: str, stop: EventLike, answers: QueueLike) -> None:
+    """Poll ``url``/healthz every 50 ms until ``stop``; put ``(latency, failure)`` pairs."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            failure = None
+            try:
+                status = client.get("/healthz").status_code
+            except httpx.HTTPError as exc:
+                failure = repr(exc)
+            else:
+                if status != 200:
+                    failure = f"HTTP {status}"
+            answers.put((time.perf_counter() - started, failure))
+            stop.wait(0.05)
+    answers.put(None)
+
+
 @dataclass
 class HealthWatch:
-    """Polls /healthz every 50 ms on a connection of its own and keeps the latencies."""
+    """Polls /healthz every 50 ms and keeps the latencies, from a process of its own: the
+    latency is the server's, not this process's, whose event loop sends the burst."""
 
     url: str
     latencies: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
 
     def __enter__(self) -> HealthWatch:
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._answers: QueueLike = context.Queue()
+        self._process = context.Process(
+            target=poll_health, args=(self.url, self._stop, self._answers), daemon=True
+        )
+        self._process.start()
+        # The first answer says the poller is up before the burst starts.
+        self._take(self._answers.get(timeout=60))
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
-        self._thread.join(10)
+        while (answer := self._answers.get(timeout=30)) is not None:
+            self._take(answer)
+        self._process.join(10)
 
-    def _poll(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=10) as client:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    status = client.get("/healthz").status_code
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-                else:
-                    if status != 200:
-                        self.failures.append(f"HTTP {status}")
-                self.latencies.append(time.perf_counter() - started)
-                self._stop.wait(0.05)
+    def _take(self, answer: tuple[float, str | None] | None) -> None:
+        assert answer is not None
+        latency, failure = answer
+        self.latencies.append(latency)
+        if failure is not None:
+            self.failures.append(failure)
 
 
 @dataclass(frozen=True)
