@@ -115,6 +115,9 @@ class StreamDelivery:
         self._control = control
         """Where the server's requests to the trainer go; None for a stream replayed by
         ``normwatch sync``, whose trainer is gone (the requests stay unread for a new one)."""
+        self._control_read: Callable[[], int] | None = (
+            None if control is None else lambda: control.read_up_to
+        )
         self._spool = spool
         self._dead_letter_folder = dead_letter_folder
         self._pause = pause
@@ -182,17 +185,16 @@ class StreamDelivery:
         if self._refused is not None:
             return self._dead_letter(Kind.METRICS, body, points, self._refused)
         assert self.run_id is not None
-        control = self._control
         delivery = self._api.post_metrics(
             self.run_id,
             gzip_bytes(with_segment(body, self.segment)),
             pause=self._pause,
             budget=self._budget,
-            control_read=None if control is None else lambda: control.read_up_to,
+            control_read=self._control_read,
         )
         if delivery.outcome == "delivered":
-            if control is not None:
-                control.receive(delivery.body)
+            if self._control is not None:
+                self._control.receive(delivery.body)
             return Outcome("done", Kind.METRICS, sent_points=points)
         if delivery.outcome == "abandoned":
             return Outcome("abandoned", Kind.METRICS)
@@ -249,13 +251,12 @@ class StreamDelivery:
             tries += 1
             return tries <= STATUS_RETRIES and self._pause(seconds)
 
-        control = self._control
         delivery = self._api.update_run(
             self.run_id,
             record.payload,
             pause=pause,
             budget=self._budget,
-            control_read=None if control is None else lambda: control.read_up_to,
+            control_read=self._control_read,
         )
         if delivery.outcome == "delivered":
             return Outcome("done", Kind.STATUS)

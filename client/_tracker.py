@@ -136,6 +136,30 @@ def process_index() -> int:
 _current: Tracker = NoopTracker()
 
 
+def reporting_disabled() -> bool:
+    """``NORMWATCH_MODE=disabled``: this process reports nothing."""
+    return os.environ.get("NORMWATCH_MODE", "").lower() == "disabled"
+
+
+def server_and_token(
+    url: str | None,
+    token: str | None,
+    *,
+    needed_by: str,
+    how: str = "pass url= and token=",
+) -> tuple[str, str]:
+    """``url`` and ``token``, each defaulting to ``$NORMWATCH_URL`` / ``$NORMWATCH_TOKEN``;
+    a `ValueError` naming ``needed_by`` and the fix (``how``) when either is missing."""
+    url = url or os.environ.get("NORMWATCH_URL")
+    token = token or os.environ.get("NORMWATCH_TOKEN")
+    if not url or not token:
+        raise ValueError(
+            f"{needed_by} needs a normwatch server URL and an ingest token: {how}, or set "
+            "NORMWATCH_URL and NORMWATCH_TOKEN (or NORMWATCH_MODE=disabled)"
+        )
+    return url, token
+
+
 def init(
     name: str,
     *,
@@ -154,19 +178,13 @@ def init(
     """
     global _current
     _current.finish()
-    if os.environ.get("NORMWATCH_MODE", "").lower() == "disabled":
+    if reporting_disabled():
         _current = NoopTracker()
         return _current
     if not all_processes and process_index() != 0:
         _current = NoopTracker()
         return _current
-    url = url or os.environ.get("NORMWATCH_URL")
-    token = token or os.environ.get("NORMWATCH_TOKEN")
-    if not url or not token:
-        raise ValueError(
-            "normwatch.client.init needs a server URL and an ingest token: pass url= and "
-            "token=, or set NORMWATCH_URL and NORMWATCH_TOKEN (or NORMWATCH_MODE=disabled)"
-        )
+    url, token = server_and_token(url, token, needed_by="normwatch.client.init")
     _current = Run(url, token=token, project=project, name=name, **run_options)
     return _current
 

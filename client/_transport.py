@@ -128,7 +128,7 @@ class IngestApi:
             {},
             pause=pause,
             budget=budget,
-            params=None if control_read is None else lambda: {"control_read": control_read()},
+            control_read=control_read,
         )
 
     def post_metrics(
@@ -150,7 +150,7 @@ class IngestApi:
             {"Content-Encoding": "gzip"},
             pause=pause,
             budget=budget,
-            params=None if control_read is None else lambda: {"control_read": control_read()},
+            control_read=control_read,
         )
 
     def post_event(self, run_id: str, document: bytes, *, pause: Pause, budget: Budget) -> Delivery:
@@ -168,8 +168,10 @@ class IngestApi:
         *,
         pause: Pause,
         budget: Budget,
-        params: Callable[[], dict[str, int]] | None = None,
+        control_read: Callable[[], int] | None = None,
     ) -> Delivery:
+        """One request, retried; ``control_read`` is asked again on every attempt, so a
+        retry says how far the trainer has read by then."""
         headers = {"Content-Type": "application/json", **headers}
         attempt = 0
         while True:
@@ -185,7 +187,7 @@ class IngestApi:
                     path,
                     content=content,
                     headers=headers,
-                    params=None if params is None else params(),
+                    params=None if control_read is None else {"control_read": control_read()},
                     timeout=request_timeout,
                 )
             except Exception as exc:

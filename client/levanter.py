@@ -74,7 +74,7 @@ from ._flatten import flatten_scalars
 from ._hparams import MAX_EVENT_TEXT, clip, fit_config, redact
 from ._reporting import WarnOnce, logger
 from ._run import Run
-from ._tracker import process_index
+from ._tracker import process_index, server_and_token
 from ._writer import FINAL_STATUSES, FinalStatus
 
 TRACKER_NAME = "normwatch"
@@ -290,13 +290,12 @@ class NormwatchConfig:
         mode = self.mode or os.environ.get("NORMWATCH_MODE", "").lower()
         if mode == "disabled" or (not self.all_processes and process_index() != 0):
             return self.tracker_class(None)
-        url = self.url or os.environ.get("NORMWATCH_URL")
-        token = self.token or os.environ.get("NORMWATCH_TOKEN")
-        if not url or not token:
-            raise ValueError(
-                "tracker normwatch needs a server URL and an ingest token: set url: in the "
-                "tracker config (or NORMWATCH_URL) and NORMWATCH_TOKEN, or mode: disabled"
-            )
+        url, token = server_and_token(
+            self.url,
+            self.token,
+            needed_by="tracker normwatch",
+            how="set url: (and token:, better left to the environment) in the tracker config",
+        )
         name = self.name or run_id
         if not name:
             raise ValueError(

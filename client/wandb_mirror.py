@@ -53,7 +53,6 @@ config (later ``wandb.config`` changes are not sent) and W&B's current step as i
 from __future__ import annotations
 
 import operator
-import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -61,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._reporting import WarnOnce, logger
 from ._run import Run
-from ._tracker import NoopTracker, Tracker
+from ._tracker import NoopTracker, Tracker, reporting_disabled, server_and_token
 from ._wandb_rules import next_wandb_step, scalar_metrics
 
 if TYPE_CHECKING:
@@ -285,15 +284,9 @@ def _new_run(
     project: str | None,
     run_options: dict[str, Any],
 ) -> Tracker:
-    if os.environ.get("NORMWATCH_MODE", "").lower() == "disabled":
+    if reporting_disabled():
         return NoopTracker()
-    url = url or os.environ.get("NORMWATCH_URL")
-    token = token or os.environ.get("NORMWATCH_TOKEN")
-    if not url or not token:
-        raise ValueError(
-            "mirror_wandb needs a normwatch server URL and an ingest token: pass url= and "
-            "token=, or set NORMWATCH_URL and NORMWATCH_TOKEN (or NORMWATCH_MODE=disabled)"
-        )
+    url, token = server_and_token(url, token, needed_by="mirror_wandb")
     run_options.setdefault("config", _config_of(wandb_run))
     run_options.setdefault("start_step", step)
     return Run(

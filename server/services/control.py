@@ -20,13 +20,10 @@ from ..alerts.state import Transition
 from ..models import ApiToken, ControlRequest, Event, Run, utcnow
 from ..schemas.control import ControlCreate, ControlForTrainer, ControlOut, ControlState
 from ..storage import control as stored
-from ..storage.runs import add_event, event_count, same_event
+from ..storage.runs import MAX_RUN_EVENTS, add_event, event_count, same_event
 
 MAX_RUN_REQUESTS = 1_000
 """Requests a run may hold in all: each is an event on every chart of the run."""
-
-MAX_RUN_EVENTS = 10_000
-"""As `ingest.MAX_RUN_EVENTS`: a run full of events still takes requests, without the line."""
 
 LIST_LIMIT = 200
 
@@ -157,6 +154,7 @@ def _add(
             created_at=utcnow(),
         ),
     )
+    # A run full of events (`MAX_RUN_EVENTS`) still takes requests, without their line.
     text = f"{action} requested by {requested_by}" + (f": {reason}" if reason else "")
     event = Event(run_key=run_key, segment=segment, step=step or 0, kind="control", text=text)
     if same_event(session, event) is None and event_count(session, run_key) < MAX_RUN_EVENTS:

@@ -14,8 +14,8 @@ from ..models import Event, Run, utcnow
 from ..schemas import EventCreate, EventOut
 from ..storage.metric_ids import MetricIdCache, metric_id_cache, resolve_metric_ids
 from ..storage.points import write_points
+from ..storage.runs import MAX_RUN_EVENTS, event_count, lock_run, run_exists, same_event
 from ..storage.runs import add_event as store_event
-from ..storage.runs import event_count, lock_run, run_exists, same_event
 from . import alerting, control
 
 
@@ -130,10 +130,6 @@ def ingest_batch(
     if control_read is not None:
         requests = control.for_trainer(session, run.key, control_read)
     return Ingested(points, segment, owed, metric_ids, run.key, requests)
-
-
-MAX_RUN_EVENTS = 10_000
-"""Events a run may hold: each is drawn on every chart of the run."""
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:

@@ -6,10 +6,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
 from ..models import ControlRequest
+
+
+def _unread(run_key: int) -> tuple[ColumnElement[bool], ...]:
+    """The run's requests the trainer has not read and the run has not outlived (those the
+    partial index ``ix_control_requests_open`` holds)."""
+    return (
+        ControlRequest.run_key == run_key,
+        ControlRequest.seen_at.is_(None),
+        ControlRequest.expired_at.is_(None),
+    )
 
 
 def add_request(session: Session, request: ControlRequest) -> ControlRequest:
@@ -23,12 +33,7 @@ def open_request(session: Session, run_key: int, action: str) -> ControlRequest 
     """The run's oldest unread, unexpired request for ``action``, if any."""
     return session.scalars(
         select(ControlRequest)
-        .where(
-            ControlRequest.run_key == run_key,
-            ControlRequest.action == action,
-            ControlRequest.seen_at.is_(None),
-            ControlRequest.expired_at.is_(None),
-        )
+        .where(*_unread(run_key), ControlRequest.action == action)
         .order_by(ControlRequest.id)
         .limit(1)
     ).first()
@@ -65,23 +70,15 @@ def exchange(
     Called with the run's row locked, so batches of one run exchange one after the other.
     """
     unread = session.scalars(
-        select(ControlRequest)
-        .where(
-            ControlRequest.run_key == run_key,
-            ControlRequest.seen_at.is_(None),
-            ControlRequest.expired_at.is_(None),
-        )
-        .order_by(ControlRequest.id)
+        select(ControlRequest).where(*_unread(run_key)).order_by(ControlRequest.id)
     ).all()
     handed: list[ControlRequest] = []
     for request in unread:
+        if request.delivered_at is None:
+            request.delivered_at = now
         if read_up_to is not None and request.id <= read_up_to:
             request.seen_at = now
-            if request.delivered_at is None:
-                request.delivered_at = now
         else:
-            if request.delivered_at is None:
-                request.delivered_at = now
             handed.append(request)
     if unread:
         session.flush()
@@ -92,11 +89,7 @@ def expire_open(session: Session, run_key: int, now: datetime) -> int:
     """Expire the run's unread requests (it finished without reading them); how many."""
     result = session.execute(
         update(ControlRequest)
-        .where(
-            ControlRequest.run_key == run_key,
-            ControlRequest.seen_at.is_(None),
-            ControlRequest.expired_at.is_(None),
-        )
+        .where(*_unread(run_key))
         .values(expired_at=now)
         .execution_options(synchronize_session=False)
     )

@@ -173,6 +173,10 @@ def events_of(session: Session, run_key: int) -> list[Event]:
     )
 
 
+MAX_RUN_EVENTS = 10_000
+"""Events a run may hold: each is drawn on every chart of the run."""
+
+
 def event_count(session: Session, run_key: int) -> int:
     return int(
         session.connection()

@@ -17,7 +17,7 @@ from normwatch.server.models import Event, Run
 from normwatch.server.schemas import AlertRuleCreate, EventCreate, RunCreate
 from normwatch.server.services import alert_rules, ingest, runs
 from normwatch.server.services.alerting import PAUSE_EVERY
-from normwatch.server.services.ingest import MAX_RUN_EVENTS, add_event
+from normwatch.server.services.ingest import add_event
 from normwatch.server.services.runs import create_or_resume
 from normwatch.server.storage import blocks
 from normwatch.server.storage.metric_ids import (
@@ -26,7 +26,7 @@ from normwatch.server.storage.metric_ids import (
     resolve_metric_ids,
 )
 from normwatch.server.storage.points import latest_values, read_points, write_points
-from normwatch.server.storage.runs import lineage_of, segments_of
+from normwatch.server.storage.runs import MAX_RUN_EVENTS, lineage_of, segments_of
 from sqlalchemy import insert, make_url, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
