@@ -12,18 +12,17 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import psycopg
 from normwatch.server.auth import Scope, create_token
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
-from sqlalchemy import make_url
+
+from normwatch.scratch import create_database, drop_database
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 T = TypeVar("T")
@@ -39,27 +38,16 @@ def base_pg_url() -> str:
     return os.environ.get("NORMWATCH_TEST_DATABASE_URL", DEFAULT_PG)
 
 
-def admin_dsn(url: str) -> str:
-    """A plain libpq DSN for a SQLAlchemy URL (psycopg does not read ``+psycopg``)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @contextmanager
 def scratch_postgres(prefix: str) -> Iterator[str]:
-    """A freshly created and migrated Postgres database, dropped on the way out."""
+    """A freshly created and migrated Postgres database, dropped on the way out (on a Citus
+    coordinator, a cluster database whose series tables are sharded by run)."""
     base = base_pg_url()
-    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(admin_dsn(base), autocommit=True, connect_timeout=5) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    url = create_database(base, prefix)
     try:
-        engine = build_engine(url, pool_size=1)
-        upgrade(engine)
-        engine.dispose()
         yield url
     finally:
-        with psycopg.connect(admin_dsn(base), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(base, url)
 
 
 @contextmanager

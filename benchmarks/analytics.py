@@ -74,7 +74,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import psycopg
-from _harness import Timing, admin_dsn, make_tokens, say, scratch_postgres, table, timed
+from _harness import Timing, make_tokens, say, scratch_postgres, table, timed
 from normwatch.server.analytics.layers import bucket_edges, bucket_max, depth_order, u_index
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
@@ -90,6 +90,8 @@ from normwatch.server.storage.points import point_count, series_keys
 from normwatch.server.storage.policy import Policy
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+
+from normwatch.scratch import admin_dsn
 
 PREFIX = "grad/norm"
 LAYERS = ["embed", *(f"layers.{i}" for i in range(48)), "lm_head"]

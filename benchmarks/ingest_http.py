@@ -17,7 +17,10 @@ transaction per batch; at most 20M rows, about a minute of ``COPY`` here) go int
 table with the columns and primary key of a row-per-point store (run, metric, segment, step,
 value), by one connection, as binary ``COPY ... FROM STDIN`` built with NumPy: roughly what
 this Postgres takes in, one row a point, when the client costs nothing. Ratio: HTTP
-points/s / COPY points/s.
+points/s / COPY points/s. On a Citus coordinator (``NORMWATCH_TEST_DATABASE_URL`` set to
+``scripts/citus-cluster url``) the scratch database is a cluster database with the series
+tables sharded by run, and the bare table is sharded by run too; the Postgres CPU counted is
+the coordinator's, the workers' falls under "other".
 
 **Compaction.** Once the throughput phase ends, the script waits until the server's
 compactor has taken in every hot point (the server runs with its default policy except
@@ -73,7 +76,6 @@ import numpy as np
 import orjson
 import psycopg
 from _harness import (
-    admin_dsn,
     make_ingest_token,
     percentile,
     process_cpu_seconds,
@@ -85,6 +87,7 @@ from _harness import (
 )
 from normwatch.server.storage.vacuum import vacuum_due
 
+from normwatch.scratch import admin_dsn
 from normwatch.testing import running_server
 
 STEPS_PER_BATCH = 25
@@ -451,6 +454,10 @@ def copy_baseline(database_url: str, rows: int, metrics: int, rng: np.random.Gen
     trailer = struct.pack(">h", -1)
     with psycopg.connect(admin_dsn(database_url)) as conn:
         conn.execute(BARE_TABLE)
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
+            # On Citus the baseline is sharded as the series tables are: by run, 32 shards.
+            conn.execute("SET citus.shard_count = 32")
+            conn.execute("SELECT create_distributed_table('bare', 'run_key')")
         conn.commit()
         total = 0.0
         for b in range(batches):

@@ -28,6 +28,14 @@ def add_db_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     downgrade = db_sub.add_parser("downgrade", help="revert migrations to a revision")
     downgrade.add_argument("revision")
     downgrade.set_defaults(handler=_db_downgrade)
+    distribute = db_sub.add_parser(
+        "distribute",
+        help="on a Citus coordinator: shard the series tables by run (upgrade does it too)",
+    )
+    distribute.add_argument(
+        "--undo", action="store_true", help="turn every table back into a plain one"
+    )
+    distribute.set_defaults(handler=_db_distribute)
     compact = db_sub.add_parser(
         "compact", help="compact every hot point into chunks now (the server does it in time)"
     )
@@ -76,6 +84,41 @@ def _db_downgrade(args: argparse.Namespace) -> int:
     _, engine = settings_and_engine()
     downgrade(engine, args.revision)
     print(f"database downgraded to {args.revision}")
+    return 0
+
+
+def _db_distribute(args: argparse.Namespace) -> int:
+    from normwatch.server import citus
+
+    _, engine = settings_and_engine()
+    where = engine.url.render_as_string(hide_password=True)
+    try:
+        with engine.begin() as conn:
+            if not citus.has_citus(conn):
+                print(
+                    f"normwatch: {where} is not a Citus coordinator "
+                    "(no citus extension in the database)",
+                    file=sys.stderr,
+                )
+                return 1
+            done = citus.undistribute(conn) if args.undo else citus.distribute(conn)
+            kinds = citus.placed(conn)
+    except citus.NotACluster as exc:
+        print(f"normwatch: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    if args.undo:
+        print(f"{len(done.undone)} tables are plain tables again" if done else "nothing to undo")
+        return 0
+    if done:
+        print(
+            f"sharded by run: {', '.join(done.by_run) or '-'}; on every node: "
+            f"{', '.join(done.reference) or '-'}; on the coordinator: "
+            f"{', '.join(done.coordinator) or '-'}"
+        )
+    else:
+        print(f"every table is placed already ({len(kinds)} tables)")
     return 0
 
 

@@ -11,23 +11,18 @@ Functions tests call (scratch databases, tenants, receivers...) live in `tests.h
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from hypothesis import settings
 from normwatch.server.db import build_engine
-from normwatch.server.migrate import upgrade
-from sqlalchemy import Engine, make_url
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from normwatch.testing import ServerProcess, start_server
 from tests.helpers.databases import (
-    admin_dsn,
-    base_url,
     create_scratch_pg,
     drop_scratch_pg,
     migrated_sqlite,
@@ -43,6 +38,16 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("NORMWATCH_HYPOTHESIS", "repeatable"))
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CITUS_TESTS = Path(__file__).resolve().parent / "citus"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``tests/citus`` needs a Citus cluster: it is collected only when named on the command
+    line (``make test-citus``), never by the default suite on plain Postgres."""
+    if collection_path != CITUS_TESTS:
+        return None
+    named = (Path(arg.split("::")[0]).resolve() for arg in config.args)
+    return not any(p == CITUS_TESTS or CITUS_TESTS in p.parents for p in named)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,21 +66,12 @@ def spool_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A freshly created and migrated Postgres database for this test session."""
-    base = base_url()
-    name = f"normwatch_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
-        admin = psycopg.connect(admin_dsn(base), autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"Postgres at {base} does not answer ({exc}); run ./scripts/ensure-postgres")
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(base).set(database=name).render_as_string(hide_password=False)
-    engine = build_engine(url, pool_size=1)
-    upgrade(engine)
-    engine.dispose()
+        url = create_scratch_pg("test")
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     yield url
-    with psycopg.connect(admin_dsn(base), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_scratch_pg(url)
 
 
 @pytest.fixture

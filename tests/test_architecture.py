@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "normwatch.server.db",
         "normwatch.server.models",
         "normwatch.server.migrate",
+        "normwatch.server.citus",
         "normwatch.migrations",
     ),
     # Pure domain logic: the batch parser and alerting (conditions, evaluation, delivery).

@@ -31,7 +31,8 @@ from .policy import NO_CUT, Policy
 log = logging.getLogger("normwatch.retention")
 
 Mode = Literal["summaries", "drop"]
-_TABLES_BY_RUN = ("blocks", "chunks", "rollups", "series")  # no foreign key to runs: by hand
+# No foreign key to runs (on Citus, alert states lose theirs): deleted by hand.
+_TABLES_BY_RUN = ("blocks", "chunks", "rollups", "series", "alert_states")
 
 
 @dataclass

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.orm import Session, sessionmaker
+
+from ..citus import placed
 
 VACUUM_THRESHOLD = 50_000
 
@@ -22,6 +24,26 @@ def vacuum_due(live_rows: int, dead_rows: int) -> bool:
     return dead_rows >= VACUUM_THRESHOLD + VACUUM_SCALE * live_rows
 
 
+_LOCAL_ROWS = text(
+    "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'blocks'::regclass"
+)
+# On Citus the rows, and their statistics, are in the shards on the workers.
+_SHARD_ROWS = text(
+    "SELECT coalesce(sum(split_part(result, ',', 1)::bigint), 0), "
+    "coalesce(sum(split_part(result, ',', 2)::bigint), 0) "
+    "FROM run_command_on_shards('blocks', $$SELECT n_live_tup || ',' || n_dead_tup "
+    "FROM pg_stat_user_tables WHERE relid = '%s'::regclass$$) WHERE success"
+)
+
+
+def hot_table_rows(conn: Connection) -> tuple[int, int] | None:
+    """The live and dead rows of ``blocks`` by Postgres's statistics (summed over the
+    shards on Citus), or None when they are not kept."""
+    sharded = placed(conn).get("blocks") == "by run"
+    row = conn.execute(_SHARD_ROWS if sharded else _LOCAL_ROWS).first()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
 def vacuum_hot_table(sessions: sessionmaker[Session]) -> tuple[int, float] | None:
     """``VACUUM`` the ``blocks`` table when its dead rows pass autovacuum's own trigger
     (50,000 + 0.2 × the live rows, by the statistics Postgres keeps); the dead rows it
@@ -33,18 +55,14 @@ def vacuum_hot_table(sessions: sessionmaker[Session]) -> tuple[int, float] | Non
     every insert and read of the table dearer. The compactor, which made the dead rows,
     then vacuums the table itself, throttled the way autovacuum is (cost delay 2 ms), and
     skips it while another vacuum holds it. Where autovacuum keeps up, this never comes due.
+    On Citus the statistics are summed over the shards, and the ``VACUUM`` reaches them all.
     """
     with sessions() as session:
         engine = session.get_bind()
     if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
         return None
     with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables "
-                "WHERE relid = 'blocks'::regclass"
-            )
-        ).first()
+        row = hot_table_rows(conn)
         conn.rollback()
     if row is None or not vacuum_due(row[0], row[1]):
         return None

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 from normwatch.server.storage import blocks
 
+from normwatch.scratch import admin_dsn
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
-from tests.helpers.databases import admin_dsn
 from tests.helpers.servers import server_of_its_own
 from tests.helpers.tenants import Tenant, make_tenant
 

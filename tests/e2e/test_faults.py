@@ -26,8 +26,9 @@ import pytest
 from normwatch.client import Run
 from sqlalchemy import make_url
 
+from normwatch.scratch import admin_dsn
 from normwatch.testing import ServerProcess, free_port, start_server
-from tests.helpers.databases import admin_dsn, base_url, scratch_pg
+from tests.helpers.databases import base_url, scratch_pg
 from tests.helpers.points import EXACT, assert_same, stored_once
 from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
 from tests.helpers.tenants import Tenant, make_tenant

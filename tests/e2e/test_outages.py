@@ -33,8 +33,9 @@ from normwatch.server.db import build_engine
 from normwatch.server.migrate import upgrade
 from sqlalchemy import make_url
 
+from normwatch.scratch import admin_dsn
 from normwatch.testing import ServerProcess, free_port, start_server
-from tests.helpers.databases import admin_dsn, scratch_pg
+from tests.helpers.databases import scratch_pg
 from tests.helpers.points import EXACT, assert_same, stored_once
 from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
 from tests.helpers.tenants import make_tenant

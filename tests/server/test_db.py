@@ -11,7 +11,7 @@ from normwatch.server.db import begin_snapshot, build_engine, session_factory, s
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
-from tests.helpers.databases import admin_dsn
+from normwatch.scratch import admin_dsn
 
 
 def backend_pid(engine: Engine) -> int:
@@ -21,7 +21,7 @@ def backend_pid(engine: Engine) -> int:
 
 def terminate(url: str, pid: int) -> None:
     with psycopg.connect(admin_dsn(url), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        admin.execute("SELECT pg_terminate_backend(%s::integer)", (pid,))
         for _ in range(100):  # until the backend is gone
             row = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
             if row is None:

@@ -208,7 +208,7 @@ def test_lost_connection_during_copy_is_an_operational_error(pg_url: str) -> Non
             pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
             admin_dsn = make_url(pg_url).set(drivername="postgresql")
             with psycopg.connect(admin_dsn.render_as_string(hide_password=False)) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+                admin.execute("SELECT pg_terminate_backend(%s::integer, 10000)", (pid,))
             with pytest.raises(OperationalError) as err:
                 write_points(session, run.key, 1, batch, ids)
             assert err.value.connection_invalidated

@@ -19,11 +19,9 @@ def test_the_compactor_vacuums_the_hot_table_once_its_dead_rows_pile_up(
 
     def dead_rows() -> int:
         with engine.connect() as conn:
-            return int(
-                conn.execute(
-                    text("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'blocks'")
-                ).scalar_one()
-            )
+            rows = vacuum.hot_table_rows(conn)
+            assert rows is not None
+            return rows[1]
 
     try:
         n = vacuum.VACUUM_THRESHOLD + 10_000
