@@ -1,11 +1,13 @@
 # make demo — serve a live simulated run on http://127.0.0.1:8000 (SQLite)
 # make test — the whole suite against Postgres (NORMWATCH_TEST_DATABASE_URL)
+# make test-citus — tests/citus and the storage, alerting and API tests on a local Citus
+#   cluster (scripts/citus-cluster; its build needs CITUS_SOURCE, a citusdata/citus repository)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export NORMWATCH_TEST_DATABASE_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test test-citus lint typecheck clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed (set PYTHON=...)")'
@@ -26,6 +28,15 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed
 	./scripts/ensure-postgres
 	$(PY) -m pytest
+
+CITUS_TESTS := tests/citus tests/server/storage tests/server/alerts tests/server/workers \
+	tests/server/services tests/server/api tests/server/aliases tests/server/analytics \
+	tests/server/test_migrate.py tests/server/test_db.py
+
+test-citus: $(VENV)/.installed
+	./scripts/citus-cluster build
+	./scripts/citus-cluster start
+	NORMWATCH_TEST_DATABASE_URL=$$(./scripts/citus-cluster url) $(PY) -m pytest $(CITUS_TESTS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

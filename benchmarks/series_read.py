@@ -266,16 +266,40 @@ def drop_baseline(engine: Engine) -> None:
         raw.close()
 
 
+def table_bytes(conn: Any, name: str) -> tuple[int, int, int]:
+    """Total, heap and index bytes of table ``name``; on Citus, of its shards together."""
+    sharded = (
+        conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') "
+            "AND to_regclass('pg_dist_partition') IS NOT NULL"
+        ).scalar_one()
+        and conn.exec_driver_sql(
+            f"SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = '{name}'::regclass "
+            "AND partmethod = 'h')"
+        ).scalar_one()
+    )
+    if not sharded:
+        row = conn.exec_driver_sql(
+            f"SELECT pg_total_relation_size('{name}'), pg_relation_size('{name}'), "
+            f"pg_indexes_size('{name}')"
+        ).one()
+        return int(row[0]), int(row[1]), int(row[2])
+    row = conn.exec_driver_sql(
+        "SELECT sum(split_part(result, ',', 1)::bigint), sum(split_part(result, ',', 2)::bigint), "
+        f"sum(split_part(result, ',', 3)::bigint) FROM run_command_on_shards('{name}', "
+        "$$SELECT pg_total_relation_size('%%1$s') || ',' || pg_relation_size('%%1$s') || ',' || "
+        "pg_indexes_size('%%1$s')$$) WHERE success"
+    ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def at_rest(engine: Engine, rows: int) -> tuple[float, str]:
     """Bytes per stored point of the hot ``blocks`` table, and how they split."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.exec_driver_sql("VACUUM ANALYZE blocks")
-            total, heap, index = conn.exec_driver_sql(
-                "SELECT pg_total_relation_size('blocks'), pg_relation_size('blocks'), "
-                "pg_indexes_size('blocks')"
-            ).one()
+            total, heap, index = table_bytes(conn, "blocks")
         return total / rows, (
             f"heap {heap / rows:.1f} + index {index / rows:.1f} + TOAST "
             f"{(total - heap - index) / rows:.1f} B/point"
@@ -300,10 +324,7 @@ def at_rest_compacted(engine: Engine, url: str, rows: int) -> tuple[float, float
             conn.exec_driver_sql("VACUUM blocks")
             sizes: dict[str, tuple[int, int, int]] = {}
             for name in COMPACTED_TABLES:
-                sizes[name] = conn.exec_driver_sql(
-                    f"SELECT pg_total_relation_size('{name}'), pg_relation_size('{name}'), "
-                    f"pg_indexes_size('{name}')"
-                ).one()
+                sizes[name] = table_bytes(conn, name)
             data, buckets, outlines = conn.exec_driver_sql(
                 "SELECT sum(octet_length(data)), sum(octet_length(buckets)), "
                 "sum(octet_length(outline)) FROM chunks"

@@ -330,3 +330,12 @@ def _gone(pid: int) -> bool:
     except OSError:
         return True
     return state in ("Z", "X")
+
+
+def test_db_distribute_refuses_a_database_without_citus(pg_url: str) -> None:
+    """On plain Postgres there is nothing to shard: a clear refusal, nothing changed."""
+    done = normwatch("db", "distribute", env={"NORMWATCH_DATABASE_URL": pg_url})
+    assert done.returncode == 1
+    assert "is not a Citus coordinator (no citus extension in the database)" in done.stderr
+    again = normwatch("db", "distribute", "--undo", env={"NORMWATCH_DATABASE_URL": pg_url})
+    assert again.returncode == 1 and "not a Citus coordinator" in again.stderr
