@@ -1,5 +1,6 @@
 """Every statement on the series tables names one run: a cluster sharded by run keeps each
-on one shard (see docs/operations.md, "Sharding with Citus")."""
+on one shard (see docs/operations.md, "Sharding with Citus"). On Citus itself,
+tests/citus/test_router_plans.py reads the plans."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from sqlalchemy import Engine, event, text
 
 from tests.helpers.committed import new_run, post, series, stored
 
-SERIES_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(points|chunks|rollups|series)\b", re.I)
+SERIES_TABLE = re.compile(
+    r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(blocks|chunks|rollups|series|alert_states)\b", re.I
+)
 PARAM = r"(?:%\(\w+\)s|\?|:\w+|\$\d+)"
 ONE_RUN = re.compile(rf"\brun_key\s*=\s*{PARAM}", re.I)
 # An insert whose run_key is one parameter for every row it writes.
