@@ -70,10 +70,15 @@ def settings_and_engine() -> tuple[Settings, Engine]:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    from normwatch.server.citus import NotACluster
     from normwatch.server.migrate import upgrade
 
     settings, engine = settings_and_engine()
-    upgrade(engine, args.revision)
+    try:
+        upgrade(engine, args.revision)
+    except NotACluster as exc:
+        print(f"normwatch: cannot place the tables on this Citus cluster: {exc}", file=sys.stderr)
+        return 1
     print(f"database at {engine.url.render_as_string(hide_password=True)} is at {args.revision}")
     return 0
 

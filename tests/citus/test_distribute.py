@@ -8,10 +8,13 @@ import subprocess
 import sys
 
 import numpy as np
+import psycopg
 from normwatch.server import citus
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
+from sqlalchemy import make_url
 
+from normwatch.scratch import admin_dsn
 from tests.helpers.committed import compact, new_run, post, stored
 from tests.helpers.databases import scratch_pg
 
@@ -75,3 +78,26 @@ def test_distribute_moves_stored_points_into_shards_and_back() -> None:
             assert (nothing.returncode, nothing.stdout) == (0, "nothing to undo\n")
         finally:
             engine.dispose()
+
+
+def test_upgrade_on_a_coordinator_without_workers_says_what_to_do(pg_url: str) -> None:
+    """A database with the extension but no nodes registered: a clear refusal, and the
+    migrations (one transaction) leave nothing behind."""
+    name = f"normwatch_nodes_{os.getpid()}"
+    base = make_url(pg_url)
+    with psycopg.connect(admin_dsn(pg_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = base.set(database=name).render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(admin_dsn(url), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION citus")
+        up = normwatch(url, "upgrade")
+        assert up.returncode == 1
+        assert "cannot place the tables on this Citus cluster: the coordinator is not in" in (
+            up.stderr
+        )
+        with psycopg.connect(admin_dsn(url), autocommit=True) as conn:
+            assert conn.execute("SELECT to_regclass('runs')").fetchone() == (None,)
+    finally:
+        with psycopg.connect(admin_dsn(pg_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
