@@ -1,6 +1,6 @@
 # make demo — serve a live simulated run on http://127.0.0.1:8000 (SQLite)
 # make test — the whole suite against Postgres (NORMWATCH_TEST_DATABASE_URL)
-# make test-citus — tests/citus and the storage, alerting and API tests on a local Citus
+# make test-citus — tests/citus and the storage, alerting, API and end-to-end tests on a local Citus
 #   cluster (scripts/citus-cluster; its build needs CITUS_SOURCE, a citusdata/citus repository)
 PYTHON ?= python3
 VENV ?= .venv
@@ -31,7 +31,7 @@ test: $(VENV)/.installed
 
 CITUS_TESTS := tests/citus tests/server/storage tests/server/alerts tests/server/workers \
 	tests/server/services tests/server/api tests/server/aliases tests/server/analytics \
-	tests/server/test_migrate.py tests/server/test_db.py
+	tests/server/test_migrate.py tests/server/test_db.py tests/e2e
 
 test-citus: $(VENV)/.installed
 	./scripts/citus-cluster build

@@ -27,8 +27,9 @@ migration that places the tables (0012) and ``normwatch db distribute`` both cal
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 BY_RUN = ("blocks", "chunks", "rollups", "series", "alert_states")
 REFERENCE = ("projects", "api_tokens", "alert_rules", "metric_aliases", "instance_secrets")
@@ -67,6 +68,23 @@ def has_citus(conn: Connection) -> bool:
         return False
     found = conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'citus'"))
     return found.first() is not None
+
+
+_SHARDED: WeakKeyDictionary[Engine, bool] = WeakKeyDictionary()
+
+
+def one_connection_a_node(conn: Connection) -> None:
+    """On Citus, before a statement that reaches several shards in a transaction that then
+    writes coordinator tables: run this transaction's shard statements over one connection
+    a node. Citus refuses a write to a coordinator table linked to reference tables by
+    foreign keys (``alerts``, say) once parallel connections have read shards. Elsewhere,
+    nothing (the answer is kept a database)."""
+    engine = conn.engine
+    sharded = _SHARDED.get(engine)
+    if sharded is None:
+        sharded = _SHARDED[engine] = has_citus(conn)
+    if sharded:
+        conn.execute(text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
 
 
 def placed(conn: Connection) -> dict[str, str]:

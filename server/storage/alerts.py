@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from ..alerts.evaluation import Transition
 from ..alerts.grouping import GroupMessage
 from ..alerts.selectors import metric_matches
+from ..citus import one_connection_a_node
 from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run, Silence, utcnow
 
 # --- rules --------------------------------------------------------------------------------
@@ -142,18 +143,40 @@ def firing_states(
 ) -> list[tuple[int, int, int, dict[str, Any]]]:
     """``(rule, run key, metric, state document)`` of the rules' firing states (a glob
     rule's group among them) on running runs, in each run's current segment. Read without
-    locks: what the clock finds due here it locks with `lock_firing` and decides again."""
-    rows = session.execute(
-        select(AlertState.rule_id, AlertState.run_key, AlertState.metric_id, AlertState.data)
-        .join(Run, Run.key == AlertState.run_key)
-        .where(
-            AlertState.rule_id.in_(rule_ids),
-            AlertState.state == "firing",
+    locks: what the clock finds due here it locks with `lock_firing` and decides again.
+
+    The running runs of the rules' projects come first, from ``runs``, and the states are
+    read for those runs only: on Citus that reaches the shards of the running runs, not all
+    of them, and (`one_connection_a_node`) leaves the transaction free to write the alerts
+    it finds due."""
+    running = session.execute(
+        select(Run.key, Run.segment).where(
             Run.status == "running",
-            AlertState.segment == Run.segment,
+            Run.project_id.in_(select(AlertRule.project_id).where(AlertRule.id.in_(rule_ids))),
         )
     )
-    return [(rule_id, run_key, metric_id, data) for rule_id, run_key, metric_id, data in rows]
+    segments = {int(key): int(segment) for key, segment in running}
+    if not segments:
+        return []
+    one_connection_a_node(session.connection())
+    rows = session.execute(
+        select(
+            AlertState.rule_id,
+            AlertState.run_key,
+            AlertState.metric_id,
+            AlertState.segment,
+            AlertState.data,
+        ).where(
+            AlertState.run_key.in_(sorted(segments)),
+            AlertState.rule_id.in_(rule_ids),
+            AlertState.state == "firing",
+        )
+    )
+    return [
+        (rule_id, run_key, metric_id, data)
+        for rule_id, run_key, metric_id, segment, data in rows
+        if segments.get(run_key) == segment
+    ]
 
 
 def lock_firing(
