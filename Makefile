@@ -1,7 +1,7 @@
 # make demo — serve a live simulated run on http://127.0.0.1:8000 (SQLite)
 # make test — the whole suite against Postgres (NORMWATCH_TEST_DATABASE_URL)
-# make test-citus — tests/citus and the storage, alerting, API and end-to-end tests on a local Citus
-#   cluster (scripts/citus-cluster; its build needs CITUS_SOURCE, a citusdata/citus repository)
+# make test-citus — tests/citus and the storage, alerting, API and end-to-end tests on Citus
+#   (a local cluster, scripts/citus-cluster; its build needs CITUS_SOURCE, a citusdata/citus repository)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
