@@ -70,16 +70,26 @@ def settings_and_engine() -> tuple[Settings, Engine]:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from normwatch.server.citus import NotACluster
+    from normwatch.server import citus
     from normwatch.server.migrate import upgrade
 
     settings, engine = settings_and_engine()
     try:
         upgrade(engine, args.revision)
-    except NotACluster as exc:
+        with engine.connect() as conn:
+            kinds = list(citus.placed(conn).values())
+    except citus.NotACluster as exc:
         print(f"normwatch: cannot place the tables on this Citus cluster: {exc}", file=sys.stderr)
         return 1
+    finally:
+        engine.dispose()
     print(f"database at {engine.url.render_as_string(hide_password=True)} is at {args.revision}")
+    if kinds:
+        print(
+            f"on Citus: {kinds.count('by run')} tables sharded by run, "
+            f"{kinds.count('everywhere')} on every node, "
+            f"{kinds.count('coordinator')} on the coordinator"
+        )
     return 0
 
 

@@ -67,6 +67,9 @@ def test_distribute_moves_stored_points_into_shards_and_back() -> None:
             )
             up = normwatch(url, "upgrade")  # 0012 finds the tables placed already
             assert up.returncode == 0, up.stderr
+            assert up.stdout.endswith(
+                "on Citus: 5 tables sharded by run, 5 on every node, 10 on the coordinator\n"
+            ), up.stdout
 
             undone = normwatch(url, "distribute", "--undo")
             assert (undone.returncode, undone.stdout) == (0, "20 tables are plain tables again\n")
