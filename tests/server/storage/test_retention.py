@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.migrate import upgrade
-from normwatch.server.models import utcnow
+from normwatch.server.models import AlertRule, utcnow
 from normwatch.server.storage import retention
 from sqlalchemy import text
 
-from tests.helpers.committed import Sessions, count_rows, new_run, post, series
+from tests.helpers.committed import Sessions, count_rows, new_run, post, series, the_run
 from tests.helpers.databases import migrated_sqlite, scratch_pg
 from tests.helpers.series import noisy
 
@@ -62,15 +62,31 @@ def test_old_runs_keep_their_summaries_and_every_spike(own: Sessions) -> None:
 
 
 def test_old_runs_can_be_dropped_whole(own: Sessions) -> None:
+    """With their alert states too, which keep no foreign key to runs on Citus."""
     old, recent = new_run(own, name="old"), new_run(own, name="recent")
+    with session_scope(own) as session:
+        for run_id in (old, recent):  # each run is in a project of its own
+            session.add(
+                AlertRule(
+                    project_id=the_run(session, run_id).project_id,
+                    name="g above 0.5",
+                    metric="g",
+                    condition={"kind": "threshold", "op": ">", "value": 0.5},
+                )
+            )
     post(own, old, np.arange(5000), g=np.ones(5000))
     post(own, recent, np.arange(10), g=np.ones(10))
+    assert count_rows(own, old, "alert_states") == count_rows(own, recent, "alert_states") == 1
+    with session_scope(own) as session:
+        old_key = the_run(session, old).key
     age(own, old, 40)
     assert retention.sweep(own, 30, "drop").runs == 1
     with session_scope(own) as session:
         ids = [r[0] for r in session.execute(text("SELECT id FROM runs"))]
         left = session.execute(text("SELECT sum(count) FROM blocks")).scalar_one()
+        states = session.execute(text("SELECT run_key FROM alert_states")).scalars().all()
     assert ids == [recent] and left == 10
+    assert old_key not in states and len(states) == 1
 
 
 def test_command_line_compacts_and_applies_retention(tmp_path: Path) -> None:
