@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 from _harness import Timing, say, scratch_postgres, scratch_sqlite, table, timed
+from normwatch.server import citus
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
@@ -268,16 +269,7 @@ def drop_baseline(engine: Engine) -> None:
 
 def table_bytes(conn: Any, name: str) -> tuple[int, int, int]:
     """Total, heap and index bytes of table ``name``; on Citus, of its shards together."""
-    sharded = (
-        conn.exec_driver_sql(
-            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') "
-            "AND to_regclass('pg_dist_partition') IS NOT NULL"
-        ).scalar_one()
-        and conn.exec_driver_sql(
-            f"SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = '{name}'::regclass "
-            "AND partmethod = 'h')"
-        ).scalar_one()
-    )
+    sharded = citus.placed(conn).get(name) == "by run"
     if not sharded:
         row = conn.exec_driver_sql(
             f"SELECT pg_total_relation_size('{name}'), pg_relation_size('{name}'), "
