@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..alerts.selectors import metric_matches
+from ..alerts.selectors import NameIndex
 from ..analytics import derived
 from .presets import PRESETS
 
@@ -86,20 +86,24 @@ class AliasMap:
         return [(a, c, self.origin[a]) for a, c in self.canonical_of.items()]
 
 
-def matching_visible(pattern: str, visible: Mapping[str, str]) -> dict[str, str]:
+def matching_visible(
+    pattern: str, visible: Mapping[str, str], names: NameIndex | None = None
+) -> dict[str, str]:
     """The names of ``visible`` (`AliasMap.visible`) that a metric glob or a name matches
     → their stored sources; a stored name matched directly is not matched again through
-    its canonical name, so that one stored series is watched once."""
+    its canonical name, so that one stored series is watched once. ``names``: an index of
+    ``visible``'s names, for a caller matching several globs against them."""
     if not _GLOB.intersection(pattern):
         source = visible.get(pattern)
         return {} if source is None else {pattern: source}
+    matched = set((names if names is not None else NameIndex(list(visible))).matching(pattern))
     picked: dict[str, str] = {}
     for name, source in visible.items():
-        if name == source and metric_matches(pattern, name):
+        if name == source and name in matched:
             picked[name] = source
     taken = set(picked)
     for name, source in visible.items():
-        if name != source and source not in taken and metric_matches(pattern, name):
+        if name != source and source not in taken and name in matched:
             picked[name] = source
             taken.add(source)
     return picked

@@ -40,6 +40,8 @@ from functools import reduce
 import numpy as np
 import numpy.typing as npt
 
+from ..alerts.selectors import GLOB_CHARS, GlobError, check_glob
+
 __all__ = [
     "Call",
     "ExpressionError",
@@ -58,7 +60,6 @@ ARITY = {"ratio": 2, "share": 2, "rss": 1}
 MAX_DEPTH = 8
 MAX_LEAVES = 16
 _CALL = re.compile(r"\s*(ratio|share|rss)\s*\(", re.ASCII)
-_GLOB_CHARS = frozenset("*?[")
 
 
 class ExpressionError(ValueError):
@@ -73,7 +74,7 @@ class Name:
 
     @property
     def is_glob(self) -> bool:
-        return not _GLOB_CHARS.isdisjoint(self.pattern)
+        return not GLOB_CHARS.isdisjoint(self.pattern)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,8 @@ def parse(text: str) -> Expression:
     """The expression ``text`` spells; a plain metric name when it calls no function.
 
     Raises `ExpressionError` for a call that is malformed: unknown arity, an empty
-    argument, unbalanced parentheses, more than 8 levels or 16 metric arguments.
+    argument, unbalanced parentheses, more than 8 levels or 16 metric arguments, or a glob
+    that `check_glob` refuses.
     """
     if not is_derived(text):
         return Name(text)
@@ -106,8 +108,15 @@ def parse(text: str) -> Expression:
             f"unexpected {text[parser.at]!r} at position {parser.at} of {text!r}: "
             "an expression is one call such as ratio(A, B)"
         )
-    if len(patterns(expression)) > MAX_LEAVES:
+    read = patterns(expression)
+    if len(read) > MAX_LEAVES:
         raise ExpressionError(f"{text!r} names more than {MAX_LEAVES} metrics or globs")
+    for pattern in read:
+        if Name(pattern).is_glob:
+            try:
+                check_glob(pattern)
+            except GlobError as e:
+                raise ExpressionError(f"{e} (in {text!r})") from None
     return expression
 
 

@@ -12,7 +12,7 @@ from .. import errors
 from ..alerts import channels, delivery, payloads
 from ..alerts.conditions import StaleCondition, parse_condition
 from ..alerts.evaluation import preview
-from ..alerts.selectors import metric_matches
+from ..alerts.selectors import GLOB_CHARS, NameIndex, check_glob
 from ..analytics import derived
 from ..auth import Principal
 from ..models import AlertRule, Run, utcnow
@@ -122,6 +122,7 @@ def create_rule(
     if have >= MAX_PROJECT_RULES:
         raise Conflict(f"project {project!r} has {have} rules, the most it may have")
     _check_metric(body.metric)
+    _check_run_glob(body.runs.name)
     _check_control(body.control, body.condition.kind)
     rule = AlertRule(
         project_id=who.project_id,
@@ -182,9 +183,17 @@ def update_rule(
 
 
 def _check_metric(metric: str) -> None:
-    """A rule's metric is a name, a glob or a derived-series expression that parses."""
+    """A rule's metric is a name, a glob that can be matched or a derived-series
+    expression that parses (`GlobError` and `Invalid` are answered 422)."""
     if derived.is_derived(metric):
         parse_expression(metric)
+    elif not GLOB_CHARS.isdisjoint(metric):
+        check_glob(metric)
+
+
+def _check_run_glob(name_glob: str | None) -> None:
+    if name_glob is not None:
+        check_glob(name_glob, segmented=False)
 
 
 def _apply(
@@ -204,6 +213,7 @@ def _apply(
     if body.channels is not None:
         rule.channels = _channels(body.channels, allow)
     if body.runs is not None:
+        _check_run_glob(body.runs.name)
         rule.run_name, rule.run_tags = body.runs.name, sorted(set(body.runs.tags))
         restart = True
     if body.enabled is not None:
@@ -278,7 +288,8 @@ def _stored_series(
         watched = set(aliases.matching(pattern, [m.name for m in logged]).values())
         metrics = [m for m in logged if m.name in watched]
     else:
-        metrics = [m for m in logged if metric_matches(pattern, m.name)]
+        matched = set(NameIndex([m.name for m in logged]).matching(pattern))
+        metrics = [m for m in logged if m.name in matched]
     lineage = lineage_of(segments_of(session, run.key))
     replayed = 0
     for metric in metrics[:PREVIEW_MAX_METRICS]:

@@ -7,6 +7,7 @@ notifications are owed, or neither happened. The dispatcher delivers the outbox.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +22,7 @@ from ..alerts.clock import check_stale
 from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
 from ..alerts.evaluation import RuleState, Transition, evaluate
 from ..alerts.grouping import GroupState, advance
-from ..alerts.selectors import metric_matches, run_matches
+from ..alerts.selectors import GlobError, NameIndex, check_glob, run_matches
 from ..aliases import EMPTY, AliasMap
 from ..aliases.resolution import matching_visible
 from ..analytics import derived
@@ -38,6 +39,8 @@ from ..storage.alerts import (
 from ..storage.runs import LockedRun, running_runs
 from . import control
 from .aliases import project_aliases
+
+_log = logging.getLogger(__name__)
 
 GROUP_METRIC_ID = -1
 """``alert_states.metric_id`` of a glob rule's group on a run (see `alerts.grouping`)."""
@@ -113,6 +116,7 @@ class RuleCache:
             )
             for rule in enabled_rules(session, project_id)
             if not isinstance(condition := parse_condition(rule.condition), StaleCondition)
+            and selectors_usable(rule.id, rule.metric, rule.run_name)
         )
         aliases = project_aliases(session, project_id) if rules else EMPTY
         with self._lock:
@@ -163,23 +167,19 @@ def evaluate_batch(
         return 0
     now_unix = time.time() if now_unix is None else now_unix
     visible = _visible_in_batch(cache.aliases(run.project_id), batch)
+    # One index of the batch's names serves every rule: a glob is one pass over all of them.
+    names = NameIndex(visible if visible is not None else _logged_names(batch))
     work: list[tuple[StepRule, str, Sequence[int], Sequence[float]]] = []
     for rule in matching:
         if rule.expression is not None:
-            at, derived_values = _derived_in_batch(rule.expression, batch, visible)
+            at, derived_values = _derived_in_batch(rule.expression, batch, visible, names)
             if len(at):
                 work.append((rule, rule.metric, at.tolist(), derived_values.tolist()))
             continue
         # Through an alias a rule watches the stored series that stands for its metric.
-        aliased = None if visible is None else set(matching_visible(rule.metric, visible).values())
+        watched = _watched(rule.metric, names, visible)
         for column in batch.columns:
-            if not column.logged.any():
-                continue
-            if not (
-                metric_matches(rule.metric, column.name)
-                if aliased is None
-                else column.name in aliased
-            ):
+            if column.name not in watched or not column.logged.any():
                 continue
             order = np.argsort(batch.steps[column.logged], kind="stable")
             steps = batch.steps[column.logged][order].tolist()
@@ -281,7 +281,10 @@ def _visible_in_batch(aliases: AliasMap, batch: MetricBatch) -> dict[str, str] |
 
 
 def _derived_in_batch(
-    expression: derived.Call, batch: MetricBatch, visible: dict[str, str] | None = None
+    expression: derived.Call,
+    batch: MetricBatch,
+    visible: dict[str, str] | None = None,
+    names: NameIndex | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The derived series over the batch's steps where every input is in the batch
     (an input the batch logs under an alias read through ``visible``).
@@ -289,23 +292,46 @@ def _derived_in_batch(
     A trainer logs a step's metrics together, so a batch holds all of a step's inputs; a
     step whose inputs came in different batches is not judged.
     """
+    if names is None:
+        names = NameIndex(visible if visible is not None else _logged_names(batch))
     inputs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for pattern in derived.patterns(expression):
-        name = derived.Name(pattern)
-        sources = None if visible is None else set(matching_visible(pattern, visible).values())
+        sources = _watched(pattern, names, visible)
         inputs[pattern] = [
             _ascending(batch.steps[column.logged], column.values[column.logged])
             for column in batch.columns
-            if column.logged.any()
-            and (
-                column.name in sources
-                if sources is not None
-                else metric_matches(pattern, column.name)
-                if name.is_glob
-                else column.name == pattern
-            )
+            if column.name in sources and column.logged.any()
         ]
     return derived.evaluate(expression, inputs)
+
+
+def _logged_names(batch: MetricBatch) -> list[str]:
+    return [column.name for column in batch.columns if column.logged.any()]
+
+
+def _watched(pattern: str, names: NameIndex, visible: dict[str, str] | None) -> set[str]:
+    """The batch's stored names that a rule's metric (a name or a glob) watches: those it
+    matches, or with aliases (``visible``) those that the visible names it matches stand for."""
+    if visible is None:
+        return set(names.matching(pattern))
+    return set(matching_visible(pattern, visible, names).values())
+
+
+def selectors_usable(rule_id: int, metric: str | None, run_name: str | None) -> bool:
+    """Whether a stored rule's metric and run globs can be matched. Both are checked when a
+    rule is saved; one saved before a check existed is skipped, with a warning, rather than
+    failing every batch of its project."""
+    try:
+        if run_name is not None:
+            check_glob(run_name, segmented=False)
+        if metric is not None and derived.is_derived(metric):
+            derived.parse(metric)
+        elif metric is not None and watches_glob(metric):
+            check_glob(metric)
+    except (GlobError, derived.ExpressionError) as e:
+        _log.warning("alert rule %s is skipped: %s; edit its selectors to use it again", rule_id, e)
+        return False
+    return True
 
 
 def _ascending(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -322,6 +348,8 @@ def check_stale_runs(session: Session, now_unix: float | None = None) -> int:
     for rule in stale_rules:
         condition = parse_condition(rule.condition)
         assert isinstance(condition, StaleCondition)
+        if not selectors_usable(rule.id, None, rule.run_name):
+            continue
         for run in running_runs(session, rule.project_id):
             if run.last_step is None or not run_matches(
                 rule.run_name, rule.run_tags or [], run.name, run.tags or []

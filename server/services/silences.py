@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import errors
+from ..alerts.selectors import GLOB_CHARS, check_glob
 from ..auth import Principal
 from ..models import Alert, AlertRule, ApiToken, Run, Silence, utcnow
 from ..schemas import AckCreate, SilenceCreate, SilenceOut
@@ -56,6 +57,8 @@ def create_silence(session: Session, who: Principal, body: SilenceCreate) -> Sil
         raise errors.Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
     if body.ends_at is None and body.until_step is None:
         raise errors.Invalid("a silence needs ends_at, until_step or both: it must end")
+    if body.metric is not None and not GLOB_CHARS.isdisjoint(body.metric):
+        check_glob(body.metric)  # a GlobError is answered 422
     ends_at = _aware(body.ends_at)
     if ends_at is not None and ends_at <= utcnow():
         raise errors.Invalid(f"ends_at ({ends_at.isoformat()}) is not in the future")

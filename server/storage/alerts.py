@@ -3,8 +3,10 @@ outbox rows (one notification a channel)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Collection, Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 
 from sqlalchemy import and_, delete, func, or_, select
@@ -13,9 +15,11 @@ from sqlalchemy.orm import Session
 
 from ..alerts.evaluation import Transition
 from ..alerts.grouping import GroupMessage
-from ..alerts.selectors import metric_matches
+from ..alerts.selectors import GlobError, metric_matches
 from ..citus import one_connection_a_node
 from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run, Silence, utcnow
+
+_log = logging.getLogger(__name__)
 
 # --- rules --------------------------------------------------------------------------------
 
@@ -357,7 +361,19 @@ def silences_it(silence: Silence, metric: str, step: int) -> bool:
     ``step``."""
     if silence.until_step is not None and step > silence.until_step:
         return False
-    return silence.metric is None or metric_matches(silence.metric, metric)
+    if silence.metric is None:
+        return True
+    try:
+        return metric_matches(silence.metric, metric)
+    except GlobError as e:
+        # Saved before globs were checked: it silences nothing rather than failing ingest.
+        _warn_once(f"silence {silence.id} is ignored: {e}; expire it and create it anew")
+        return False
+
+
+@lru_cache(maxsize=1024)
+def _warn_once(message: str) -> None:
+    _log.warning(message)
 
 
 def alert_history(
