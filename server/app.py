@@ -25,7 +25,7 @@ from .api import (
     runs,
     tokens,
 )
-from .api.admission import Admission, InteractiveRequests, ReadsFirst, Slots
+from .api.admission import Admission, CallerShares, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
 from .api.context import ServiceContext, install_context
 from .auth import TokenCache
@@ -167,11 +167,13 @@ def create_app(
             small_batch_bytes=settings.small_batch_bytes,
         )
     # Outside the dashboard's session check, which reads the database: it is admitted too.
+    per_caller = settings.read_per_caller or max(1, settings.read_concurrency // 2)
     app.add_middleware(
         Admission,
         ingest=context.ingest_slots,
         reads=context.read_slots,
         refused=telemetry.count_refused,
+        shares=CallerShares(per_caller, settings.read_wait_s, settings.admission_queue),
     )
     app.add_middleware(
         RequestBounds, default=settings.max_request_bytes, ingest=settings.max_body_bytes

@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         description="Requests other than metric batches (API reads, dashboard pages and "
         "callbacks) handled at once per worker; more wait for a slot.",
     )
+    read_per_caller: int = Field(
+        default=0,
+        ge=0,
+        description="Read slots one caller (a token, a dashboard session, an address) may "
+        "hold at once per worker; its other reads wait in a line of their own. 0: half of "
+        "NORMWATCH_READ_CONCURRENCY (at least 1).",
+    )
     read_wait_s: float = Field(
         default=10.0,
         ge=0,

@@ -15,6 +15,12 @@ burst: each admitted request holds at most one pooled connection at a time.
 ``/healthz`` and static files are not admitted: they never queue behind a burst
 (``/healthz`` checks the database on a connection of its own, see `DatabaseProbe`).
 
+**A fair share of reads.** One caller (one token, one dashboard session, or one address
+sending neither) holds at most ``NORMWATCH_READ_PER_CALLER`` read slots at once
+(:class:`CallerShares`); its further requests wait in a line of their own, for one of its own
+slots, and are answered 503 after the same wait. So a caller sending many expensive reads at
+once slows only itself: the other slots stay free for everyone else.
+
 **Interactive first.** A worker shares one interpreter lock among the threads that handle
 its requests. Under steady ingest several of them are busy parsing and storing metric
 batches, and a chart read that arrives then gets the lock only in turns with each of them.
@@ -45,7 +51,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..telemetry import INGEST_ROUTE
 
-__all__ = ["Admission", "Busy", "InteractiveRequests", "ReadsFirst", "Slots", "is_batch"]
+__all__ = [
+    "Admission",
+    "Busy",
+    "CallerShares",
+    "InteractiveRequests",
+    "ReadsFirst",
+    "Slots",
+    "caller_of",
+    "is_batch",
+]
 
 Kind = Literal["ingest", "read"]
 
@@ -130,8 +145,61 @@ class Slots:
             self._line.remove(turn)
 
 
+class CallerShares:
+    """At most ``per_caller`` read slots for each caller at once: each caller's own `Slots`,
+    made when it first asks and dropped when it holds and awaits none. Used from one event
+    loop (a worker's).
+
+    A caller is told by what it authenticates with, before anything is checked (admission
+    comes first): its ``Authorization`` header, else its ``Cookie`` header, else its address.
+    Only a hash of that is kept.
+    """
+
+    def __init__(self, per_caller: int, wait_s: float, queue_limit: int = 512) -> None:
+        if per_caller < 1:
+            raise ValueError(f"per_caller must be at least 1, got {per_caller}")
+        self.per_caller = per_caller
+        self.wait_s = wait_s
+        self.queue_limit = queue_limit
+        self._callers: dict[int, Slots] = {}
+
+    def __len__(self) -> int:
+        """Callers holding or awaiting a slot now."""
+        return len(self._callers)
+
+    @contextlib.asynccontextmanager
+    async def share(self, scope: Scope) -> AsyncIterator[None]:
+        """Hold one of the caller's slots for the block; raises `Busy` when none came in
+        time."""
+        caller = caller_of(scope)
+        slots = self._callers.get(caller)
+        if slots is None:
+            slots = self._callers[caller] = Slots(self.per_caller, self.wait_s, self.queue_limit)
+        try:
+            async with slots.slot():
+                yield
+        finally:
+            if slots.in_flight == 0 and slots.waiting == 0:
+                self._callers.pop(caller, None)
+
+
+def caller_of(scope: Scope) -> int:
+    """Who sends a request, as `CallerShares` tells callers apart (a hash)."""
+    found: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in (b"authorization", b"cookie"):
+            found[name] = value
+    if b"authorization" in found:
+        return hash((b"authorization", found[b"authorization"]))
+    if b"cookie" in found:
+        return hash((b"cookie", found[b"cookie"]))
+    client = scope.get("client")
+    return hash(("address", client[0] if client else None))
+
+
 class Admission:
-    """Pure ASGI middleware: each HTTP request takes a slot of its kind first (see above).
+    """Pure ASGI middleware: each HTTP request takes a slot of its kind first (see above),
+    and a read first one of its caller's ``shares`` when given.
 
     ``refused(kind)`` is called for every request answered 503 here.
     """
@@ -142,26 +210,41 @@ class Admission:
         ingest: Slots,
         reads: Slots,
         refused: Callable[[Kind], None] | None = None,
+        shares: CallerShares | None = None,
     ) -> None:
         self.app = app
         self.slots: dict[Kind, Slots] = {"ingest": ingest, "read": reads}
         self.refused = refused
+        self.shares = shares
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith(UNADMITTED_PREFIXES):
             await self.app(scope, receive, send)
             return
         kind: Kind = "ingest" if is_batch(scope) else "read"
+        if kind == "read" and self.shares is not None:
+            try:
+                async with self.shares.share(scope):
+                    await self._admitted(kind, scope, receive, send)
+            except Busy:
+                await self._refuse(kind, send)
+            return
+        await self._admitted(kind, scope, receive, send)
+
+    async def _admitted(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         slots = self.slots[kind]
         if not await slots.acquire():
-            if self.refused is not None:
-                self.refused(kind)
-            await _busy(send, kind)
+            await self._refuse(kind, send)
             return
         try:
             await self.app(scope, receive, send)
         finally:
             slots.release()
+
+    async def _refuse(self, kind: Kind, send: Send) -> None:
+        if self.refused is not None:
+            self.refused(kind)
+        await _busy(send, kind)
 
 
 async def _busy(send: Send, kind: Kind) -> None:

@@ -12,7 +12,16 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from normwatch.server.api.admission import Busy, InteractiveRequests, ReadsFirst, Slots, is_batch
+from normwatch.server.api.admission import (
+    Admission,
+    Busy,
+    CallerShares,
+    InteractiveRequests,
+    ReadsFirst,
+    Slots,
+    caller_of,
+    is_batch,
+)
 from normwatch.server.api.metrics import LARGE_BATCH_WAIT_S, _Turns
 from starlette.types import Message, Receive, Scope, Send
 
@@ -364,3 +373,80 @@ def test_a_small_batch_is_marked_from_its_body_to_its_answer_and_a_large_one_nev
         run_async(call(large))
         assert seen == [("called", 0, False), ("body read", 0, False), ("answering", 0, False)]
     assert (gate.small, gate.active) == (0, 0)
+
+
+# --- a fair share of reads ----------------------------------------------------------------
+
+
+def test_one_caller_holds_at_most_its_share_of_the_read_slots() -> None:
+    """Sixteen expensive reads sent at once by one token held every read slot, and other
+    users were answered 503 after waiting 10 s."""
+
+    async def scenario() -> None:
+        reads = Slots(4, wait_s=5.0)
+        shares = CallerShares(2, wait_s=0.5)
+        release = asyncio.Event()
+        entered: list[bytes] = []
+        answers: list[tuple[bytes, int, dict[bytes, bytes]]] = []
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            entered.append(dict(scope["headers"]).get(b"authorization", b"-"))
+            await release.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        admission = Admission(app, Slots(1, wait_s=1.0), reads, shares=shares)
+
+        async def call(token: bytes | None, address: str = "10.0.0.1") -> None:
+            headers = [] if token is None else [(b"authorization", token)]
+            scope = {
+                "type": "http",
+                "method": "GET",
+                "path": "/api/v1/runs",
+                "headers": headers,
+                "client": (address, 5000),
+            }
+
+            async def receive() -> Message:
+                return {"type": "http.request", "body": b""}
+
+            async def send(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    who = token or address.encode()
+                    answers.append((who, message["status"], dict(message["headers"])))
+
+            await admission(scope, receive, send)
+
+        greedy = [asyncio.create_task(call(b"Bearer a")) for _ in range(6)]
+        await asyncio.sleep(0.05)
+        assert entered == [b"Bearer a"] * 2 and reads.in_flight == 2
+        others = [
+            asyncio.create_task(call(b"Bearer b")),
+            asyncio.create_task(call(None, "10.0.0.2")),
+        ]
+        await asyncio.sleep(0.05)
+        assert sorted(entered) == [b"-", b"Bearer a", b"Bearer a", b"Bearer b"]  # at once
+        assert reads.in_flight == 4 and len(shares) == 3
+        await asyncio.sleep(0.6)  # the greedy caller's four others wait for its own slots
+        refused = [(who, status) for who, status, _ in answers]
+        assert refused == [(b"Bearer a", 503)] * 4
+        assert all(headers[b"retry-after"] == b"1" for _, _, headers in answers)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*greedy, *others), 2.0)
+        assert sorted(status for _, status, _ in answers) == [200] * 4 + [503] * 4
+        assert reads.in_flight == 0 and len(shares) == 0
+
+    run_async(scenario())
+
+
+def test_callers_are_told_by_token_then_session_then_address() -> None:
+    def scope(headers: list[tuple[bytes, bytes]], address: str = "10.0.0.1") -> Scope:
+        return {"type": "http", "headers": headers, "client": (address, 1)}
+
+    token = [(b"authorization", b"Bearer nw_x")]
+    cookie = [(b"cookie", b"normwatch_session=s1")]
+    assert caller_of(scope(token)) == caller_of(scope(token + cookie, "10.9.9.9"))
+    assert caller_of(scope(token)) != caller_of(scope([(b"authorization", b"Bearer nw_y")]))
+    assert caller_of(scope(cookie)) == caller_of(scope(cookie, "10.0.0.2"))
+    assert caller_of(scope(cookie)) != caller_of(scope([(b"cookie", b"normwatch_session=s2")]))
+    assert caller_of(scope([])) != caller_of(scope([], "10.0.0.2"))
