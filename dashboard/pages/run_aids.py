@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import dash
 from dash import Input, Output, State
 from dash.exceptions import PreventUpdate
-from normwatch.server.alerts.selectors import metric_matches, run_matches
+from normwatch.server.alerts.selectors import GlobError, metric_matches, run_matches
 from normwatch.server.analytics.derived import is_derived
 from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
@@ -110,7 +110,7 @@ def rule_lines(rules: Sequence[AlertRuleOut], run: RunOut) -> list[RuleLine]:
         value = _finite(rule.condition.get("value"))
         if not rule.enabled or rule.condition.get("kind") not in VALUE_KINDS or value is None:
             continue
-        if not run_matches(rule.runs.name, rule.runs.tags, run.name, run.tags):
+        if not _watches_run(rule, run):
             continue
         found.append(RuleLine(rule.name, rule.metric, value, str(rule.condition["kind"])))
     return found
@@ -125,7 +125,19 @@ def watches(selector: str, metric: str) -> bool:
     """
     if selector == metric:
         return True
-    return not is_derived(selector) and not is_derived(metric) and metric_matches(selector, metric)
+    if is_derived(selector) or is_derived(metric):
+        return False
+    try:
+        return metric_matches(selector, metric)
+    except GlobError:  # a rule saved before globs were checked: it draws nothing
+        return False
+
+
+def _watches_run(rule: AlertRuleOut, run: RunOut) -> bool:
+    try:
+        return run_matches(rule.runs.name, rule.runs.tags, run.name, run.tags)
+    except GlobError:
+        return False
 
 
 def fit_window(view: RunView) -> int | None:

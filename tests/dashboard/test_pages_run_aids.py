@@ -129,6 +129,10 @@ def test_rule_lines_are_the_enabled_rules_with_a_value_that_watch_the_run() -> N
     ]
     names = [line.rule for line in rule_lines(RULES, a_run("7b-dense", ["dense"]))]
     assert names == ["grad 5", "grad heading 5", "layers", "other runs", "dense only", "share"]
+    broken = a_rule(
+        "broken", GRAD, {"kind": "threshold", "op": ">", "value": 1.0}, runs={"name": "[z-a]"}
+    )
+    assert rule_lines([broken], a_run()) == []  # and draws no line rather than failing
 
 
 @pytest.mark.parametrize(
@@ -142,6 +146,7 @@ def test_rule_lines_are_the_enabled_rules_with_a_value_that_watch_the_run() -> N
         ("share(a, b)", "share(a,b)", False),
         ("grad/norm/*", "rss(grad/norm/*)", False),
         ("rss(grad/norm/*)", GRAD, False),
+        ("grad/[z-a]", GRAD, False),  # saved before globs were checked: watches nothing
     ],
 )
 def test_watches(selector: str, metric: str, watched: bool) -> None:
