@@ -168,7 +168,7 @@ def evaluate_batch(
     now_unix = time.time() if now_unix is None else now_unix
     visible = _visible_in_batch(cache.aliases(run.project_id), batch)
     # One index of the batch's names serves every rule: a glob is one pass over all of them.
-    names = NameIndex(visible if visible is not None else _logged_names(batch))
+    names = NameIndex(list(visible) if visible is not None else _logged_names(batch))
     work: list[tuple[StepRule, str, Sequence[int], Sequence[float]]] = []
     for rule in matching:
         if rule.expression is not None:
@@ -293,7 +293,7 @@ def _derived_in_batch(
     step whose inputs came in different batches is not judged.
     """
     if names is None:
-        names = NameIndex(visible if visible is not None else _logged_names(batch))
+        names = NameIndex(list(visible) if visible is not None else _logged_names(batch))
     inputs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for pattern in derived.patterns(expression):
         sources = _watched(pattern, names, visible)
