@@ -6,8 +6,8 @@ unbounded wildcard runs on Python's ``re`` (one wildcard backtracks at most once
 character, and that engine is the fastest per call), any other on RE2, which never
 backtracks. Patterns are bounded (`MAX_GLOB_LENGTH` characters, `MAX_GLOB_WILDCARDS` runs
 of ``*``), checked (`check_glob` raises `GlobError`, a ``ValueError`` answered 422, saying what is
-wrong) and compiled once. `matching_names` matches one glob against many names in one
-call into RE2 (:class:`NameIndex` keeps the names joined for that).
+wrong) and compiled once. :class:`NameIndex` matches a glob against many names at once, and keeps
+what it matched.
 
 >>> metric_matches("grad/norm/layers.*", "grad/norm/layers.12")
 True
@@ -97,15 +97,17 @@ def run_matches(
 
 
 def matching_names(pattern: str, names: Sequence[str]) -> list[str]:
-    """The ``names`` (metric names) that ``pattern`` matches, in order, in one pass of
-    RE2 over them all; `NameIndex` keeps the pass's input for names matched often."""
+    """The ``names`` (metric names) that ``pattern`` matches, in order (a `NameIndex` keeps
+    what it needs for names matched often)."""
     return NameIndex(names).matching(pattern)
 
 
 class NameIndex:
-    """Metric names, joined once so that each glob is matched against all of them in one
-    call; what each glob matched is kept (at most `MAX_KEPT` globs, oldest dropped first).
+    """Metric names, each glob matched against all of them at once; what each glob matched
+    is kept (at most `MAX_KEPT` globs, oldest dropped first).
 
+    A glob that Python's ``re`` may run (at most one run of ``*``) is matched name by name
+    there; any other in one pass of RE2 over the names joined, built on its first use.
     Thread-safe. Names never hold NUL (the API refuses it), which separates them.
     """
 
@@ -113,15 +115,7 @@ class NameIndex:
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
-        # Each name follows a NUL: "\0a\0b\0". A match starts at a NUL and cannot cross
-        # the next one, and RE2 takes the longest, so a name matches if and only if the
-        # match that starts before it ends at the NUL after it.
-        self._text = "\0" + "\0".join(self.names) + "\0"
-        self._at: dict[int, int] = {}
-        at = 0
-        for i, name in enumerate(self.names):
-            self._at[at] = i
-            at += len(name) + 1
+        self._joined: tuple[bytes, dict[int, int]] | None = None
         self._kept: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
@@ -137,17 +131,36 @@ class NameIndex:
             kept = self._kept.get(pattern)
         if kept is not None:
             return kept
-        framed, text, at = _compiled(pattern, True).framed, self._text, self._at
-        found = [
-            self.names[at[match.start()]]
-            for match in framed.finditer(text)
-            if text.startswith("\0", match.end()) and match.start() in at
-        ]
+        glob = _compiled(pattern, True)
+        if isinstance(glob.one, re.Pattern):
+            fullmatch = glob.one.fullmatch
+            found = [name for name in self.names if fullmatch(name)]
+        else:
+            found = self._in_one_pass(glob.framed)
         with self._lock:
             if len(self._kept) >= self.MAX_KEPT:
                 del self._kept[next(iter(self._kept))]
             self._kept[pattern] = found
         return found
+
+    def _in_one_pass(self, framed: _Re2Pattern) -> list[str]:
+        # Each name follows a NUL: "\0a\0b\0" in UTF-8. A match starts at a NUL and cannot
+        # cross the next one, and RE2 takes the longest, so a name matches if and only if
+        # the match that starts before it ends at the NUL after it.
+        if self._joined is None:
+            text = b"\0" + b"\0".join(name.encode() for name in self.names) + b"\0"
+            at: dict[int, int] = {}
+            offset = 0
+            for i, name in enumerate(self.names):
+                at[offset] = i
+                offset += len(name.encode()) + 1
+            self._joined = (text, at)
+        text, at = self._joined
+        return [
+            self.names[at[match.start()]]
+            for match in framed.finditer(text)
+            if text.startswith(b"\0", match.end()) and match.start() in at
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +176,7 @@ class _Re2Pattern(Protocol):
 
     def fullmatch(self, text: str) -> object | None: ...
 
-    def finditer(self, text: str) -> Iterator[re.Match[str]]: ...
+    def finditer(self, text: bytes) -> Iterator[re.Match[bytes]]: ...
 
 
 _RE2_OPTIONS = re2.Options()
@@ -192,7 +205,7 @@ def _compiled(pattern: str, segmented: bool) -> _Glob:
         single: re.Pattern[str] | _Re2Pattern = (
             re.compile(one, re.DOTALL) if unbounded <= 1 else re2.compile(one, _RE2_OPTIONS)
         )
-        return _Glob(single, re2.compile(f"\\x00(?:{framed})", _LONGEST))
+        return _Glob(single, re2.compile(f"\\x00(?:{framed})".encode(), _LONGEST))
     except (re.error, re2.error) as e:  # pragma: no cover - _translate emits valid syntax
         raise GlobError(f"{pattern!r} cannot be matched: {e}") from None
 
