@@ -41,7 +41,7 @@ from ..storage.alerts import (
 from ..storage.alerts import delete_rule as remove_rule
 from ..storage.runs import lineage_of, run_by_id, run_owner, segments_of
 from .aliases import project_aliases
-from .full_resolution import Reader
+from .full_resolution import Budget, Reader
 from .query import compute, encode_value, parse_expression
 from .runs import Forbidden
 
@@ -250,7 +250,8 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     transitions: list[PreviewTransition] = []
     if derived.is_derived(rule.metric):
         aliases = project_aliases(session, run.project_id)
-        reader = Reader(session, run, None, None, budget=PREVIEW_MAX_POINTS, aliases=aliases)
+        budget = Budget(points=PREVIEW_MAX_POINTS)
+        reader = Reader(session, run, None, None, budget=budget, aliases=aliases)
         steps, values = compute(reader, parse_expression(rule.metric))
         series: Iterable[tuple[str, list[int], list[float]]] = [
             (rule.metric, steps.tolist(), values.tolist())

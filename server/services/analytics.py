@@ -22,7 +22,7 @@ from ..errors import Invalid
 from ..models import Run
 from . import query
 from .aliases import project_aliases
-from .full_resolution import Reader
+from .full_resolution import Budget, Reader
 
 StepArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -113,9 +113,20 @@ def compare_runs(
     if not 1 <= len(runs) <= MAX_COMPARED_RUNS:
         raise Invalid(f"compare 1 to {MAX_COMPARED_RUNS} runs, got {len(runs)}")
     out = []
+    budget = Budget()  # one for the whole comparison, every run's reads together
     for run in runs:
-        [series] = query.read_series(session, run, [metric], start=start, end=end, points=points)
-        whole = Reader(session, run, None, None, aliases=project_aliases(session, run.project_id))
+        aliases = project_aliases(session, run.project_id)
+        [series] = query.read_series(
+            session,
+            run,
+            [metric],
+            start=start,
+            end=end,
+            points=points,
+            aliases=aliases,
+            budget=budget,
+        )
+        whole = Reader(session, run, None, None, budget, aliases=aliases)
         steps, values = full_series(whole, metric)
         found = spike_finder.find_spikes(steps, values)
         inside = (steps >= (start if start is not None else -(2**63))) & (

@@ -43,26 +43,56 @@ SeriesArrays = tuple[StepArray, FloatArray]
 
 
 @dataclass
+class Budget:
+    """What one request may read and use at full resolution, shared by its readers (a
+    comparison reads several runs): ``points`` used, a series counting again each time it
+    is used, and ``series`` read from storage. Past either the request is refused
+    (`Invalid`, 422) with the limit and a hint."""
+
+    points: int = MAX_ANALYSIS_POINTS
+    series: int = MAX_ANALYSIS_SERIES
+    used_points: int = 0
+    _series_read: set[tuple[int, str]] = field(default_factory=set)
+
+    def charge(self, points: int) -> None:
+        """Count ``points`` used; refuse the request once they pass the limit."""
+        self.used_points += points
+        if self.used_points > self.points:
+            raise Invalid(
+                f"this analysis would use more than {self.points:,} stored points; "
+                "narrow the range (start, end) or name fewer metrics"
+            )
+
+    def reading(self, run_key: int, names: Sequence[str]) -> None:
+        """Count the series of ``names`` about to be read (a series read again, over
+        another range, counts once); refuse them, before any is read, past the limit."""
+        new = {(run_key, name) for name in names} - self._series_read
+        if len(self._series_read) + len(new) > self.series:
+            raise Invalid(
+                f"this request would read {len(self._series_read) + len(new):,} series at "
+                f"full resolution, more than the {self.series:,} one request may read; "
+                "name a narrower glob or fewer metrics (or runs)"
+            )
+        self._series_read |= new
+
+
+@dataclass
 class Reader:
-    """Reads one run's metrics at full resolution over ``[start, end]``, within a budget.
+    """Reads one run's metrics at full resolution over ``[start, end]``, within a `Budget`
+    (its own, or the request's when given).
 
     A series read once is kept for the request: expressions that share inputs read them
-    once. Every use counts against ``budget`` points, and at most ``max_series`` distinct
-    series are read; past either the request is refused (`Invalid`, 422) with the limit's
-    name and a hint.
+    once, and every use counts against the budget's points.
     """
 
     session: Session
     run: Run
     start: int | None
     end: int | None
-    budget: int = MAX_ANALYSIS_POINTS
-    read: int = 0
-    """Points used so far (a kept series counts again at each use)."""
+    budget: Budget = field(default_factory=Budget)
     _names: list[str] | None = None
     aliases: AliasMap = EMPTY
     """The project's aliases: a canonical name the run did not store reads its alias."""
-    max_series: int = MAX_ANALYSIS_SERIES
     _kept: dict[str, SeriesArrays] = field(default_factory=dict)
 
     def names(self) -> list[str]:
@@ -87,12 +117,7 @@ class Reader:
     def series(self, names: Sequence[str]) -> dict[str, SeriesArrays]:
         """Every stored point of each name (float32-compacted values merely widened)."""
         wanted = [name for name in dict.fromkeys(names) if name not in self._kept]
-        if len(self._kept) + len(wanted) > self.max_series:
-            raise Invalid(
-                f"this request would read {len(self._kept) + len(wanted):,} series at full "
-                f"resolution, more than the {self.max_series:,} one request may read; "
-                "name a narrower glob or fewer metrics"
-            )
+        self.budget.reading(self.run.key, wanted)
         if wanted:
             lineage, ids = series_keys(self.session, self.run.key, wanted)
             for name in wanted:
@@ -103,20 +128,11 @@ class Reader:
                 got = pyramid.gather(
                     self.session, self.run.key, mid, lineage, self.start, self.end, 0.0
                 )
-                self.charge(len(got.points))
+                self.budget.charge(len(got.points))
                 self._kept[name] = (got.points.steps, got.points.values)
         out = {name: self._kept[name] for name in names}
-        self.charge(sum(len(out[name][0]) for name in names if name not in wanted))
+        self.budget.charge(sum(len(out[name][0]) for name in names if name not in wanted))
         return out
-
-    def charge(self, points: int) -> None:
-        """Count ``points`` used; refuse the request once they pass the budget."""
-        self.read += points
-        if self.read > self.budget:
-            raise Invalid(
-                f"this analysis would use more than {self.budget:,} stored points; "
-                "narrow the range (start, end) or name fewer metrics"
-            )
 
 
 MAX_INDEXED_NAMES = 1_000_000

@@ -19,7 +19,7 @@ from ..storage.m4 import m4_select
 from ..storage.points import latest_values, series_keys
 from ..storage.runs import Lineage, events_of
 from .aliases import project_aliases
-from .full_resolution import Reader
+from .full_resolution import Budget, Reader
 
 MAX_POINTS = 20_000
 
@@ -88,6 +88,7 @@ def read_series(
     end: int | None = None,
     points: int = 1000,
     aliases: AliasMap | None = None,
+    budget: Budget | None = None,
 ) -> list[Series]:
     """Each metric's points in ``[start, end]`` of the latest lineage, M4-downsampled.
 
@@ -100,6 +101,9 @@ def read_series(
     A name the run did not store reads its stored alias under the project's ``aliases``
     (read from the database when not given), and comes back under the name asked for,
     with the alias as its ``source``; a stored name always wins over an alias.
+
+    Expressions read within ``budget`` (`full_resolution.Budget`; the request's own when
+    not given).
     """
     if points < 1 or points > MAX_POINTS:
         raise Invalid(f"points must be between 1 and {MAX_POINTS}, got {points}")
@@ -118,7 +122,7 @@ def read_series(
         for name in plain
         if (source := aliases.resolve(name, ids)) is not None and source != name
     }
-    reader = Reader(session, run, start, end, aliases=aliases)
+    reader = Reader(session, run, start, end, budget or Budget(), aliases=aliases)
     out = []
     for name in metrics:
         if name in expressions:

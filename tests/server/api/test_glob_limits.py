@@ -182,3 +182,26 @@ def test_an_expression_over_too_many_series_is_refused_before_reading(
         # Layers 0 to 9 hold 330 series; layers 1, 2, 3 and 10 to 39 hold 1,089.
         assert got[0]["values"] == pytest.approx([330**0.5 * v for v in (1.0, 2.0, 3.0)])
         assert got[1]["values"] == pytest.approx([1089**0.5 * v for v in (1.0, 2.0, 3.0)])
+
+
+def test_a_comparison_reads_its_runs_within_one_budget(
+    wide_run: tuple[ServerProcess, Tenant, str],
+) -> None:
+    """Each run of a comparison had a budget of its own: eight runs, eight budgets."""
+    server, tenant, run_id = wide_run
+    with client_for(server, tenant, "ingest") as api:
+        other = create_run(api, name="wide-2")
+        names = [f"grad/norm/layers.{i}/w{j}" for i in range(40) for j in range(33)]
+        body = {"steps": [1, 2, 3], "metrics": {n: [2.0, 2.0, 2.0] for n in names}}
+        r = api.post(f"/api/v1/runs/{other}/metrics", json=body, timeout=120)
+        assert r.status_code == 202, r.text
+    glob = "rss(grad/norm/layers.[1-3]*/**)"  # 1,089 series in each run
+    with client_for(server, tenant, "read") as api:
+        alone = api.get("/api/v1/compare", params={"run": run_id, "metric": glob})
+        assert alone.status_code == 200, alone.text  # its range and its whole run: once
+        [summary] = alone.json()["runs"]
+        assert summary["series"]["values"] == pytest.approx([1089**0.5 * v for v in (1, 2, 3)])
+        both = api.get("/api/v1/compare", params={"run": [run_id, other], "metric": glob})
+        assert both.status_code == 422, both.text
+        assert "2,178 series" in both.json()["detail"]
+        assert f"{MAX_ANALYSIS_SERIES:,}" in both.json()["detail"]
