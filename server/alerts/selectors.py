@@ -5,9 +5,9 @@ Globs match in time linear in the name, whatever the pattern: a pattern with at 
 unbounded wildcard runs on Python's ``re`` (one wildcard backtracks at most once per
 character, and that engine is the fastest per call), any other on RE2, which never
 backtracks. Patterns are bounded (`MAX_GLOB_LENGTH` characters, `MAX_GLOB_WILDCARDS` runs
-of ``*``), checked (`check_glob` raises `GlobError`, a ``ValueError`` answered 422, saying what is
-wrong) and compiled once. :class:`NameIndex` matches a glob against many names at once, and keeps
-what it matched.
+of ``*``), checked (`check_glob` raises `GlobError`, a ``ValueError`` answered 422, saying
+what is wrong) and compiled once (the last 1,024 kept). :class:`NameIndex` matches a glob
+against many names at once, and keeps what it matched.
 
 >>> metric_matches("grad/norm/layers.*", "grad/norm/layers.12")
 True
@@ -165,10 +165,15 @@ class NameIndex:
 
 @dataclass(frozen=True, slots=True)
 class _Glob:
+    pattern: str
     one: re.Pattern[str] | _Re2Pattern
     """Matches one name (``fullmatch``)."""
-    framed: _Re2Pattern
-    """Finds, after each NUL of a `NameIndex`'s text, the longest run that matches."""
+
+    @property
+    def framed(self) -> _Re2Pattern:
+        """Finds, after each NUL of a `NameIndex`'s text, the longest run that matches
+        (compiled on first use: only globs RE2 matches need it)."""
+        return _framed(self.pattern)
 
 
 class _Re2Pattern(Protocol):
@@ -179,15 +184,31 @@ class _Re2Pattern(Protocol):
     def finditer(self, text: bytes) -> Iterator[re.Match[bytes]]: ...
 
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # a refused pattern is the caller's error, said in GlobError
-_RE2_OPTIONS.dot_nl = True
-_LONGEST = re2.Options()
-_LONGEST.log_errors = False
-_LONGEST.longest_match = True
+def _options(*, longest: bool) -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is the caller's error, said in GlobError
+    options.dot_nl = True
+    options.longest_match = longest
+    # Each compiled pattern's memory, its lazily built automaton included (past it RE2
+    # falls back to a slower search, still linear): the caches below hold at most 1,088
+    # patterns, so about 280 MB at the very worst, and in practice a few KB each.
+    options.max_mem = RE2_MAX_MEM
+    return options
 
 
-@lru_cache(maxsize=4096)
+RE2_MAX_MEM = 1 << 18
+_RE2_OPTIONS = _options(longest=False)
+_LONGEST = _options(longest=True)
+
+
+@lru_cache(maxsize=64)
+def _framed(pattern: str) -> _Re2Pattern:
+    framed, _ = _translate(pattern, True, framed=True)
+    compiled: _Re2Pattern = re2.compile(f"\\x00(?:{framed})".encode(), _LONGEST)
+    return compiled
+
+
+@lru_cache(maxsize=1024)
 def _compiled(pattern: str, segmented: bool) -> _Glob:
     if "\0" in pattern:
         raise GlobError("a glob must not contain NUL characters")
@@ -200,12 +221,11 @@ def _compiled(pattern: str, segmented: bool) -> _Glob:
         raise GlobError(
             f"{pattern!r} has {unbounded} runs of '*'; a glob may have at most {MAX_GLOB_WILDCARDS}"
         )
-    framed, _ = _translate(pattern, segmented, framed=True)
     try:
         single: re.Pattern[str] | _Re2Pattern = (
             re.compile(one, re.DOTALL) if unbounded <= 1 else re2.compile(one, _RE2_OPTIONS)
         )
-        return _Glob(single, re2.compile(f"\\x00(?:{framed})".encode(), _LONGEST))
+        return _Glob(pattern, single)
     except (re.error, re2.error) as e:  # pragma: no cover - _translate emits valid syntax
         raise GlobError(f"{pattern!r} cannot be matched: {e}") from None
 
