@@ -104,7 +104,7 @@ def matching_names(pattern: str, names: Sequence[str]) -> list[str]:
 
 class NameIndex:
     """Metric names, each glob matched against all of them at once; what each glob matched
-    is kept (at most `MAX_KEPT` globs, oldest dropped first).
+    is kept (at most `MAX_KEPT` globs and `MAX_KEPT_NAMES` names in all, oldest first out).
 
     A glob that Python's ``re`` may run (at most one run of ``*``) is matched name by name
     there; any other in one pass of RE2 over the names joined, built on its first use.
@@ -112,11 +112,13 @@ class NameIndex:
     """
 
     MAX_KEPT = 256
+    MAX_KEPT_NAMES = 100_000
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
         self._joined: tuple[bytes, dict[int, int]] | None = None
         self._kept: dict[str, list[str]] = {}
+        self._kept_names = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -138,9 +140,13 @@ class NameIndex:
         else:
             found = self._in_one_pass(glob.framed)
         with self._lock:
-            if len(self._kept) >= self.MAX_KEPT:
-                del self._kept[next(iter(self._kept))]
-            self._kept[pattern] = found
+            if pattern not in self._kept:
+                self._kept[pattern] = found
+                self._kept_names += len(found)
+            while self._kept and (
+                len(self._kept) > self.MAX_KEPT or self._kept_names > self.MAX_KEPT_NAMES
+            ):
+                self._kept_names -= len(self._kept.pop(next(iter(self._kept))))
         return found
 
     def _in_one_pass(self, framed: _Re2Pattern) -> list[str]:

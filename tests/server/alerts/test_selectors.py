@@ -209,3 +209,13 @@ def test_an_index_frames_names_that_hold_newlines_and_brackets() -> None:
     assert index.matching("*\n") == ["b\n"]
     assert index.matching("[[]x]") == ["[x]"]
     assert index.matching("**") == names
+
+
+def test_an_index_keeps_a_bounded_number_of_answers() -> None:
+    index = NameIndex([f"m/{i}" for i in range(1000)])
+    index.MAX_KEPT_NAMES = 1500
+    for digit in range(1, 10):
+        assert len(index.matching(f"m/{digit}*")) == 111
+    assert index.matching("m/*") == index.names  # 1,000 more: the oldest answers go
+    assert list(index._kept) == [f"m/{d}*" for d in range(6, 10)] + ["m/*"]
+    assert index._kept_names == 4 * 111 + 1000
