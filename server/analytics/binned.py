@@ -14,6 +14,9 @@ FloatArray = npt.NDArray[np.float64]
 MAD_TO_SIGMA = 1.4826
 MIN_BINS_PER_SIDE = 4
 """Fewest bins a side of a boundary needs to be judged."""
+WINDOWS_BLOCK = 1 << 18
+"""Floats of scan windows copied at a time (2 MiB; the default window over 1,000 bins
+takes one copy): the scan's memory does not grow with its window."""
 
 
 def bin_means(
@@ -119,32 +122,51 @@ def robust_sigma(residuals: FloatArray, half: int, *, clipped_rms: bool) -> Floa
     return result
 
 
+def least_bins(half: int) -> int:
+    """Occupied bins each side of a boundary needs within a window of ``half`` bins: a
+    quarter window, at least `MIN_BINS_PER_SIDE`.
+
+    A side with few bins lets one line chase one noisy bin (heavy tails near a series' ends
+    scored like changes). A series with fewer than twice this many occupied bins has no
+    boundary that can be judged.
+    """
+    return max(MIN_BINS_PER_SIDE, half // 4)
+
+
 def scan(counts: FloatArray, level: FloatArray, half: int) -> tuple[FloatArray, FloatArray]:
     """``RSS_cubic - RSS_two_lines`` and the relative size of the change at every boundary.
 
     Boundary ``τ`` (``0..n_bins``) lies before bin ``τ``; its window is bins ``τ - h`` to
     ``τ + h - 1`` at ``u = (k - h + ½) / h``, weighted by their point counts. Boundaries with
-    fewer than a quarter window of occupied bins on a side score ``-inf``.
+    fewer than `least_bins` occupied bins on a side score ``-inf``.
+
+    Memory and time grow with ``min(h, n_bins)``, not with ``h``: a window's bins further
+    than ``n_bins`` from its centre lie outside the series for every boundary, so only the
+    kernel's middle ``2 · min(h, n_bins)`` rows are used.
     """
-    u = (np.arange(2 * half) - half + 0.5) / half
+    reach = min(half, len(counts))
+    u = (np.arange(2 * reach) - reach + 0.5) / half
     left = (u < 0).astype(np.float64)
     powers = u[:, np.newaxis] ** np.arange(7)
     kernels = np.hstack([powers * left[:, np.newaxis], powers * (1.0 - left)[:, np.newaxis]])
 
     def correlate(series: FloatArray, columns: FloatArray) -> FloatArray:
-        # A contiguous copy: BLAS multiplies it in well under a millisecond, while the strided
-        # view sometimes takes ten times as long.
-        windows = np.ascontiguousarray(sliding_window_view(np.pad(series, half), 2 * half))
-        result: FloatArray = windows @ columns
+        windows = sliding_window_view(np.pad(series, reach), 2 * reach)
+        rows = max(1, WINDOWS_BLOCK // (2 * reach))
+        result: FloatArray = np.empty((len(windows), columns.shape[1]))
+        for first in range(0, len(windows), rows):
+            # A contiguous copy: BLAS multiplies it in well under a millisecond, while the
+            # strided view sometimes takes ten times as long. In blocks, so that a wide
+            # window costs time, not memory.
+            block = np.ascontiguousarray(windows[first : first + rows])
+            result[first : first + rows] = block @ columns
         return result
 
     w = correlate(counts, kernels)  # Σ n u^p for p = 0..6, left side then right side
     wy = correlate(counts * level, kernels[:, [0, 1, 2, 3, 7, 8, 9, 10]])
     wyy = correlate(counts * level**2, kernels[:, [0, 7]])
     filled = correlate((counts > 0).astype(np.float64), kernels[:, [0, 7]])
-    # A side with few bins lets one line chase one noisy bin (heavy tails near the series'
-    # ends scored like changes): each side needs a quarter window of occupied bins.
-    least = max(MIN_BINS_PER_SIDE, half // 4)
+    least = least_bins(half)
     valid = (filled[:, 0] >= least) & (filled[:, 1] >= least)
 
     rss_left, level_left, slope_left = line_rss(w[:, 0:3], wy[:, 0:2], wyy[:, 0])

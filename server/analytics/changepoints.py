@@ -17,6 +17,7 @@ from .binned import (
     bin_means,
     ceil_div,
     despike,
+    least_bins,
     locate,
     noise,
     scan,
@@ -67,6 +68,11 @@ def _series(steps: npt.ArrayLike, values: npt.ArrayLike) -> tuple[IntArray, Floa
             f"steps must be strictly ascending, got {int_steps[i + 1]} after {int_steps[i]} "
             f"at index {i + 1}: sort the points, drop repeated steps, and pass one run "
             "segment at a time (a restart's steps go backwards)"
+        )
+    if len(int_steps) and int(int_steps[-1]) - int(int_steps[0]) > _INT64.max:
+        raise ValueError(
+            f"steps must span at most {_INT64.max} steps, got {int_steps[0]} to "
+            f"{int_steps[-1]}: offsets from the first step are int64"
         )
     return int_steps, value_array
 
@@ -227,7 +233,10 @@ def _changes(
     firsts = np.searchsorted(offset, np.arange(n_bins, dtype=np.int64) * width)
     counts = np.diff(np.append(firsts, len(offset))).astype(np.float64)
     occupied = np.flatnonzero(counts)
-    if len(occupied) < 2 * MIN_BINS_PER_SIDE:
+    # No boundary has enough occupied bins on both sides (a window much wider than the
+    # series asks for more than it holds): nothing to judge, and nothing is allocated by
+    # the window's size.
+    if len(occupied) < 2 * least_bins(half):
         return []
     occupied_counts = counts[occupied]
     means = bin_means(offset, values, firsts[occupied], occupied_counts, occupied, width, spacing)

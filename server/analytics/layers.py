@@ -38,6 +38,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 StepArray = npt.NDArray[np.int64]
+_INT64 = np.iinfo(np.int64)
 
 _EMBEDDING = re.compile(r"(^|[._/])(embed\w*|wte|wpe|tok_embeddings|embed_tokens)([._/]|$)")
 _BLOCK = re.compile(r"^(.*?)(?:^|[._/])(\d+)(?=[._/]|$)")
@@ -79,12 +80,22 @@ def depth_order(parts: Iterable[str]) -> list[str]:
 
 def bucket_edges(lo: int, hi: int, buckets: int) -> StepArray:
     """``buckets + 1`` integer edges splitting steps ``[lo, hi]`` into near-equal buckets:
-    bucket ``i`` holds steps ``edges[i] <= s < edges[i + 1]``."""
+    bucket ``i`` holds steps ``edges[i] <= s < edges[i + 1]``, with ``edges[i] = lo +
+    ⌊i · (hi - lo + 1) / buckets⌋`` (fewer where buckets would be empty).
+
+    Exact over any int64 range (``i · span`` is taken in Python integers: in int64 it
+    overflows past a span of ``2**63 / buckets``). The last edge, ``hi + 1``, is at most
+    ``2**63 - 1``, so a step logged at ``2**63 - 1`` itself falls past it.
+
+    >>> bucket_edges(-(2**63), 2**63 - 1, 4).tolist()
+    [-9223372036854775808, -4611686018427387904, 0, 4611686018427387904, 9223372036854775807]
+    """
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     span = hi - lo + 1
-    edges = lo + (np.arange(buckets + 1, dtype=np.int64) * span) // buckets
-    return np.unique(edges)
+    last = int(_INT64.max)
+    edges = [min(lo + i * span // buckets, last) for i in range(buckets + 1)]
+    return np.unique(np.array(edges, dtype=np.int64))
 
 
 def bucket_max(steps: StepArray, values: FloatArray, edges: StepArray) -> FloatArray:

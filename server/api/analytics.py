@@ -79,7 +79,8 @@ def get_transitions(
 ) -> Response:
     """Every event in ``[start, end]`` and every detected change of level or slope, with
     each metric's least-squares slopes over ``window`` steps before and after it (default:
-    a twentieth of the range), largest slope change first."""
+    a twentieth of the range; at most the range analysed, the answer's ``window`` being the
+    one used), largest slope change first."""
     run, _ = owned_run(session, who, run_id)
     body = transitions.run_transitions(session, run, metric, start=start, end=end, window=window)
     return Response(orjson.dumps(body), media_type="application/json")

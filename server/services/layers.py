@@ -40,6 +40,7 @@ from ..storage.runs import Lineage
 MAX_LAYERS = 2048
 """Rows a grid may have: every per-parameter norm of a large model under one prefix."""
 MAX_COLUMNS = 4000
+_INT64 = np.iinfo(np.int64)
 
 
 @dataclass(frozen=True)
@@ -159,13 +160,14 @@ def _profile(
     layer logged every few steps still has a profile between its steps)."""
     steps: list[int | None] = []
     values: list[float] = []
+    # `across.read` keeps the range within int64: ``at ± radius`` may pass its ends.
     got = across.read(session, run.key, keys, lineage, at - radius, at + radius, 0.0, "max")
     for row, narrow in zip(got.series, got.narrow, strict=True):
         if not len(row.steps):
             steps.append(None)
             values.append(math.nan)
             continue
-        nearest = int(np.argmin(np.abs(row.steps - at)))
+        nearest = _nearest(row.steps, at)
         steps.append(int(row.steps[nearest]))
         value = row.values[nearest : nearest + 1]
         if narrow is not None and narrow[nearest]:
@@ -173,6 +175,16 @@ def _profile(
         values.append(float(value[0]))
     profile = np.array(values, dtype=np.float64)
     return Profile(at, steps, cells(profile), cells(u_index(profile[:, np.newaxis]))[0])
+
+
+def _nearest(steps: StepArray, at: int) -> int:
+    """Index of the ascending ``steps``' step nearest ``at``, the earlier of two as near.
+
+    In Python integers: ``steps - at`` in int64 wraps around for an ``at`` far from them.
+    """
+    i = int(np.searchsorted(steps, min(max(at, _INT64.min), _INT64.max)))
+    around = [j for j in (i - 1, i) if 0 <= j < len(steps)]
+    return min(around, key=lambda j: abs(int(steps[j]) - at))
 
 
 def _readable(values: FloatArray, narrow: npt.NDArray[np.bool_] | None) -> FloatArray:

@@ -11,6 +11,7 @@ transition (at the strongest one's step), fitted for every metric: "the slope of
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..errors import Invalid
 from ..models import Run
 from ..storage.runs import events_of
 from .aliases import project_aliases
-from .analytics import full_series
+from .analytics import FloatArray, StepArray, full_series
 from .full_resolution import Reader
 
 MAX_METRICS = 16
@@ -63,7 +64,11 @@ def run_transitions(
 ) -> dict[str, Any]:
     """``{"window", "transitions": [...]}``: one transition per event in the range and per
     detected change point, each with every metric's fit (a metric with fewer than two points
-    on a side has none), largest slope change first."""
+    on a side has none), largest slope change first.
+
+    ``window`` is at most the analysed range (`analysed_span`); a wider one is clamped to
+    it, and the answer's ``window`` is the one used. Every line a wider window fits is the
+    same, and the detector's work stays bounded by the points read, not by the window."""
     if not 1 <= len(metrics) <= MAX_METRICS:
         raise Invalid(f"name 1 to {MAX_METRICS} metrics, got {len(metrics)}")
     if start is not None and end is not None and end < start:
@@ -80,6 +85,7 @@ def run_transitions(
         for e in events_of(session, run.key)
         if (start is None or e.step >= start) and (end is None or e.step <= end)
     ]
+    window = min(window, analysed_span(series.values(), [step for step, _ in events]))
     rows: dict[tuple[str, int], _Row] = {
         ("event", step): _Row(step, "event", label) for step, label in events
     }
@@ -105,6 +111,20 @@ def run_transitions(
         rows[("detected", step)] = row
     ranked = sorted(rows.values(), key=lambda r: (-r.change(), r.step))
     return {"window": window, "transitions": [row.to_json() for row in ranked]}
+
+
+def analysed_span(series: Iterable[tuple[StepArray, FloatArray]], events: Iterable[int]) -> int:
+    """Steps from the first point or event analysed to the last, at least 1.
+
+    A window this wide reaches every point from any of those steps, on both sides: a wider
+    one fits the very same lines.
+
+    >>> analysed_span([(np.array([10, 20, 30]), np.zeros(3))], [5])
+    25
+    """
+    ends = [int(steps[i]) for steps, _ in series if len(steps) for i in (0, -1)]
+    ends += [int(step) for step in events]
+    return max(1, max(ends) - min(ends)) if ends else 1
 
 
 def _fields(fit: fitting.Fit) -> dict[str, Any]:

@@ -73,6 +73,18 @@ def test_bucket_edges_cover_the_range_in_near_equal_buckets() -> None:
         bucket_edges(0, 9, 0)
 
 
+@pytest.mark.parametrize(
+    ("lo", "hi", "buckets"),
+    [(-(2**63), 2**63 - 1, 3), (0, 2**63 - 1, 4000), (-5, 2**62, 7), (2**62, 2**62 + 9, 3)],
+)
+def test_bucket_edges_are_exact_across_the_whole_int64_range(
+    lo: int, hi: int, buckets: int
+) -> None:
+    # In Python integers: i · span overflows int64; the last edge stops at int64's end.
+    expected = [min(lo + i * (hi - lo + 1) // buckets, 2**63 - 1) for i in range(buckets + 1)]
+    assert bucket_edges(lo, hi, buckets).tolist() == sorted(set(expected))
+
+
 @given(
     points=st.dictionaries(
         st.integers(-50, 250),

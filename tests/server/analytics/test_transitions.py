@@ -10,12 +10,13 @@ from __future__ import annotations
 import doctest
 import json
 import math
+import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from normwatch.server.analytics import changepoints, summary
+from normwatch.server.analytics import binned, changepoints, summary
 from normwatch.server.analytics import transitions as transitions_module
 from normwatch.server.analytics.transitions import (
     Fit,
@@ -363,6 +364,7 @@ def test_degenerate_series_do_not_raise(steps: list[int], values: list[float]) -
         (lambda: detect_change_points([1, 2], [1.0] * 2, max_points=-1), "max_points"),
         (lambda: detect_change_points([1, 2], [1.0] * 2, penalty=math.nan), "penalty"),
         (lambda: detect_change_points([2, 1], [1.0] * 2), "strictly ascending"),
+        (lambda: detect_change_points([-(2**63), 2**63 - 1], [1.0] * 2), "span at most"),
         (lambda: transitions([1, 2], [1.0] * 2, [], window=0), "window must be a positive"),
         (lambda: transitions([1, 2], [1.0] * 2, [], merge_distance=-1), "merge_distance"),
     ],
@@ -370,6 +372,66 @@ def test_degenerate_series_do_not_raise(steps: list[int], values: list[float]) -
 def test_wrong_arguments_say_what_to_pass(call: Callable[[], object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def weighted_rss(u: FloatArray, y: FloatArray, weight: FloatArray, degree: int) -> FloatArray:
+    """Residual sum of squares and coefficients (constant first) of the weighted
+    least-squares polynomial, by `np.linalg.lstsq`."""
+    design = u[:, np.newaxis] ** np.arange(degree + 1)
+    root = np.sqrt(weight)
+    coefficients = np.linalg.lstsq(design * root[:, np.newaxis], y * root, rcond=None)[0]
+    residual = y - design @ coefficients
+    return np.array([float(np.sum(weight * residual**2)), *coefficients])
+
+
+@pytest.mark.parametrize("half", [8, 20, 40, 61, 85])
+def test_the_scan_matches_least_squares_at_every_boundary_for_any_window(half: int) -> None:
+    """Windows past the series (``half`` > its 40 bins) use only the bins it has, and score
+    what plain weighted least squares on those bins gives."""
+    rng = np.random.default_rng(half)
+    n = 40
+    counts = rng.integers(0, 4, n).astype(np.float64)
+    level = np.where(counts > 0, 0.1 * np.arange(n) + rng.standard_normal(n), 0.0)
+    gain, relative = binned.scan(counts, level, half)
+    assert gain.shape == relative.shape == (n + 1,)
+    least = binned.least_bins(half)
+    bins = np.arange(n)
+    judged = 0
+    for boundary in range(n + 1):
+        inside = (bins >= boundary - half) & (bins < boundary + half) & (counts > 0)
+        left, right = inside & (bins < boundary), inside & (bins >= boundary)
+        if left.sum() < least or right.sum() < least:
+            assert gain[boundary] == -np.inf
+            continue
+        judged += 1
+        u = (bins - boundary + 0.5) / half
+        rss_left, level_left, slope_left = weighted_rss(u[left], level[left], counts[left], 1)
+        rss_right, level_right, slope_right = weighted_rss(u[right], level[right], counts[right], 1)
+        cubic = weighted_rss(u[inside], level[inside], counts[inside], 3)[0]
+        scale = float(np.sum(counts * level**2))
+        assert gain[boundary] == pytest.approx(cubic - rss_left - rss_right, abs=1e-9 * scale)
+        change = abs(level_right - level_left) + abs(slope_right - slope_left)
+        trend = max(abs(slope_left), abs(slope_right))
+        assert relative[boundary] == pytest.approx(change / trend, rel=1e-7)
+    assert judged > 0 or half > 2 * n
+
+
+def test_a_window_wider_than_the_series_allocates_what_the_series_has() -> None:
+    """A detection window past a 2,000-point series judges nothing (no boundary has a
+    quarter window of bins on each side) and costs what the points do, however wide."""
+    steps = np.arange(2000, dtype=np.int64)
+    values = 1.0 + 0.002 * steps + 0.003 * np.maximum(steps - 1200, 0)
+    for window in (10**6, 2**40, 2**63 - 1):
+        tracemalloc.start()
+        try:
+            assert detect_change_points(steps, values, window=window) == []
+            rows = transitions(steps, values, [(1200, "lr")], window=window)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        [row] = rows
+        assert row.fit is not None and (row.fit.n_before, row.fit.n_after) == (1200, 800)
+        assert peak < 2**20
 
 
 def test_the_module_examples_hold() -> None:

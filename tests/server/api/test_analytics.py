@@ -377,3 +377,101 @@ def test_a_change_with_no_event_is_detected_and_a_straight_line_has_none(
     [row] = [t for t in both["transitions"] if t["source"] == "detected"]
     assert set(row["metrics"]) == {"params/norm/line", "params/norm/a"}
     assert row["metrics"]["params/norm/line"]["ratio"] == pytest.approx(1.0, rel=0.1)
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+NORM = "params/norm/final_norm.weight"
+
+
+def steepening_run(api: httpx.Client, tenant: Tenant) -> str:
+    """Steps 0..1,999 of a norm whose slope grows from 2 to 5 per 1k steps at step 1,200
+    (where an event says why), and three layers' constant grad norms with their total."""
+    run_id = new_run(api, tenant, "bounded")
+    t = np.arange(2000, dtype=np.float64)
+    norm = 78.0 + 0.002 * t + 0.003 * np.maximum(t - 1200, 0.0)
+    parts = {"grad/norm/embed": 0.3, "grad/norm/layers.0": 0.4, "grad/norm/lm_head": 1.2}
+    metrics = {name: [value] * 2000 for name, value in parts.items()}
+    metrics["grad/norm/total"] = [float(np.sqrt(sum(v * v for v in parts.values())))] * 2000
+    metrics[NORM] = norm.tolist()
+    post(api, tenant, run_id, list(range(2000)), metrics)
+    event = {"step": 1200, "kind": "config", "text": "lr bump"}
+    r = api.post(f"/api/v1/runs/{run_id}/events", json=event, headers=tenant.headers("ingest"))
+    assert r.status_code == 201, r.text
+    return run_id
+
+
+def test_a_transitions_window_past_the_run_is_clamped_to_it_never_a_500(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    run_id = steepening_run(api, tenant)
+    wide = transitions_of(api, tenant, run_id, metric=NORM, window=2**40)
+    # The range analysed is steps 0 to 1,999: the window used, and said, is that.
+    assert wide["window"] == 1999
+    [row] = wide["transitions"]
+    fit = row["metrics"][NORM]
+    assert (row["step"], row["label"]) == (1200, "lr bump")
+    assert (fit["n_before"], fit["n_after"]) == (1200, 800)  # every point, on each side
+    assert fit["slope_before"] == pytest.approx(2.0, rel=1e-9)
+    assert fit["slope_after"] == pytest.approx(5.0, rel=1e-9)
+    for window in (10**6, INT64_MAX, 1999):
+        assert transitions_of(api, tenant, run_id, metric=NORM, window=window) == wide
+    for window, message in [
+        (0, "Input should be greater than or equal to 1"),
+        (INT64_MAX + 1, f"Input should be less than or equal to {INT64_MAX}"),
+    ]:
+        r = api.get(
+            f"/api/v1/runs/{run_id}/transitions",
+            params={"metric": NORM, "window": window},
+            headers=tenant.headers("read"),
+        )
+        assert r.status_code == 422 and message in r.text, r.text
+
+
+def test_every_analytics_endpoint_answers_the_whole_int64_step_range(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    run_id = steepening_run(api, tenant)
+    whole = {"start": INT64_MIN, "end": INT64_MAX}
+    read = tenant.headers("read")
+
+    def get(path: str, **params: Any) -> dict[str, Any]:
+        r = api.get(path, params={**whole, **params}, headers=read)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    base = f"/api/v1/runs/{run_id}"
+    [norm] = get(f"{base}/series", metric=NORM, points=20_000)["series"]
+    assert norm["steps"] == list(range(2000)) and not norm["downsampled"]
+    unranged = transitions_of(api, tenant, run_id, metric=NORM)
+    assert get(f"{base}/transitions", metric=NORM) == unranged
+    grid = get(f"{base}/layers", prefix="grad/norm", points=4, at=0)
+    assert grid["steps"] == [INT64_MIN, -(2**62), 0, 2**62] and grid["bucketed"]
+    assert grid["values"] == [[None, None, v, None] for v in (0.3, 0.4, 1.2)]
+    assert grid["profile"]["steps"] == [0, 0, 0]
+    shares = get(f"{base}/attribution", prefix="grad/norm", points=4)
+    assert shares["steps"] == [0] and shares["mismatched"] == []
+    spikes = get(f"{base}/spikes", metric=NORM, max_lag=1000)
+    assert spikes["fraction_in_window"] == spikes["fraction_in_spikes"] == {NORM: 0.0}
+    compared = get("/api/v1/compare", run=run_id, metric=NORM, points=20_000)
+    [one] = compared["runs"]
+    assert (one["summary"]["points"], one["summary"]["final_step"]) == (2000, 1999)
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "message"),
+    [
+        ("layers", {"prefix": "grad/norm", "points": 4001}, "less than or equal to 4000"),
+        ("attribution", {"prefix": "grad/norm", "points": 4001}, "less than or equal to 4000"),
+        ("spikes", {"metric": NORM, "max_lag": 1001}, "less than or equal to 1000"),
+        ("series", {"metric": NORM, "points": 20_001}, "less than or equal to 20000"),
+        ("compare", {"metric": NORM, "points": 20_001}, "less than or equal to 20000"),
+    ],
+)
+def test_parameters_past_their_fixed_limits_are_422s_naming_the_limit(
+    api: httpx.Client, tenant: Tenant, path: str, params: dict[str, Any], message: str
+) -> None:
+    run_id = new_run(api, tenant, "limits")
+    url = "/api/v1/compare" if path == "compare" else f"/api/v1/runs/{run_id}/{path}"
+    extra = {"run": run_id} if path == "compare" else {}
+    r = api.get(url, params={**params, **extra}, headers=tenant.headers("read"))
+    assert r.status_code == 422 and message in r.text, r.text
