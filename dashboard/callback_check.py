@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from dash.exceptions import PreventUpdate
 from normwatch.server.api.errors import internal_error
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -93,6 +94,14 @@ class CallbackCheck:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        kind = Headers(scope=scope).get("content-type", "")
+        if not is_json(kind):
+            # Dash reads only a JSON body; anything else would fail inside it, a 500.
+            said = f"'{kind[:100]}'" if kind else "none"
+            await _refuse(
+                send, 400, f"a callback request is JSON (Content-Type: application/json), got {said}"
+            )
+            return
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -127,6 +136,15 @@ class CallbackCheck:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+def is_json(content_type: str) -> bool:
+    """Whether a Content-Type names JSON: ``application/json``, with parameters or not.
+
+    >>> is_json("application/json; charset=utf-8"), is_json("text/plain"), is_json("")
+    (True, False, False)
+    """
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
 async def _refuse(send: Send, status: int, detail: str) -> None:

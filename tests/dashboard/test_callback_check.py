@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from dash.exceptions import PreventUpdate
 from normwatch.dashboard.callback_check import CallbackErrors, callback_problem
@@ -89,7 +90,15 @@ def test_crafted_callback_requests_are_400s_on_a_real_server(pg_server: ServerPr
             answer = browser.post(url, content=body, headers={"content-type": "application/json"})
             assert answer.status_code == 400, answer.text
             assert answer.json()["detail"].startswith(said)
-        fits = browser.post(url, json={**request("runs-table.children", [TICK]), "state": []})
+        fitting = {**request("runs-table.children", [TICK]), "state": []}
+        # A body that fits, sent as something other than JSON (as a form or a script may):
+        # refused naming the type, never passed to Dash to fail on.
+        for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {} if kind is None else {"content-type": kind}
+            answer = browser.post(url, content=orjson.dumps(fitting), headers=headers)
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["detail"].startswith("a callback request is JSON"), answer.text
+        fits = browser.post(url, json=fitting)
         assert fits.status_code == 200 and "No runs yet" in fits.text
     assert "Traceback" not in pg_server.log()
 
