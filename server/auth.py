@@ -45,6 +45,7 @@ __all__ = [
     "TokenCache",
     "TokenInfo",
     "TokenRevoked",
+    "as_utc",
     "authenticate",
     "create_token",
     "get_or_create_project",
@@ -112,13 +113,14 @@ def create_token(
         scope=scope,
         token_hash=hash_token(secret),
         prefix=secret[:10],
-        expires_at=_as_utc(expires_at),
+        expires_at=as_utc(expires_at),
     )
     return secret, add_token(session, row)
 
 
-def _as_utc(moment: datetime | None) -> datetime | None:
-    # SQLite keeps no offset: every stored time must already be UTC to compare right.
+def as_utc(moment: datetime | None) -> datetime | None:
+    """``moment`` in UTC; a naive one is taken as UTC (SQLite keeps no offset: every
+    stored time must already be UTC to compare right)."""
     if moment is None:
         return None
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
@@ -278,11 +280,13 @@ def rotate_token(
     *,
     expires_at: datetime | None = None,
     grace: timedelta = timedelta(0),
+    not_after: datetime | None = None,
 ) -> tuple[str, TokenInfo, TokenInfo] | None:
     """A successor of the same project, scope and name: (its secret, it, the old token).
 
     The successor expires at ``expires_at``; without one it lives as long as the old token
-    was given (its ``expires_at - created_at``), or forever. The old token is revoked at
+    was given (its ``expires_at - created_at``), or forever; and never after ``not_after``
+    (the expiry of the token asking, which may not outlive it). The old token is revoked at
     once, or with a ``grace`` period expires then (sooner if it was due to). None if there
     is no such token; `TokenRevoked` if it is revoked.
     """
@@ -295,6 +299,9 @@ def rotate_token(
     now = utcnow()
     if expires_at is None and old.expires_at is not None:
         expires_at = now + (old.expires_at - old.created_at)
+    limit = as_utc(not_after)
+    if limit is not None:
+        expires_at = min(as_utc(expires_at) or limit, limit)
     secret, new = create_token(
         session, project, cast(Scope, old.scope), old.name, expires_at=expires_at
     )

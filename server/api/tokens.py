@@ -60,6 +60,25 @@ def _expiry(body: TokenExpiry) -> datetime | None:
     return at
 
 
+def _within_caller(who: Principal, expires_at: datetime | None, asked: bool) -> datetime | None:
+    """The expiry of a token ``who`` creates: never after ``who``'s own.
+
+    A token cannot mint one that outlives it, or a short-lived admin token would be a
+    permanent one. Asked for a later expiry: 403. Given none (or, rotating, the old
+    token's lifetime), the new token expires with the caller.
+    """
+    limit = auth.as_utc(who.expires_at)
+    if limit is None:
+        return expires_at
+    if asked and expires_at is not None and expires_at > limit:
+        raise HTTPException(
+            403,
+            f"this token expires at {limit.isoformat()}: a token it creates must expire "
+            "by then (use a token without an expiry to create longer-lived ones)",
+        )
+    return limit if expires_at is None else min(expires_at, limit)
+
+
 def _owned(session: Session, who: Principal, token_id: int) -> TokenInfo:
     info = auth.get_token(session, token_id)
     if info is None:
@@ -87,10 +106,14 @@ def list_tokens(
 
 @router.post("/tokens", status_code=201, response_model=TokenCreated)
 def create_token(body: TokenCreate, session: SessionDep, who: Admin) -> TokenCreated:
-    """A new token of the caller's project; its secret is in this answer only."""
+    """A new token of the caller's project; its secret is in this answer only. It expires
+    no later than the caller's token (without an expiry asked for, with it)."""
     if body.project is not None and body.project != who.project:
         raise HTTPException(403, f"this token belongs to project {who.project!r}")
-    expires_at = _expiry(body)
+    if not who.can(body.scope):
+        raise HTTPException(403, f"a {who.scope} token cannot create {body.scope} tokens")
+    asked = _expiry(body)
+    expires_at = _within_caller(who, asked, asked is not None)
     secret, row = auth.create_token(
         session, who.project, body.scope, body.name, expires_at=expires_at
     )
@@ -119,11 +142,19 @@ def rotate_token(
     token_id: TokenId, session: SessionDep, who: Admin, body: TokenRotate | None = None
 ) -> TokenRotated:
     """A successor with the same scope and name. The old token is revoked at once, or
-    with ``grace_s`` keeps working that long so trainers can be given the new one."""
+    with ``grace_s`` keeps working that long so trainers can be given the new one. The
+    successor expires no later than the caller's token."""
     body = body or TokenRotate()
-    _owned(session, who, token_id)
+    old = _owned(session, who, token_id)
+    if not who.can(old.scope):
+        raise HTTPException(403, f"a {who.scope} token cannot rotate {old.scope} tokens")
+    asked = _expiry(body)
     rotated = auth.rotate_token(  # a revoked token: TokenRevoked, a 409
-        session, token_id, expires_at=_expiry(body), grace=timedelta(seconds=body.grace_s)
+        session,
+        token_id,
+        expires_at=_within_caller(who, asked, asked is not None),
+        grace=timedelta(seconds=body.grace_s),
+        not_after=who.expires_at,
     )
     assert rotated is not None  # _owned found it in this transaction
     secret, new, old = rotated

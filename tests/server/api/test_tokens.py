@@ -179,6 +179,48 @@ def test_rotate_through_the_api(api: httpx.Client, tenant: Tenant, server: Serve
     assert long.status_code == 422 and "grace_s" in long.text
 
 
+def test_a_token_mints_no_token_that_outlives_it(api: httpx.Client, tenant: Tenant) -> None:
+    short = api.post(
+        "/api/v1/tokens",
+        json={"scope": "admin", "name": "ten minutes", "expires_in_s": 600},
+        headers=tenant.headers(),
+    ).json()
+    ends = datetime.fromisoformat(short["expires_at"])
+    its = {"Authorization": f"Bearer {short['secret']}"}
+
+    def create(**body: object) -> httpx.Response:
+        return api.post("/api/v1/tokens", json={"scope": "admin", **body}, headers=its)
+
+    # Asked for a later expiry: refused, naming the caller's own.
+    for body in ({"expires_in_s": 3600}, {"expires_at": "2030-01-01T00:00:00Z"}):
+        refused = create(**body)
+        assert refused.status_code == 403 and ends.isoformat() in refused.text, refused.text
+    # ...given none, or as long, the new token expires with the caller; sooner stays sooner.
+    for body, expected in [({}, ends), ({"expires_at": ends.isoformat()}, ends)]:
+        made = create(**body)
+        assert made.status_code == 201, made.text
+        assert datetime.fromisoformat(made.json()["expires_at"]) == expected
+    sooner = create(expires_in_s=60).json()
+    assert datetime.fromisoformat(sooner["expires_at"]) < ends
+    for scope in ("read", "ingest"):
+        assert create(scope=scope).json()["expires_at"] == short["expires_at"]
+
+    # Rotation likewise: a never-expiring token's successor, made by the short-lived token,
+    # expires with it, and asking for longer is refused, the old token left as it was.
+    reader = next(t for t in listed(api, tenant) if t["scope"] == "read")
+    longer = api.post(
+        f"/api/v1/tokens/{reader['id']}/rotate", json={"expires_in_s": 7200}, headers=its
+    )
+    assert longer.status_code == 403 and ends.isoformat() in longer.text
+    assert next(t for t in listed(api, tenant) if t["id"] == reader["id"])["state"] == "active"
+    rotated = api.post(f"/api/v1/tokens/{reader['id']}/rotate", headers=its)
+    assert rotated.status_code == 201, rotated.text
+    assert datetime.fromisoformat(rotated.json()["expires_at"]) == ends
+    # A token without an expiry still creates long-lived ones.
+    forever = api.post("/api/v1/tokens", json={"scope": "read"}, headers=tenant.headers())
+    assert forever.status_code == 201 and forever.json()["expires_at"] is None
+
+
 def test_an_expired_token_is_refused_at_once_despite_the_cache(
     api: httpx.Client, tenant: Tenant
 ) -> None:
