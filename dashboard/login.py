@@ -187,7 +187,9 @@ def install_login(app: FastAPI, signer: SessionSigner, sessions: sessionmaker[Se
         next_url = (form.get("next") or ["/"])[0]
         return establish(token, next_url, request.url.scheme == "https")
 
-    @app.get("/logout", include_in_schema=False)
+    # A POST (GET answers 405): a link or an image on another site cannot log anyone out,
+    # and `security.BrowserSecurity` refuses the form sent from another origin.
+    @app.post("/logout", include_in_schema=False)
     def logout() -> Response:
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE)

@@ -43,7 +43,14 @@ def frame() -> html.Div:
                     dcc.Link("alerts", href="/alerts", className="nav", id="nav-alerts"),
                     dcc.Link("rules", href="/rules", className="nav", id="nav-rules"),
                     html.Span(id="viewer", className="viewer"),
-                    html.A("log out", href="/logout", className="logout"),
+                    # A form, not a link: logging out changes state, so it is a POST
+                    # (a page elsewhere cannot log a visitor out with an image or a link).
+                    html.Form(
+                        html.Button("log out", type="submit", id="logout", className="logout"),
+                        method="post",
+                        action="/logout",
+                        className="logout-form",
+                    ),
                 ],
                 className="topbar",
             ),

@@ -411,3 +411,43 @@ def test_a_login_form_posted_from_another_site_is_refused(
     page.wait_for_selector(".error")
     assert "This login form was sent from another site" in page.inner_text(".error")
     assert session_cookies(page.context) == []
+
+
+def test_logging_out_is_a_post_of_this_site(pg_server: ServerProcess) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    with httpx.Client(base_url=pg_server.url) as browser:
+        assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+        assert browser.get("/logout").status_code == 405  # a link or an image logs no one out
+        assert browser.get("/").status_code == 200
+        foreign = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+        refused = browser.post("/logout", headers=foreign)
+        assert refused.status_code == 403 and browser.get("/").status_code == 200
+        out = browser.post("/logout", headers={"Origin": pg_server.url})
+        assert out.status_code == 303 and out.headers["location"] == "/login"
+        assert COOKIE not in browser.cookies
+        assert browser.get("/").status_code == 303  # back to the login page
+
+
+def test_the_log_out_button_logs_out_and_another_site_cannot(
+    page: Page, pg_server: ServerProcess, other_site: OtherSite
+) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    logout = f"{pg_server.url}/logout"
+    other_site.pages["/"] = (
+        f'<img src="{logout}"><form method="post" action="{logout}">'
+        '<button id="go">win a prize</button></form>'
+    )
+    page.goto(f"{pg_server.url}/login#token={tenant.read}")
+    page.wait_for_selector("main .card h1")
+    page.goto(f"{other_site.url}/")
+    with page.expect_response(logout) as answer:
+        page.click("#go")
+    assert (answer.value.request.method, answer.value.status) == ("POST", 403)
+    page.goto(f"{pg_server.url}/")  # still logged in
+    page.wait_for_selector("main .card h1")
+    assert len(session_cookies(page.context)) == 1
+    page.click("#logout")
+    page.wait_for_url(f"{pg_server.url}/login")
+    assert session_cookies(page.context) == []
+    page.goto(f"{pg_server.url}/")
+    page.wait_for_url(f"{pg_server.url}/login*")

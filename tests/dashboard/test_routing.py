@@ -65,7 +65,9 @@ def test_frame_has_the_url_the_top_bar_and_the_page() -> None:
     assert find(shell, "Location")[0] == {"id": "url", "refresh": "callback-nav"}
     links = [(link["children"], link["href"]) for link in find(shell, "Link")]
     assert links == [("normwatch", "/"), ("runs", "/"), ("alerts", "/alerts"), ("rules", "/rules")]
-    assert [a["href"] for a in find(shell, "A")] == ["/logout"]
+    [logout] = find(shell, "Form")
+    assert (logout["method"], logout["action"]) == ("post", "/logout")
+    assert find(shell, "A") == []
     assert find(shell, "Main") == [{"children": None, "id": "page"}]
 
 

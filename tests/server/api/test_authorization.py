@@ -223,7 +223,7 @@ SITE = [
         own=(401, 401, 401, 401, 303, 303)),
     Row("GET /login/login.js", "the login script",
         own=(200, 200, 200, 200, 200, 200)),
-    Row("GET /logout", "log out",
+    Row("POST /logout", "log out",
         own=(303, 303, 303, 303, 303, 303)),
     Row("GET /", "the runs page",
         own=(303, 303, 303, 303, 200, 200)),
@@ -765,7 +765,7 @@ SITE_REQUESTS: dict[str, SiteRequest] = {
         "POST", "/login", form={"token": w.tokens[c] or "", "next": "/"}
     ),
     "the login script": lambda w, c, o: Request("GET", "/login/login.js"),
-    "log out": lambda w, c, o: Request("GET", "/logout"),
+    "log out": lambda w, c, o: Request("POST", "/logout"),
     "the runs page": lambda w, c, o: Request("GET", "/"),
     "a run page (its data comes through the page router)": lambda w, c, o: Request(
         "GET", f"/runs/{o.run_id}"
