@@ -178,6 +178,8 @@ def create_app(
     app.add_middleware(
         RequestBounds, default=settings.max_request_bytes, ingest=settings.max_body_bytes
     )
+    # Outside every other middleware, so that whatever raises is a 500 on a kept connection.
+    app.add_middleware(errors.Unexpected)
     # Added last, so outermost: it times and counts every answer, the dashboard's too.
     app.add_middleware(prometheus.RequestMetrics, telemetry=telemetry)
     return app

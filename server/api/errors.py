@@ -12,7 +12,8 @@
   range, text it cannot encode): 422, logged as a warning, since validation should have
   caught it.
 - Anything else: 500 ``{"detail": "internal error", "error_id": ...}``, with the
-  traceback logged under that id. A 500 is always a bug.
+  traceback logged under that id, on a connection kept open (`Unexpected`). A 500 is
+  always a bug.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -33,6 +35,7 @@ from ..schemas import ErrorOut
 
 __all__ = [
     "RETRY_AFTER_S",
+    "Unexpected",
     "documented",
     "install",
     "is_unavailable",
@@ -125,6 +128,39 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         return internal_error(request, exc)
+
+
+class Unexpected:
+    """Pure ASGI middleware: an exception no handler took is answered here, the logged 500
+    of `internal_error`, and goes no further.
+
+    Starlette's outermost middleware sends that same answer through the app's ``Exception``
+    handler, then raises the exception again for the server to see, and uvicorn closes a
+    connection whose app raised: a client's keep-alive connection, and the requests it had
+    pipelined on it, were lost with the one that failed. An exception after the answer has
+    started still goes up: half an answer is ended only by closing the connection.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise
+            await internal_error(Request(scope), exc)(scope, receive, send)
 
 
 def internal_error(request: Request, exc: BaseException) -> JSONResponse:
