@@ -98,9 +98,8 @@ class CallbackCheck:
         if not is_json(kind):
             # Dash reads only a JSON body; anything else would fail inside it, a 500.
             said = f"'{kind[:100]}'" if kind else "none"
-            await _refuse(
-                send, 400, f"a callback request is JSON (Content-Type: application/json), got {said}"
-            )
+            detail = f"a callback request is JSON (Content-Type: application/json), got {said}"
+            await _refuse(send, 400, detail)
             return
         chunks: list[bytes] = []
         size = 0

@@ -25,9 +25,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..db import is_unavailable
 from ..errors import ServiceError
