@@ -9,8 +9,9 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from normwatch.server.alerts.selectors import check_glob
 from normwatch.server.analytics import derived
 from normwatch.server.analytics.derived import Call, ExpressionError, Name, evaluate, parse
 
@@ -199,3 +200,76 @@ def test_shares_of_the_parts_of_a_global_norm_add_up_to_one(parts: list[list[flo
     np.testing.assert_allclose(sum(shares), np.ones(6), rtol=1e-12)
     glob = {"p*": [(steps, c) for c in columns], "total": [(steps, total)]}
     np.testing.assert_allclose(evaluate(parse("share(p*, total)"), glob)[1], 1.0, rtol=1e-12)
+
+
+def depth(expression: derived.Expression) -> int:
+    if isinstance(expression, Name):
+        return 0
+    return 1 + max(depth(arg) for arg in expression.args)
+
+
+# Text made mostly of what the parser reacts to, with names and globs mixed in: every way a
+# typed or crafted expression can go wrong, and deep or wide ones.
+PIECES = st.sampled_from(
+    [
+        "ratio(",
+        "share(",
+        "rss(",
+        "log(",
+        "(",
+        ")",
+        ",",
+        " ",
+        "*",
+        "**",
+        "?",
+        "[a-z]",
+        "[z-a]",
+        "[",
+        "]",
+        "/",
+        "grad/norm/",
+        "layers.",
+        "0",
+        "\x00",
+        "é",
+        "a" * 40,
+        "*" * 17,
+    ]
+)
+EXPRESSIONS = st.lists(PIECES, max_size=60).map("".join) | st.text(max_size=200)
+
+
+@settings(max_examples=500, deadline=1000)
+@given(EXPRESSIONS)
+def test_any_text_parses_or_is_refused_with_an_expression_error(text: str) -> None:
+    """``parse`` never fails otherwise, and what it accepts keeps its bounds: 8 levels, 16
+    names or globs, each glob one that can be matched. The deadline (1 s, where a parse
+    takes microseconds) catches a parser, or a glob check, that backtracks."""
+    try:
+        expression = parse(text)
+    except ExpressionError as e:
+        assert str(e)
+        return
+    assert derived.is_derived(text) == isinstance(expression, Call)
+    if isinstance(expression, Call):
+        assert depth(expression) <= derived.MAX_DEPTH
+        assert len(derived.patterns(expression)) <= derived.MAX_LEAVES
+        for pattern in derived.patterns(expression):
+            if Name(pattern).is_glob:
+                check_glob(pattern)
+
+
+@settings(max_examples=50, deadline=1000)
+@given(
+    st.integers(1, 20_000),
+    st.sampled_from(["a, ", "ratio(", "rss(a), ", "*a", "[a-z]*", "(", " "]),
+)
+def test_long_expressions_are_parsed_or_refused_in_linear_time(repeats: int, piece: str) -> None:
+    """Up to 140,000 characters of arguments, calls or glob within one call: answered well
+    within the deadline."""
+    text = f"ratio({piece * repeats}b, c)"
+    try:
+        parse(text)
+    except ExpressionError:
+        pass

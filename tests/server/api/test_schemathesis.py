@@ -19,6 +19,7 @@ requests and statuses seen.
 from __future__ import annotations
 
 import copy
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -91,6 +92,11 @@ for the ingest route (it reads the body itself), so that JSON batches are sent a
 
 VALIDATION_ERROR_KEYS = {"type", "loc", "msg", "ctx"}
 
+LAYER_NAMES = [f"grad/norm/layers.{i}.attn.w" for i in range(4)]
+PARAM_NAMES = [name.replace("grad/", "params/") for name in LAYER_NAMES]
+METRIC_NAMES = ["grad/norm/total", "params/norm/final_norm.weight", *LAYER_NAMES, *PARAM_NAMES]
+"""The seeded run's metrics, which the run-scoped fuzzing draws its names from."""
+
 
 @dataclass
 class Seeded:
@@ -161,11 +167,16 @@ def seed(server: ServerProcess, tenant: Tenant) -> Seeded:
         }
         made = api.post("/api/v1/alert-rules", json=rule, headers=admin)
         assert made.status_code == 201, made.text
+        total = [0.3, 0.4, 6.0, 0.5, "NaN", 0.3, None, 0.2, 0.3, 0.4]
+        # Four layers of equal grad norm, the total the root of their summed squares.
+        layer = [v if isinstance(v, str) or v is None else v / 2 for v in total]
         batch = {
             "steps": list(range(10)),
             "metrics": {
-                "grad/norm/total": [0.3, 0.4, 6.0, 0.5, "NaN", 0.3, None, 0.2, 0.3, 0.4],
+                "grad/norm/total": total,
                 "params/norm/final_norm.weight": [341.2 + i for i in range(10)],
+                **{name: layer for name in LAYER_NAMES},
+                **{name: [40.0 + i for i in range(10)] for name in PARAM_NAMES},
             },
         }
         stored = api.post(f"/api/v1/runs/{run_id}/metrics", json=batch, headers=ingest)
@@ -428,3 +439,181 @@ def test_every_operation_conforms_to_its_description(
     ]
     problems += gaps + validation_error_shape(raw)
     assert not problems, f"{tally.summary()}\n\n" + "\n".join(problems)
+
+
+# --- run-scoped parameters ------------------------------------------------------------------
+# Generated ``metric`` and ``prefix`` values are random text, which names nothing: every read
+# was answered at once with nothing found, and the expensive paths (globs matched against a
+# run's names, expressions evaluated, windows and ranges analysed) were never reached. Here
+# they are drawn from the seeded run's names, globs over them, hostile globs, expressions
+# good and bad, and numbers at and past every bound.
+
+PER_REQUEST_S = 5.0
+"""Longest a fuzzed read may take: hostile input must cost what ordinary input does."""
+RUN_SCOPED_EXAMPLES = 100
+
+NAMES = st.sampled_from(METRIC_NAMES)
+GLOBS = st.sampled_from(
+    [
+        "grad/norm/*",
+        "grad/norm/layers.*",
+        "**",
+        "*/norm/**",
+        "grad/norm/layers.?.attn.w",
+        "grad/norm/layers.[0-2].*",
+        "grad/norm/layers.[!0].*",
+        "params/**/w",
+        "[z-a]",
+        "grad/norm/[z-a]*",
+        "[",
+        "grad/[!",
+        "*" * 16 + "#",
+        "*a" * 17,
+        "**" * 40 + "x",
+        "x" * 600,
+        "*" * 600,
+    ]
+) | st.builds(lambda k, end: "*" * k + end, st.integers(1, 40), st.sampled_from(["#", "a", "/"]))
+SIMPLE = NAMES | GLOBS
+EXPRESSIONS = st.recursive(
+    SIMPLE,
+    lambda inner: st.one_of(
+        st.builds("ratio({}, {})".format, inner, inner),
+        st.builds("share({}, {})".format, inner, inner),
+        st.builds("rss({})".format, SIMPLE),
+    ),
+    max_leaves=20,
+) | st.sampled_from(
+    [
+        "ratio(" * 9 + "grad/norm/total" + ", grad/norm/total)" * 9,
+        "rss((grad/norm/*",
+        "ratio(grad/norm/total, params/norm/final_norm.weight))",
+        "ratio(grad/norm/total,",
+        "ratio(, )",
+        "log(grad/norm/total)",
+        "rss(ratio(a, b))",
+        "share(" + ", ".join(["grad/norm/*"] * 40) + ")",
+    ]
+)
+METRICS = (
+    st.lists(EXPRESSIONS | st.text(max_size=40), min_size=1, max_size=4)
+    | st.lists(NAMES, min_size=60, max_size=70)
+    | st.just([])
+)
+PREFIXES = st.sampled_from(
+    ["grad/norm", "params/norm", "grad", "", "grad/norm/layers.*", "[z-a]", "*" * 20, "x" * 600]
+) | st.text(max_size=30)
+BOUNDS = [0, 1, -1, 2, 9, 10, 2**31, 2**40, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64]
+NUMBERS = st.sampled_from(BOUNDS) | st.integers(-(2**64), 2**64)
+NUMERIC = ("start", "end", "points", "window", "max_lag", "at")
+RUN_SCOPED = {
+    "/api/v1/runs/{run_id}/series",
+    "/api/v1/runs/{run_id}/layers",
+    "/api/v1/runs/{run_id}/attribution",
+    "/api/v1/runs/{run_id}/transitions",
+    "/api/v1/runs/{run_id}/spikes",
+    "/api/v1/compare",
+}
+
+
+def overrides(operation: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """Query values for the operation's name and number parameters (a number may be left
+    to schemathesis)."""
+    names = {p.name for p in operation.iter_parameters() if p.location == "query"}
+    required = {
+        name: strategy
+        for name, strategy in (("metric", METRICS), ("prefix", PREFIXES))
+        if name in names
+    }
+    optional = {name: NUMBERS for name in NUMERIC if name in names}
+    return st.fixed_dictionaries(required, optional=optional)
+
+
+def exercise_reads(
+    operation: Any,
+    server: ServerProcess,
+    seeded: Seeded,
+    headers: dict[str, str],
+    tally: Tally,
+    slowest: list[tuple[float, str]],
+) -> None:
+    """Send `RUN_SCOPED_EXAMPLES` reads of the seeded run, with `overrides`, and tally them."""
+    label = f"GET {operation.path}"
+    path = {"run_id": seeded.run_id} if "{run_id}" in operation.path else {}
+    takes_runs = "run" in {p.name for p in operation.iter_parameters() if p.location == "query"}
+    cases = operation.as_strategy(GenerationMode.POSITIVE, headers=headers, path_parameters=path)
+
+    @settings(
+        max_examples=RUN_SCOPED_EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=cases, query=overrides(operation))
+    def send(case: Case[Any], query: dict[str, Any]) -> None:
+        case.query = {**(case.query or {}), **query}
+        if takes_runs:
+            case.query["run"] = [seeded.run_id]
+        started = time.perf_counter()
+        response = case.call(base_url=server.url, timeout=60)
+        took = time.perf_counter() - started
+        slowest.append((took, f"{label} {case.query}"[:300]))
+        status = response.status_code
+        tally.record(label, status)
+        if status == 200 and label.endswith("/series"):
+            found = [s for s in response.json()["series"] if s["steps"]]
+            tally.record(f"{label} with points", 200 if found else 204)
+        if took > PER_REQUEST_S:
+            tally.fail(label, status, "slow", f"{took:.1f} s for {case.query}"[:300])
+        try:
+            case.validate_response(response, checks=CHECKS)
+        except FailureGroup as group:
+            for failure in group.exceptions:
+                first = failure.message.strip().splitlines()[0] if failure.message else ""
+                tally.fail(label, status, failure.title, f"{first}; {str(case.query)[:200]}")
+        if status == 422:
+            problem = check_422_shape(response)
+            if problem is not None:
+                tally.fail(label, status, "422 shape", problem)
+
+    send()
+
+
+def test_run_scoped_reads_of_real_names_are_bounded_and_conform(
+    schemathesis_server: ServerProcess,
+) -> None:
+    server = schemathesis_server
+    tenant = make_tenant(server.database_url)
+    seeded = seed(server, tenant)
+    raw, _ = load_schema(server)
+    schema = schemathesis.openapi.from_dict(raw)
+    schema.config.update(base_url=server.url)
+    tally = Tally()
+    slowest: list[tuple[float, str]] = []
+    operations = [
+        result.ok()
+        for result in schema.get_all_operations()
+        if isinstance(result, Ok)
+        and result.ok().method.upper() == "GET"
+        and result.ok().path in RUN_SCOPED
+    ]
+    assert {op.path for op in operations} == RUN_SCOPED
+    for operation in operations:
+        exercise_reads(operation, server, seeded, tenant.headers("read"), tally, slowest)
+
+    print(tally.summary())
+    print("slowest:", *sorted(slowest, reverse=True)[:3], sep="\n  ")
+    problems = [
+        f"{label} -> {status}: {title}\n    {detail}"
+        for (label, status, title), detail in sorted(tally.failures.items())
+    ]
+    assert not problems, f"{tally.summary()}\n\n" + "\n".join(problems)
+    # The fuzzing reached the data: every operation answered with it, and refused some.
+    for label, statuses in tally.by_operation.items():
+        if label.endswith("with points"):
+            assert statuses[200] > 10, (label, statuses)  # names and globs matched points
+        else:
+            assert statuses[200] > 0 and statuses[422] > 0, (label, statuses)
+    assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
