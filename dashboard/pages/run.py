@@ -49,6 +49,7 @@ from .run_view import (
     MAX_METRIC,
     URL_SYNC_JS,
     RunView,
+    default_metrics,
     event_window,
     extra_series,
     is_step,
@@ -296,21 +297,32 @@ def draw(
 
 def refresh_options(
     data: RunReads, who: Principal, view: RunView | None, n_intervals: object
-) -> tuple[Any, Any, str]:
-    """The pickers' options (every `OPTIONS_EVERY` ticks, else ``no_update``) and the
-    run's last step; empty for a view of no run of the viewer's project."""
+) -> tuple[Any, Any, str, Any, Any]:
+    """The pickers' options (every `OPTIONS_EVERY` ticks, else ``no_update``), the run's
+    last step, and the pickers' values: the default metrics once a view that charts none
+    (a page opened before the run's first metric) finds some, else ``no_update``. Empty
+    for a view of no run of the viewer's project."""
     if view is None:
-        return [], [], ""
+        return [], [], "", dash.no_update, dash.no_update
     try:
         metrics = data.metrics(who, view.run)
     except RunNotFound:
-        return [], [], ""
+        return [], [], "", dash.no_update, dash.no_update
     last = max((m.last_step for m in metrics if m.last_step is not None), default=None)
     label = "" if last is None else f"last step {last:,}"
-    if isinstance(n_intervals, int) and n_intervals % OPTIONS_EVERY:
-        return dash.no_update, dash.no_update, label
-    options = run_series.options_with([m.name for m in metrics], view)
-    return options, options, label
+    names = [m.name for m in metrics]
+    waiting = view.left is None and view.right is None and not view.extra
+    if waiting and names:
+        # The chart waited for the run's first metrics: it takes the defaults now, as the
+        # page would have had it been opened later.
+        left, right = default_metrics(names, {m.name: m.canonical for m in metrics if m.canonical})
+        picked = replace(view, left=left, right=right)
+        options = run_series.options_with(names, picked)
+        return options, options, label, left or dash.no_update, right or dash.no_update
+    if isinstance(n_intervals, int) and n_intervals % OPTIONS_EVERY and not waiting:
+        return dash.no_update, dash.no_update, label, dash.no_update, dash.no_update
+    options = run_series.options_with(names, view)
+    return options, options, label, dash.no_update, dash.no_update
 
 
 def not_found_drawn() -> Drawn:
@@ -399,11 +411,13 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("left-metric", "options"),
         Output("right-metric", "options"),
         Output("run-last-step", "children"),
+        Output("left-metric", "value"),
+        Output("right-metric", "value"),
         Input("tick", "n_intervals"),
         State("view", "data"),
         prevent_initial_call=True,
     )
-    async def on_tick(n: object, store: object) -> tuple[Any, Any, str]:
+    async def on_tick(n: object, store: object) -> tuple[Any, Any, str, Any, Any]:
         return await in_thread(refresh_options, data, viewer(), RunView.from_store(store), n)
 
     app.clientside_callback(URL_SYNC_JS, Output("url-sync", "children"), Input("view", "data"))

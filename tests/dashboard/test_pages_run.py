@@ -410,18 +410,19 @@ def test_refresh_options_every_fifth_tick(world: World, dashboard_data: Dashboar
     options = [{"label": n, "value": n} for n in NAMES]
     view = full_view(world)
     fifth = refresh_options(dashboard_data, world.mine.read, view, 5)
-    assert fifth == (options, options, "last step 1,999")
+    assert fifth == (options, options, "last step 1,999", dash.no_update, dash.no_update)
     other = refresh_options(dashboard_data, world.mine.read, view, 7)
-    assert other == (dash.no_update, dash.no_update, "last step 1,999")
+    assert other == (*[dash.no_update] * 2, "last step 1,999", *[dash.no_update] * 2)
     empty = refresh_options(dashboard_data, world.mine.read, RunView(world.empty_run), 10)
-    assert empty == ([], [], "")
+    assert empty == ([], [], "", dash.no_update, dash.no_update)
 
 
 def test_refresh_options_of_another_projects_run_is_empty(
     world: World, dashboard_data: DashboardData
 ) -> None:
     for view in (RunView(world.their_run), None):
-        assert refresh_options(dashboard_data, world.mine.read, view, 5) == ([], [], "")
+        got = refresh_options(dashboard_data, world.mine.read, view, 5)
+        assert got == ([], [], "", dash.no_update, dash.no_update)
 
 
 # --- draw_depth ---------------------------------------------------------------------------
@@ -530,7 +531,13 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
         options = browser.post(
             CALLBACK,
             json=callback_request(
-                ["left-metric.options", "right-metric.options", "run-last-step.children"],
+                [
+                    "left-metric.options",
+                    "right-metric.options",
+                    "run-last-step.children",
+                    "left-metric.value",
+                    "right-metric.value",
+                ],
                 {"tick.n_intervals": 5},
                 {"view.data": store},
                 ["tick.n_intervals"],
@@ -672,5 +679,20 @@ def test_refresh_options_keep_the_views_expressions(
 ) -> None:
     share = "share(grad/norm/lm_head, grad/norm/total)"
     view = full_view(world, right=share)
-    left, right, _ = refresh_options(dashboard_data, world.mine.read, view, 5)
+    left, right, *_ = refresh_options(dashboard_data, world.mine.read, view, 5)
     assert left == right == [{"label": n, "value": n} for n in (*NAMES, share)]
+
+
+def test_a_view_waiting_for_metrics_takes_the_defaults_once_they_come(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    """A page opened before the run's first metric: its view charts nothing. On the first
+    tick that finds metrics (any tick, not every fifth) the pickers get the defaults."""
+    waiting = RunView(world.run)
+    options = [{"label": n, "value": n} for n in NAMES]
+    for tick in (1, 2, 5):
+        got = refresh_options(dashboard_data, world.mine.read, waiting, tick)
+        assert got == (options, options, "last step 1,999", LEFT, RIGHT)
+    charted = RunView(world.run, LEFT)  # what the user chose stays
+    got = refresh_options(dashboard_data, world.mine.read, charted, 7)
+    assert got[3:] == (dash.no_update, dash.no_update)
