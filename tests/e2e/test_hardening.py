@@ -84,6 +84,9 @@ def test_an_exhausted_pool_answers_503_with_retry_after(pg_url: str, tmp_path: P
         NORMWATCH_DB_POOL_SIZE="1",
         NORMWATCH_DB_POOL_TIMEOUT_S="0.05",
         NORMWATCH_TOKEN_CACHE_S="0",
+        # One token sends all 40: with its fair share of the read slots (8) it would hold
+        # too few at once to run the pool dry.
+        NORMWATCH_READ_PER_CALLER="16",
     ) as server:
         tenant = make_tenant(pg_url)
         with httpx.Client(base_url=server.url, timeout=60) as api:
