@@ -1,0 +1,566 @@
+"""The dashboard as a user times it: headless Chromium against a real server on Postgres.
+
+Two runs are loaded into a scratch Postgres database: the demo's simulated run (48 layers,
+steps 0-94,999, the config change at 81k, its alert rules and events, as ``normwatch demo``
+streams it) and a large one, ``--steps`` steps (1,000,000; 100,000 with ``--quick``) of the
+same simulation at 80 layers, every one of its 251 metrics logged at every step, posted over
+HTTP and then compacted. A server (one worker, as ``normwatch serve`` starts) serves them, and
+Chromium (the flags the browser tests use) drives the dashboard as a user does:
+
+* **run page, first load** of each run: navigation until every callback of the page has
+  answered and drawn;
+* **zoom** the overlay to a tenth of the run (a drag on the chart: ``Plotly.relayout``);
+* **transition click** and **spike click**: a row of each table, which zooms and focuses;
+* **layer family**: the per-layer section switched to another family of norms;
+* **compare** the two runs on ``grad/norm/total``, loaded from its link;
+* **alerts** and **rules** pages, reached through the top bar;
+* **rule preview** of the demo's first rule on the demo run.
+
+Each interaction is timed in the page, from just before the action to the moment the last
+callback it set off has answered and been drawn (its response received, then two animation
+frames). The page's 1 s refresh tick is left running, as a user has it; callbacks the tick
+alone set off are not counted. ``--repeat`` times each (7), after one warm-up; the report
+gives p50 and p95.
+
+Baseline, in the same run: the API requests that fetch the same data (the series at the
+chart's resolution, the transitions, the spikes, the layer grid, the comparison, the alerts,
+the preview), sent from this process with a keep-alive connection. Ratio: browser time /
+API time.
+
+Run (from the repository root; Chromium from Debian's ``chromium`` package)::
+
+    flock /tmp/nw-bench.lock .venv/bin/python benchmarks/dashboard.py            # 1M steps
+    flock /tmp/nw-bench.lock .venv/bin/python benchmarks/dashboard.py --quick    # 100k steps
+    .venv/bin/python benchmarks/dashboard.py --quick --only "run page" --profile /tmp/p.svg
+
+``--profile PATH`` samples the server process with ``py-spy`` (``pip install py-spy``) while
+the interactions run and writes a flame graph there (``.svg``), or the collapsed stacks
+(``.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+from _harness import make_tokens, percentile, say, scratch_postgres, table
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.storage import schedule
+from normwatch.server.storage.policy import Policy
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from normwatch.demo import DEMO_RULES, HISTORY_END, LIVE_END, PROJECT, RUN_NAME
+from normwatch.simulate import SimulatedRun
+from normwatch.testing import running_server
+
+TOTAL = "grad/norm/total"
+FINAL = "params/norm/final_norm.weight"
+BIG_LAYERS = 80
+"""Layers of the large run: 3 families × 83 parts + 9 core metrics - 1 = 257 metrics."""
+BATCH_STEPS = 4_000
+"""Steps a batch of the large run: about a million points, 20 MB of JSON (the bound is 32 MiB)."""
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+QUIET_MS = 300
+"""A page is settled once no counted callback has been in flight for this long."""
+
+# In the page before any script of Dash's: wraps fetch to count the callbacks in flight,
+# leaving out those only the refresh tick set off. A callback counts until its answer has
+# arrived and two animation frames have passed (Dash renders the answer in between).
+TRACKER_JS = """
+(() => {
+  const st = {inflight: 0, last: 0, requests: 0, bytes: 0, log: []};
+  window.__nw = st;
+  const fetch0 = window.fetch;
+  window.fetch = function (input, init) {
+    const url = typeof input === 'string' ? input : input.url;
+    if (!url.includes('_dash-update-component')) return fetch0.apply(this, arguments);
+    let changed = [], output = '';
+    try {
+      const body = JSON.parse((init && init.body) || '{}');
+      changed = body.changedPropIds || []; output = body.output || '';
+    } catch (e) {}
+    if (changed.length && changed.every(p => p.endsWith('.n_intervals'))) {
+      return fetch0.apply(this, arguments);
+    }
+    const entry = {output: output.slice(0, 60), start: performance.now()};
+    st.log.push(entry);
+    st.inflight += 1; st.requests += 1; st.last = entry.start;
+    const done = () => requestAnimationFrame(() => requestAnimationFrame(() => {
+      st.inflight -= 1; st.last = entry.drawn = performance.now();
+    }));
+    return fetch0.apply(this, arguments).then(r => {
+      entry.answered = performance.now();
+      r.clone().arrayBuffer().then(b => {
+        entry.kib = b.byteLength / 1024; st.bytes += b.byteLength; done();
+      }, done);
+      return r;
+    }, e => { done(); throw e; });
+  };
+})();
+"""
+SETTLED_JS = f"""() => window.__nw && window.__nw.inflight === 0 && window.__nw.requests > 0
+  && performance.now() - window.__nw.last > {QUIET_MS}"""
+
+
+@dataclass
+class Measure:
+    """Times of one interaction, in the browser and through the API."""
+
+    name: str
+    browser_ms: list[float] = field(default_factory=list)
+    api_ms: list[float] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)
+    kib: list[float] = field(default_factory=list)
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def post_run(api: httpx.Client, headers: dict[str, str], name: str, tags: list[str]) -> str:
+    made = api.post(
+        "/api/v1/runs",
+        json={"project": PROJECT, "name": name, "tags": tags, "start_step": 0},
+        headers=headers,
+    )
+    made.raise_for_status()
+    return str(made.json()["id"])
+
+
+def post_block(
+    api: httpx.Client,
+    headers: dict[str, str],
+    run_id: str,
+    steps: np.ndarray,
+    metrics: dict[str, np.ndarray],
+) -> int:
+    """One columnar batch; NaN (a metric not logged at a step) goes as null."""
+    body = {
+        "steps": steps,
+        "metrics": {
+            name: [None if v != v else v for v in values.tolist()]
+            if np.isnan(values).any()
+            else values
+            for name, values in metrics.items()
+        },
+    }
+    answer = api.post(
+        f"/api/v1/runs/{run_id}/metrics",
+        content=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+        headers={**headers, "Content-Type": "application/json"},
+    )
+    answer.raise_for_status()
+    return int(answer.json()["accepted"])
+
+
+def load_demo(api: httpx.Client, ingest: dict[str, str], admin: dict[str, str]) -> str:
+    """The demo's run as ``normwatch demo`` leaves it once the live part has played."""
+    sim = SimulatedRun(seed=0)
+    run_id = post_run(api, ingest, RUN_NAME, ["simulated", "moe"])
+    for rule in DEMO_RULES:
+        api.post(
+            "/api/v1/alert-rules", json={"runs": {"name": RUN_NAME}, **rule}, headers=admin
+        ).raise_for_status()
+    points = 0
+    for start in range(0, LIVE_END, 5_000):
+        stop = min(start + 5_000, LIVE_END)
+        steps, metrics = sim.block(start, stop, layer_every=100 if stop <= HISTORY_END else 10)
+        points += post_block(api, ingest, run_id, steps, metrics)
+    for step, kind, text in sim.events():
+        event = {"step": step, "kind": kind, "text": text}
+        api.post(f"/api/v1/runs/{run_id}/events", json=event, headers=ingest).raise_for_status()
+    say(f"  demo run {run_id}: {LIVE_END:,} steps, {points:,} points")
+    return run_id
+
+
+def load_big(api: httpx.Client, ingest: dict[str, str], steps_total: int) -> str:
+    sim = SimulatedRun(seed=1, n_layers=BIG_LAYERS)
+    run_id = post_run(api, ingest, f"{BIG_LAYERS}L-{steps_total // 1000}k", ["large"])
+    started = time.perf_counter()
+    points = 0
+    for start in range(0, steps_total, BATCH_STEPS):
+        steps, metrics = sim.block(start, min(start + BATCH_STEPS, steps_total))
+        points += post_block(api, ingest, run_id, steps, metrics)
+        if (start // BATCH_STEPS) % 20 == 0:
+            rate = points / (time.perf_counter() - started)
+            say(
+                f"  large run: {start + len(steps):>9,} steps, {points:>12,} points ({rate:,.0f}/s)"
+            )
+    say(f"  large run {run_id}: {steps_total:,} steps × {len(metrics)} metrics, {points:,} points")
+    return run_id
+
+
+def compact(database_url: str) -> None:
+    engine = build_engine(database_url, pool_size=2)
+    try:
+        started = time.perf_counter()
+        report = schedule.compact_everything(session_factory(engine), Policy())
+        say(f"  compacted {report.points:,} points in {time.perf_counter() - started:.1f} s")
+    finally:
+        engine.dispose()
+
+
+# --- timing in the browser ------------------------------------------------------------------
+
+
+TIMELINE: list[str] = []
+"""With ``--timeline``: each measured interaction's callbacks, when each was sent, answered
+and drawn (ms from the start), and the KiB of its answer."""
+
+
+def settle(page: Page, since: float) -> tuple[float, int, float]:
+    """Milliseconds from ``since`` (the page's clock) until settled; requests; KiB."""
+    page.wait_for_function(SETTLED_JS, timeout=120_000, polling=50)
+    st = page.evaluate("window.__nw")
+    TIMELINE[:] = [
+        f"    {e['start'] - since:7.0f} {e.get('answered', 0) - since:7.0f} "
+        f"{e.get('drawn', 0) - since:7.0f} {e.get('kib', 0):8.1f}  {e['output']}"
+        for e in st["log"]
+    ]
+    return float(st["last"]) - since, int(st["requests"]), float(st["bytes"]) / 1024
+
+
+def mark(page: Page) -> float:
+    """Reset the counters; the page's clock now."""
+    return float(
+        page.evaluate(
+            "(() => { const s = window.__nw; s.requests = 0; s.bytes = 0; s.log = [];"
+            " return performance.now(); })()"
+        )
+    )
+
+
+def timed_action(page: Page, action: Callable[[], None]) -> tuple[float, int, float]:
+    since = mark(page)
+    action()
+    return settle(page, since)
+
+
+def timed_load(page: Page, url: str) -> tuple[float, int, float]:
+    page.goto(url, wait_until="commit")
+    return settle(page, 0.0)  # the page's clock starts at navigation
+
+
+def choose(page: Page, dropdown: str, option: str) -> None:
+    page.locator(dropdown).click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+# --- the interactions -----------------------------------------------------------------------
+
+
+@dataclass
+class Scene:
+    base: str
+    read: dict[str, str]
+    demo: str
+    big: str
+    demo_last: int
+    big_last: int
+    rule_id: int
+
+
+Interaction = tuple[str, Callable[[Page, Scene], tuple[float, int, float]], Callable[..., Any]]
+
+
+def run_page(which: str) -> Callable[[Page, Scene], tuple[float, int, float]]:
+    def go(page: Page, s: Scene) -> tuple[float, int, float]:
+        run = s.demo if which == "demo" else s.big
+        return timed_load(page, f"{s.base}/runs/{run}")
+
+    return go
+
+
+def zoom(page: Page, s: Scene) -> tuple[float, int, float]:
+    page.goto(f"{s.base}/runs/{s.big}", wait_until="commit")
+    settle(page, 0.0)
+    lo = s.big_last // 2
+    hi = lo + s.big_last // 10
+    return timed_action(
+        page,
+        lambda: page.evaluate(
+            "([lo, hi]) => Plotly.relayout(document.querySelector('#overlay .js-plotly-plot'),"
+            " {'xaxis.range[0]': lo, 'xaxis.range[1]': hi})",
+            [lo, hi],
+        ),
+    )
+
+
+def row_click(table_id: str) -> Callable[[Page, Scene], tuple[float, int, float]]:
+    def go(page: Page, s: Scene) -> tuple[float, int, float]:
+        page.goto(f"{s.base}/runs/{s.demo}", wait_until="commit")
+        settle(page, 0.0)
+        row = page.locator(f"#{table_id} tbody tr").nth(1)
+        row.wait_for()
+        return timed_action(page, row.click)
+
+    return go
+
+
+def layer_family(page: Page, s: Scene) -> tuple[float, int, float]:
+    page.goto(f"{s.base}/runs/{s.demo}", wait_until="commit")
+    settle(page, 0.0)
+    return timed_action(page, lambda: choose(page, "#depth-family", "params/norm"))
+
+
+def compare(page: Page, s: Scene) -> tuple[float, int, float]:
+    return timed_load(page, f"{s.base}/compare?run={s.demo}&run={s.big}&metric={TOTAL}")
+
+
+def nav(link: str) -> Callable[[Page, Scene], tuple[float, int, float]]:
+    def go(page: Page, s: Scene) -> tuple[float, int, float]:
+        page.goto(f"{s.base}/runs/{s.demo}", wait_until="commit")
+        settle(page, 0.0)
+        return timed_action(page, lambda: page.click(link))
+
+    return go
+
+
+def preview(page: Page, s: Scene) -> tuple[float, int, float]:
+    page.goto(f"{s.base}/rules", wait_until="commit")
+    settle(page, 0.0)
+    choose(page, "#preview-run", RUN_NAME)
+    return timed_action(page, lambda: page.click("#preview-go"))
+
+
+def api_run_page(api: httpx.Client, s: Scene, run: str, last: int) -> None:
+    get(api, f"/api/v1/runs/{run}", s)
+    get(api, f"/api/v1/runs/{run}/series", s, metric=[TOTAL, FINAL], points=2000)
+
+
+def get(api: httpx.Client, path: str, s: Scene, **params: Any) -> None:
+    answer = api.get(path, params=params, headers=s.read)
+    answer.raise_for_status()
+
+
+INTERACTIONS: list[Interaction] = [
+    (
+        "run page load (demo)",
+        run_page("demo"),
+        lambda api, s: api_run_page(api, s, s.demo, s.demo_last),
+    ),
+    (
+        "run page load (large)",
+        run_page("big"),
+        lambda api, s: api_run_page(api, s, s.big, s.big_last),
+    ),
+    (
+        "zoom (large)",
+        zoom,
+        lambda api, s: get(
+            api,
+            f"/api/v1/runs/{s.big}/series",
+            s,
+            metric=[TOTAL, FINAL],
+            points=2000,
+            start=s.big_last // 2,
+            end=s.big_last // 2 + s.big_last // 10,
+        ),
+    ),
+    (
+        "transition click",
+        row_click("transition-table"),
+        lambda api, s: get(api, f"/api/v1/runs/{s.demo}/transitions", s, metric=[TOTAL, FINAL]),
+    ),
+    (
+        "spike click",
+        row_click("spike-table"),
+        lambda api, s: get(api, f"/api/v1/runs/{s.demo}/spikes", s, metric=[TOTAL, FINAL]),
+    ),
+    (
+        "layer family",
+        layer_family,
+        lambda api, s: get(
+            api, f"/api/v1/runs/{s.demo}/layers", s, prefix="params/norm", points=1000
+        ),
+    ),
+    (
+        "compare 2 runs",
+        compare,
+        lambda api, s: get(api, "/api/v1/compare", s, run=[s.demo, s.big], metric=TOTAL),
+    ),
+    (
+        "alerts page",
+        nav("a#nav-alerts"),
+        lambda api, s: get(api, "/api/v1/alerts", s, limit=100),
+    ),
+    ("rules page", nav("a#nav-rules"), lambda api, s: get(api, "/api/v1/alert-rules", s)),
+    (
+        "rule preview",
+        preview,
+        lambda api, s: get(api, f"/api/v1/alert-rules/{s.rule_id}/preview", s, run=s.demo),
+    ),
+]
+
+
+def measure(
+    browser: Browser,
+    api: httpx.Client,
+    scene: Scene,
+    token: str,
+    repeat: int,
+    only: str | None,
+    timeline: bool = False,
+) -> list[Measure]:
+    results = []
+    for name, action, baseline in INTERACTIONS:
+        if only and only not in name:
+            continue
+        m = Measure(name)
+        for i in range(repeat + 1):
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context.add_init_script(TRACKER_JS)
+            page = context.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{scene.base}/login?token={token}")
+            page.wait_for_selector("table.runs")
+            try:
+                ms, requests, kib = action(page, scene)
+            finally:
+                context.close()
+            started = time.perf_counter()
+            baseline(api, scene)
+            api_ms = (time.perf_counter() - started) * 1000
+            if i == 0:
+                continue  # warm-up
+            if timeline:
+                say(f"  {name}, try {i}: sent / answered / drawn (ms), KiB, outputs")
+                for line in TIMELINE:
+                    say(line)
+            m.browser_ms.append(ms)
+            m.api_ms.append(api_ms)
+            m.requests.append(requests)
+            m.kib.append(kib)
+        p = sorted(m.browser_ms)
+        say(
+            f"  {name}: p50 {percentile(p, 0.5):,.0f} ms, p95 {percentile(p, 0.95):,.0f} ms "
+            f"({np.median(m.requests):.0f} callbacks, {np.median(m.kib):,.0f} KiB); "
+            f"API {np.median(m.api_ms):,.1f} ms"
+        )
+        results.append(m)
+    return results
+
+
+def report(results: list[Measure]) -> None:
+    rows = []
+    for m in results:
+        b, a = sorted(m.browser_ms), sorted(m.api_ms)
+        target = 1500 if "load" in m.name or "compare" in m.name else 500
+        p95 = percentile(b, 0.95)
+        rows.append(
+            [
+                m.name,
+                f"{percentile(b, 0.5):,.0f}",
+                f"{p95:,.0f}",
+                f"{target:,}",
+                "yes" if p95 <= target else "NO",
+                f"{np.median(m.requests):.0f}",
+                f"{np.median(m.kib):,.0f}",
+                f"{percentile(a, 0.5):,.1f}",
+                f"{percentile(b, 0.5) / percentile(a, 0.5):,.0f}x",
+            ]
+        )
+    headers = [
+        "interaction",
+        "browser p50 ms",
+        "p95 ms",
+        "target ms",
+        "met",
+        "callbacks",
+        "KiB",
+        "API p50 ms",
+        "ratio",
+    ]
+    print()
+    print(table(headers, rows))
+
+
+@contextmanager
+def profiled(pid: int, path: str | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    sampler = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--output", path, "--rate", "200", "--subprocesses"]
+        # A flame graph, or with a .txt path the collapsed stacks, one per line.
+        + (["--format", "raw"] if path.endswith(".txt") else []),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield
+    finally:
+        sampler.send_signal(2)
+        sampler.wait(60)
+        say(f"  profile written to {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=1_000_000, help="steps of the large run")
+    parser.add_argument("--quick", action="store_true", help="a 100,000-step large run")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--only", help="only the interactions whose name contains this")
+    parser.add_argument("--profile", help="write a py-spy flame graph of the server here")
+    parser.add_argument(
+        "--timeline", action="store_true", help="print each interaction's callbacks as timed"
+    )
+    args = parser.parse_args(argv)
+    steps = 100_000 if args.quick else args.steps
+
+    with scratch_postgres("dash") as url, tempfile.TemporaryDirectory() as logs:
+        ingest_token, admin_token, read_token = make_tokens(url, PROJECT, "ingest", "admin", "read")
+        with running_server(url, Path(logs)) as server:
+            say(f"loading into {url}")
+            ingest = {"Authorization": f"Bearer {ingest_token}"}
+            admin = {"Authorization": f"Bearer {admin_token}"}
+            with httpx.Client(base_url=server.url, timeout=300) as api:
+                demo = load_demo(api, ingest, admin)
+                big = load_big(api, ingest, steps)
+            compact(url)
+            with httpx.Client(base_url=server.url, timeout=60) as api:
+                rules = api.get("/api/v1/alert-rules", headers=admin).json()
+                scene = Scene(
+                    server.url,
+                    {"Authorization": f"Bearer {read_token}"},
+                    demo,
+                    big,
+                    LIVE_END - 1,
+                    steps - 1,
+                    int(rules[0]["id"]),
+                )
+                with sync_playwright() as pw:
+                    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+                    browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+                    with profiled(server.process.pid, args.profile):
+                        results = measure(
+                            browser, api, scene, read_token, args.repeat, args.only, args.timeline
+                        )
+                    browser.close()
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
