@@ -20,9 +20,9 @@ service. It
 The policy allows scripts from the service itself and, by hash, Dash's inline scripts (its
 renderer bootstrap and the clientside callbacks, ``dash.Dash.csp_hashes``); styles may be
 inline because Plotly and React set them on elements. Plotly's scatter, bar and heatmap
-traces draw without ``'unsafe-eval'``. FastAPI's API docs pages load Swagger UI and ReDoc
-from a CDN with a bootstrap script of their own and get a policy of their own
-(:data:`DOCS_PATHS`).
+traces draw without ``'unsafe-eval'``. The API docs pages (Swagger UI and ReDoc, served by
+the service itself, ``normwatch.server.api.docs``) start with an inline bootstrap script of
+FastAPI's and get a policy of their own (:data:`DOCS_PATHS`); it allows no other host either.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 UNCHECKED_PREFIXES = ("/api/",)
 UNCHECKED_PATHS = frozenset({"/login"})
 DOCS_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
-DOCS_CDN = "https://cdn.jsdelivr.net"
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HSTS = b"max-age=15552000"
@@ -78,18 +77,20 @@ def content_security_policy(script_hashes: Iterable[str] = ()) -> str:
 
 
 def docs_content_security_policy() -> str:
-    """The policy of FastAPI's Swagger UI and ReDoc pages, which come from a CDN.
+    """The policy of the Swagger UI and ReDoc pages, whose scripts the service serves.
 
     Their bootstrap is an inline script that FastAPI writes from the app's settings, so
     inline scripts are allowed on these pages only; they show no text from trainers.
+    ReDoc runs its search in a worker made from a ``blob:`` URL. Nothing may load from
+    another host: ReDoc's footer logo (``cdn.redoc.ly``) is refused, and hidden by ReDoc.
     """
     return "; ".join(
         [
             "default-src 'self'",
-            f"script-src 'self' 'unsafe-inline' {DOCS_CDN}",
-            f"style-src 'self' 'unsafe-inline' {DOCS_CDN} https://fonts.googleapis.com",
-            f"img-src 'self' data: {DOCS_CDN} https://fastapi.tiangolo.com https://cdn.redoc.ly",
-            "font-src 'self' data: https://fonts.gstatic.com",
+            "script-src 'self' 'unsafe-inline'",
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data:",
+            "font-src 'self' data:",
             "worker-src 'self' blob:",
             "connect-src 'self'",
             "object-src 'none'",

@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 _SERVER_MODULES = frozenset(
     {
         "fastapi",
+        "fastapi_offline",
         "uvicorn",
         "sqlalchemy",
         "alembic",

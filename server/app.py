@@ -17,6 +17,7 @@ from .api import (
     aliases,
     analytics,
     control,
+    docs,
     errors,
     events,
     health,
@@ -116,6 +117,9 @@ def create_app(
         version="0.1.0",
         summary="Live instability monitoring for large-model training runs.",
         lifespan=lifespan,
+        # FastAPI's docs pages load their scripts from a CDN; `docs` serves them offline.
+        docs_url=None,
+        redoc_url=None,
     )
     context = ServiceContext(
         settings=settings,
@@ -137,6 +141,7 @@ def create_app(
     install_context(app, context)
 
     errors.install(app)
+    docs.install(app)
 
     for module in (
         health,

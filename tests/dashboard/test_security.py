@@ -24,6 +24,7 @@ from normwatch.dashboard.security import (
     origin_of,
 )
 from playwright.sync_api import Page
+from playwright.sync_api import Route as BrowserRoute
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
@@ -54,7 +55,13 @@ def test_content_security_policy_names_every_directive() -> None:
         "frame-ancestors 'none'"
     )
     assert "unsafe-eval" not in content_security_policy()
-    assert docs_content_security_policy().endswith("frame-ancestors 'none'")
+    # The API docs pages' scripts and styles are the service's own: no other host anywhere.
+    assert docs_content_security_policy() == (
+        "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+        "worker-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'self'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -239,10 +246,14 @@ def test_headers_on_pages_dash_json_and_api(pg_server: ServerProcess) -> None:
     for name in ("content-security-policy", *COMMON_HEADERS):
         assert len(login.headers.get_list(name)) == 1, name
 
-    docs = httpx.get(f"{pg_server.url}/docs")
-    assert docs.status_code == 200
-    assert docs.headers["content-security-policy"] == docs_content_security_policy()
-    assert_common_headers(docs)
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        docs = httpx.get(f"{pg_server.url}{path}")
+        assert docs.status_code == 200
+        assert docs.headers["content-security-policy"] == docs_content_security_policy()
+        assert_common_headers(docs)
+        assert "http" not in re.sub(r"https?://127\.0\.0\.1:\d+", "", docs.text)
+    asset = httpx.get(f"{pg_server.url}/docs/assets/swagger-ui-bundle.js")
+    assert asset.status_code == 200 and "SwaggerUIBundle" in asset.text[:1000]
 
 
 def test_cross_site_callback_refused_before_the_session(pg_server: ServerProcess) -> None:
@@ -516,3 +527,86 @@ def test_dashboard_cannot_be_framed(page: Page, pg_server: ServerProcess, framer
         and frame.query_selector("#react-entry-point") is None
     )
     assert any("frame-ancestors 'none'" in text for text in refusals), refusals
+
+
+# --- the API docs pages, offline --------------------------------------------------------
+
+
+def operations_of(server: ServerProcess) -> list[str]:
+    """Each operation of the OpenAPI document, as ``METHOD path``."""
+    paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    methods = ("get", "put", "post", "delete", "patch")
+    return [f"{m.upper()} {path}" for path, item in paths.items() for m in item if m in methods]
+
+
+class Offline:
+    """Lets the page reach only ``server``; every other request is aborted and recorded."""
+
+    def __init__(self, page: Page, server: ServerProcess) -> None:
+        self.elsewhere: list[str] = []
+        self.local: list[str] = []
+
+        def route(request_route: BrowserRoute) -> None:
+            url = request_route.request.url
+            if url.startswith(f"{server.url}/"):
+                self.local.append(urlsplit(url).path)
+                request_route.continue_()
+            else:
+                self.elsewhere.append(url)
+                request_route.abort()
+
+        page.route("**/*", route)
+
+
+def test_swagger_ui_renders_every_operation_offline(page: Page, pg_server: ServerProcess) -> None:
+    operations = operations_of(pg_server)
+    assert "POST /api/v1/runs/{run_id}/metrics" in operations
+    problems = BrowserProblems(page)
+    offline = Offline(page, pg_server)
+    page.goto(f"{pg_server.url}/docs")
+    page.wait_for_selector(".opblock")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.opblock').length === {len(operations)}"
+    )
+    shown = page.evaluate(
+        "Array.from(document.querySelectorAll('.opblock')).map(b =>"
+        " b.querySelector('.opblock-summary-method').textContent + ' ' +"
+        " b.querySelector('.opblock-summary-path').getAttribute('data-path'))"
+    )
+    assert sorted(shown) == sorted(operations)
+    problems.assert_none()
+    assert offline.elsewhere == []
+    assert sorted(set(offline.local)) == [
+        "/docs",
+        "/docs/assets/favicon.png",
+        "/docs/assets/swagger-ui-bundle.js",
+        "/docs/assets/swagger-ui.css",
+        "/openapi.json",
+    ]
+
+
+def test_redoc_renders_every_operation_offline(page: Page, pg_server: ServerProcess) -> None:
+    operations = operations_of(pg_server)
+    problems = BrowserProblems(page)
+    offline = Offline(page, pg_server)
+    page.goto(f"{pg_server.url}/redoc")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('div[id^=\"operation/\"]').length === {len(operations)}"
+    )
+    assert page.locator("h1").first.inner_text().startswith("normwatch")
+    # Its search runs in a worker made from a blob: URL, which the policy allows.
+    page.fill("input.search-input", "healthz")
+    page.wait_for_selector("[data-role='search:results'] li[data-item-id$='/healthz_healthz_get']")
+    problems.collect()
+    assert offline.elsewhere == []
+    assert sorted(set(offline.local)) == [
+        "/docs/assets/favicon.png",
+        "/docs/assets/redoc.standalone.js",
+        "/openapi.json",
+        "/redoc",
+    ]
+    # ReDoc's footer shows Redocly's logo from their CDN: the policy refuses it before any
+    # request is made, and ReDoc hides the image. That refusal is the only complaint.
+    logo = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+    assert [v.split(" ")[:2] for v in problems.violations] == [["img-src", logo]]
+    assert len(problems.console) == 1 and f"Loading the image '{logo}'" in problems.console[0]

@@ -215,6 +215,8 @@ SITE = [
         own=(200, 200, 200, 200, 200, 200)),
     Row("GET /redoc", "ReDoc",
         own=(200, 200, 200, 200, 200, 200)),
+    Row("GET /docs/assets/{path}", "Swagger UI's and ReDoc's scripts, served offline",
+        own=(200, 200, 200, 200, 200, 200)),
     Row("GET /login", "the login form",
         own=(200, 200, 200, 200, 200, 200)),
     Row("GET /login", "?token= of the caller, typed (no token: the form)",
@@ -759,6 +761,9 @@ SITE_REQUESTS: dict[str, SiteRequest] = {
     "Swagger UI": lambda w, c, o: Request("GET", "/docs"),
     "Swagger UI's redirect": lambda w, c, o: Request("GET", "/docs/oauth2-redirect"),
     "ReDoc": lambda w, c, o: Request("GET", "/redoc"),
+    "Swagger UI's and ReDoc's scripts, served offline": lambda w, c, o: Request(
+        "GET", "/docs/assets/redoc.standalone.js"
+    ),
     "the login form": lambda w, c, o: Request("GET", "/login"),
     "?token= of the caller, typed (no token: the form)": lambda w, c, o: _login_link(w, c),
     "the form with the caller's token (none: empty)": lambda w, c, o: Request(
