@@ -22,6 +22,7 @@ from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
 from ..data import MetricRefused, RunNotFound
 from ..figures import compare_figure, empty_figure
+from ..graph_config import ZOOMABLE_GRAPH_CONFIG
 from ..session import viewer
 from ..wiring import in_thread, or_prevent, triggered_id
 from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table, swatch
@@ -144,7 +145,7 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
             html.Div(controls, className="controls"),
             dcc.Graph(
                 id="compare-chart",
-                config={"displaylogo": False, "scrollZoom": True},
+                config=ZOOMABLE_GRAPH_CONFIG,
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="compare-range", className="muted"),

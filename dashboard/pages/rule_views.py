@@ -13,6 +13,7 @@ from dash import dcc, html
 from normwatch.server.schemas import AlertRuleOut, RulePreview, TestDelivery
 
 from ..figures import AlertMark, Line, OverlayView, overlay_figure
+from ..graph_config import GRAPH_CONFIG
 from .alerts import number_text
 
 __all__ = [
@@ -191,6 +192,6 @@ def preview_result(result: RulePreview, line: Line | None) -> Any:
         [
             preview_summary(result),
             html.Ul(items, className="events preview-transitions"),
-            dcc.Graph(id="preview-chart", figure=figure, config={"displaylogo": False}),
+            dcc.Graph(id="preview-chart", figure=figure, config=GRAPH_CONFIG),
         ]
     )

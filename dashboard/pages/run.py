@@ -23,6 +23,7 @@ from normwatch.server.schemas import MetricOut, RunOut
 
 from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
+from ..graph_config import ZOOMABLE_GRAPH_CONFIG
 from ..session import viewer
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
 from . import (
@@ -165,7 +166,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             run_series.controls(names, view),
             dcc.Graph(
                 id="overlay",
-                config={"displaylogo": False, "scrollZoom": True},
+                config=ZOOMABLE_GRAPH_CONFIG,
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="range-info", className="muted"),

@@ -20,6 +20,7 @@ from normwatch.server.services.attribution import Attribution
 from ..attribution import attribution_families, attribution_figure, sum_check_text
 from ..data import MetricRefused, RunNotFound
 from ..figures import Figure
+from ..graph_config import GRAPH_CONFIG
 from ..layers import small_empty
 from ..session import viewer
 from ..wiring import in_thread
@@ -95,7 +96,7 @@ def section(names: list[str]) -> html.Div:
             html.Div(controls, className="controls"),
             dcc.Graph(
                 id="attribution-chart",
-                config={"displaylogo": False},
+                config=GRAPH_CONFIG,
                 figure=small_empty("loading…", HEIGHT),
             ),
             html.Div(id="attribution-info", className="muted"),

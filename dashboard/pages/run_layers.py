@@ -20,6 +20,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
+from ..graph_config import GRAPH_CONFIG
 from ..layers import (
     families_with_layers,
     small_empty,
@@ -106,12 +107,12 @@ def section(names: list[str], at: str | None = None) -> html.Div:
             html.Div(controls, className="controls"),
             dcc.Graph(
                 id="layer-heatmap",
-                config={"displaylogo": False},
+                config=GRAPH_CONFIG,
                 figure=small_empty("loading…", 320),
             ),
-            dcc.Graph(id="u-index", config={"displaylogo": False}, figure=small_empty("", 210)),
+            dcc.Graph(id="u-index", config=GRAPH_CONFIG, figure=small_empty("", 210)),
             html.Div(id="heatmap-info", className="muted"),
-            dcc.Graph(id="depth", config={"displaylogo": False}),
+            dcc.Graph(id="depth", config=GRAPH_CONFIG),
             html.Span(id="depth-info", className="muted"),
             dcc.Store(id="layers-pin", data=pin_store(pinned)),
             dcc.Store(id="layers-grid-tick"),

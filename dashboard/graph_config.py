@@ -1,0 +1,27 @@
+"""The plotly.js ``config`` of every chart on the dashboard (``dcc.Graph(config=...)``).
+
+plotly.js 4 puts a "Share chart..." button in every chart's mode bar by default
+(``showSendToCloud``), which uploads the chart's data, names and values included, to
+``plotlyServerURL`` (Plotly's cloud); older versions had "Edit in Chart Studio" for the same.
+Runs here are private: every chart is drawn without either button, with no server to send to,
+and without the Plotly logo.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from dash import dcc
+
+__all__ = ["GRAPH_CONFIG", "ZOOMABLE_GRAPH_CONFIG"]
+
+GRAPH_CONFIG: Final[dcc.Graph.Config] = {
+    "displaylogo": False,
+    "showSendToCloud": False,
+    "showEditInChartStudio": False,
+    "plotlyServerURL": "",
+}
+"""The config of a chart."""
+
+ZOOMABLE_GRAPH_CONFIG: Final[dcc.Graph.Config] = {**GRAPH_CONFIG, "scrollZoom": True}
+"""The config of a chart that the mouse wheel zooms (the run page's overlay, the comparison)."""
