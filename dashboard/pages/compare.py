@@ -28,7 +28,7 @@ from ..wiring import in_thread, or_prevent, triggered_id
 from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table, swatch
 from .compare_view import URL_SYNC_JS, CompareView, metric_options, picker_state, update_view
 from .run_overlay import POINTS
-from .run_view import RUN_ID
+from .run_view import RUN_ID, ZOOM_JS
 
 ROUTES = ("/compare",)
 NO_RUNS = "Tick two or more runs on the runs page, then follow “compare”."
@@ -156,6 +156,7 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
             html.Div(id="compare-diff"),
             dcc.Store(id="compare-view", data=view.to_store()),
             html.Div(id="compare-url-sync", hidden=True),
+            dcc.Store(id="compare-zoom"),  # the chart's moves of its x axis (`ZOOM_JS`)
         ],
         className="card compare-page",
     )
@@ -200,7 +201,7 @@ def register(app: dash.Dash, data: CompareReads) -> None:
         Input("compare-metric", "value"),
         Input("compare-expression", "n_submit"),
         Input("compare-apply", "n_clicks"),
-        Input("compare-chart", "relayoutData"),
+        Input("compare-zoom", "data"),
         Input("compare-reset", "n_clicks"),
         State("compare-expression", "value"),
         State("compare-metric", "options"),
@@ -239,4 +240,7 @@ def register(app: dash.Dash, data: CompareReads) -> None:
 
     app.clientside_callback(
         URL_SYNC_JS, Output("compare-url-sync", "children"), Input("compare-view", "data")
+    )
+    app.clientside_callback(
+        ZOOM_JS, Output("compare-zoom", "data"), Input("compare-chart", "relayoutData")
     )

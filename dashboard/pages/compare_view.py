@@ -173,11 +173,11 @@ def update_view(
 ) -> CompareView | None:
     """The view after a change of the page's controls; None when it stays as it is.
 
-    ``trigger`` says what moved: the metric picker (its value ``picked``), the expression
-    field (Enter in it, or its ``draw`` button: ``expression``; a blank one changes
-    nothing), the chart (``relayout``, a zoom or pan, read as on the run page by
-    :func:`view_from_relayout`), or the "full range" button. ``view`` None (a store that
-    holds no view) changes nothing.
+    ``trigger`` says what moved: the metric picker (its value ``picked``), the expression field
+    (Enter in it, or its ``draw`` button: ``expression``; a blank one changes nothing), the
+    chart (``"compare-zoom"``, with ``relayout`` a zoom or pan, read as on the run page by
+    :func:`view_from_relayout`), or the "full range" button. ``view`` None (a store that holds
+    no view) changes nothing.
     """
     if view is None:
         return None
@@ -187,7 +187,7 @@ def update_view(
     elif trigger in ("compare-expression", "compare-apply") and isinstance(expression, str):
         text = expression.strip()[:MAX_METRIC]
         new = replace(view, metric=text) if text else view
-    elif trigger == "compare-chart":
+    elif trigger == "compare-zoom":
         moved = view_from_relayout(RunView("", start=view.start, end=view.end), relayout)
         new = replace(view, start=moved.start, end=moved.end)
     elif trigger == "compare-reset":

@@ -49,6 +49,7 @@ from .run_overlay import (
 from .run_view import (
     MAX_METRIC,
     URL_SYNC_JS,
+    ZOOM_JS,
     RunView,
     default_metrics,
     event_window,
@@ -182,6 +183,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             # view itself, so that a zoom's overlay request runs first and alone.
             dcc.Store(id="view-drawn", data=view.to_store()),
             dcc.Store(id="overlay-shape", data=None),
+            dcc.Store(id="overlay-zoom"),  # the chart's moves of its x axis (`ZOOM_JS`)
             dcc.Store(id="overlay-aids", data=None),
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
@@ -219,11 +221,11 @@ def update_view(
 
     The pickers (``extra``: the "add series" picker's value), the log toggle and the chart
     toggles (``options``) always count. Then ``trigger`` says what else moved: the chart
-    (``relayout``, a zoom or pan), the "full range" button, or an event's zoom button
-    (``{"type": "event-zoom", "step": s}``, which counts only once one was clicked: a list
-    of events redrawn fires it too), which also focuses the event. A focus the new range
-    no longer shows is dropped. ``view`` None (a store that holds no view) changes nothing,
-    nor does an event of a run outside the viewer's project.
+    (``"overlay-zoom"``, with ``relayout`` its zoom or pan), the "full range" button, or an
+    event's zoom button (``{"type": "event-zoom", "step": s}``, which counts only once one was
+    clicked: a list of events redrawn fires it too), which also focuses the event. A focus the
+    new range no longer shows is dropped. ``view`` None (a store that holds no view) changes
+    nothing, nor does an event of a run outside the viewer's project.
     """
     if view is None:
         return None
@@ -237,7 +239,7 @@ def update_view(
         one_axis="one-axis" in flags,
         forecast="forecast" in flags,
     )
-    if trigger == "overlay":
+    if trigger == "overlay-zoom":
         new = view_from_relayout(new, relayout)
     elif trigger == "reset-range":
         new = replace(new, start=None, end=None)
@@ -349,7 +351,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Input("left-metric", "value"),
         Input("right-metric", "value"),
         Input("log-scale", "value"),
-        Input("overlay", "relayoutData"),
+        Input("overlay-zoom", "data"),
         Input("reset-range", "n_clicks"),
         Input({"type": "event-zoom", "step": ALL}, "n_clicks"),
         Input("add-series", "value"),
@@ -422,3 +424,6 @@ def register(app: dash.Dash, data: RunReads) -> None:
         return await in_thread(refresh_options, data, viewer(), RunView.from_store(store), n)
 
     app.clientside_callback(URL_SYNC_JS, Output("url-sync", "children"), Input("view", "data"))
+    app.clientside_callback(
+        ZOOM_JS, Output("overlay-zoom", "data"), Input("overlay", "relayoutData")
+    )

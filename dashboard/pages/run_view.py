@@ -21,6 +21,7 @@ __all__ = [
     "MAX_METRIC",
     "MAX_STEP",
     "URL_SYNC_JS",
+    "ZOOM_JS",
     "RunView",
     "default_metrics",
     "event_window",
@@ -61,6 +62,19 @@ function(view) {
 """
 """The browser side of :meth:`RunView.from_query`: the page's address follows the view
 (without a reload), so that it is always a deep link to what is shown."""
+ZOOM_JS = """
+function(relayout) {
+    if (!relayout) { return window.dash_clientside.no_update; }
+    const moved = Object.keys(relayout).some(
+        key => key.startsWith("xaxis.range") || key === "xaxis.autorange");
+    return moved ? relayout : window.dash_clientside.no_update;
+}
+"""
+"""The browser side of :func:`view_from_relayout`: a chart's ``relayoutData`` goes on to the
+server only when it moves the x axis. Plotly also reports resizes and y-only changes; sent
+on, each was a server round trip for nothing, and one sent while the user's own change was
+still on its way superseded it (Dash keeps only the newest call of a callback), so that an
+expression typed as the chart resized was lost."""
 RUN_ID = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 _TRUE = ("1", "true", "yes")
 

@@ -289,11 +289,11 @@ def test_update_view_follows_picker_expression_chart_and_full_range() -> None:
         typed = changed(VIEW, expression=f"  {SHARE} ", trigger=trigger)
         assert typed == CompareView(("r1", "r2"), SHARE, 100, 300)
     relayout = {"xaxis.range[0]": 900.2, "xaxis.range[1]": 1099.5}
-    assert changed(VIEW, relayout=relayout, trigger="compare-chart") == CompareView(
+    assert changed(VIEW, relayout=relayout, trigger="compare-zoom") == CompareView(
         ("r1", "r2"), TOTAL, 900, 1100
     )
     autorange = {"xaxis.autorange": True}
-    assert changed(VIEW, relayout=autorange, trigger="compare-chart") == CompareView(
+    assert changed(VIEW, relayout=autorange, trigger="compare-zoom") == CompareView(
         ("r1", "r2"), TOTAL
     )
     assert changed(VIEW, trigger="compare-reset") == CompareView(("r1", "r2"), TOTAL)
@@ -308,8 +308,8 @@ def test_update_view_follows_picker_expression_chart_and_full_range() -> None:
         {"expression": "   ", "trigger": "compare-expression"},
         {"expression": None, "trigger": "compare-apply"},
         {"expression": TOTAL, "trigger": "compare-apply"},
-        {"relayout": {"yaxis.range[0]": 0, "yaxis.range[1]": 2}, "trigger": "compare-chart"},
-        {"relayout": "zoom", "trigger": "compare-chart"},
+        {"relayout": {"yaxis.range[0]": 0, "yaxis.range[1]": 2}, "trigger": "compare-zoom"},
+        {"relayout": "zoom", "trigger": "compare-zoom"},
         {"trigger": "something-else"},
         {"trigger": None},
     ],

@@ -285,7 +285,7 @@ def test_update_view_follows_pickers_chart_and_full_range_button(
     picked = changed(world, dashboard_data, view, left="train/loss", right=None, log=["log"])
     assert picked == replace(view, left="train/loss", right=None, log=True)
     relayout = {"xaxis.range[0]": 900.2, "xaxis.range[1]": 1099.5}
-    zoomed = changed(world, dashboard_data, view, trigger="overlay", relayout=relayout)
+    zoomed = changed(world, dashboard_data, view, trigger="overlay-zoom", relayout=relayout)
     assert zoomed == replace(view, start=900, end=1100)
     reset = changed(world, dashboard_data, view, trigger="reset-range")
     assert reset == replace(view, start=None, end=None)
@@ -318,10 +318,10 @@ def test_update_view_keeps_a_focus_only_while_the_range_shows_it(
 ) -> None:
     focused = full_view(world, start=800, end=1200, focus=1000)
     inside = {"xaxis.range[0]": 900, "xaxis.range[1]": 1100}
-    moved = changed(world, dashboard_data, focused, trigger="overlay", relayout=inside)
+    moved = changed(world, dashboard_data, focused, trigger="overlay-zoom", relayout=inside)
     assert moved == replace(focused, start=900, end=1100)
     away = {"xaxis.range[0]": 1500, "xaxis.range[1]": 1700}
-    panned = changed(world, dashboard_data, focused, trigger="overlay", relayout=away)
+    panned = changed(world, dashboard_data, focused, trigger="overlay-zoom", relayout=away)
     assert panned == full_view(world, start=1500, end=1700)
     reset = changed(world, dashboard_data, focused, trigger="reset-range")
     assert reset == full_view(world)
@@ -516,7 +516,7 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             "left-metric.value": LEFT,
             "right-metric.value": RIGHT,
             "log-scale.value": ["log"],
-            "overlay.relayoutData": None,
+            "overlay-zoom.data": None,
             "reset-range.n_clicks": 1,
         }
         request = callback_request(["view.data"], controls, {"view.data": store}, [])
