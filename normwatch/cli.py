@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normwatch.cli_aliases import add_alias_commands
-from normwatch.cli_db import add_db_commands, settings_and_engine
+from normwatch.cli_db import add_db_commands
+from normwatch.cli_settings import DatabaseNotReady, settings_and_engine
 from normwatch.cli_tokens import add_token_commands
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args)
     except KeyboardInterrupt:
         return 130
+    except DatabaseNotReady as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] not in _SERVER_MODULES:
             raise
@@ -117,7 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from normwatch.server.migrate import upgrade
 
-    settings, engine = settings_and_engine()
+    settings, engine = settings_and_engine("any")
     if args.host:
         settings.host = args.host
     if args.port:

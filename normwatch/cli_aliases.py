@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from normwatch.cli_db import settings_and_engine
+from normwatch.cli_settings import settings_and_engine
 
 
 def add_alias_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

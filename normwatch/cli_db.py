@@ -12,6 +12,8 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from normwatch.cli_settings import settings_and_engine
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
@@ -61,19 +63,11 @@ def add_db_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     retain.set_defaults(handler=_db_retention)
 
 
-def settings_and_engine() -> tuple[Settings, Engine]:
-    from normwatch.server.config import Settings
-    from normwatch.server.db import engine_from_settings
-
-    settings = Settings()
-    return settings, engine_from_settings(settings)
-
-
 def _db_upgrade(args: argparse.Namespace) -> int:
     from normwatch.server import citus
     from normwatch.server.migrate import upgrade
 
-    settings, engine = settings_and_engine()
+    settings, engine = settings_and_engine("configured")
     try:
         upgrade(engine, args.revision)
         with engine.connect() as conn:
@@ -152,7 +146,8 @@ def _db_compact(args: argparse.Namespace) -> int:
     from normwatch.server.db import session_factory
     from normwatch.server.storage.schedule import compact_everything
 
-    settings, engine = settings_and_engine()
+    # Started by `serve` (--parent): the database is the one it serves, whatever it is.
+    settings, engine = settings_and_engine("any" if args.parent is not None else "migrated")
     if args.follow:
         return _compact_following(settings, engine, args.parent)
     try:

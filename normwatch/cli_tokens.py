@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from normwatch.server.auth import TokenInfo
 
-from normwatch.cli_db import settings_and_engine
+from normwatch.cli_settings import settings_and_engine
 
 
 def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
