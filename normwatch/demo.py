@@ -65,6 +65,11 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
         print(f"  admin token {admin}")
         print(f"  database    {db}")
         print()
+        # Other commands (`normwatch token create`, `db`, `aliases`) work on this database
+        # once this is exported; sqlite:/// and an absolute path make four slashes.
+        print("  For other normwatch commands to use this database:")
+        print(f"    export NORMWATCH_DATABASE_URL={url}")
+        print()
         create_demo_rules(base, admin)
         print("Backfilling history, then streaming live past step 81,000 (Ctrl-C stops).")
         stream_simulated_run(base, ingest, steps_per_second=steps_per_second)

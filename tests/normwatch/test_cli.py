@@ -226,6 +226,23 @@ def test_demo_streams_live_past_the_config_change(tmp_path: Path) -> None:
         token = re.search(r"admin token (nw_\S+)", output)
         assert token is not None, output
         assert f"http://127.0.0.1:{port}/login#token={token.group(1)}" in output
+        # What other commands need to work on the demo's database, ready to paste.
+        demo_url = f"sqlite:///{tmp_path / 'demo.db'}"
+        assert f"\n    export NORMWATCH_DATABASE_URL={demo_url}\n" in output
+        assert demo_url.startswith("sqlite:////")  # an absolute path
+        reader = normwatch(
+            "token",
+            "create",
+            "--project",
+            "demo",
+            "--scope",
+            "read",
+            env={"NORMWATCH_DATABASE_URL": demo_url},
+        )
+        assert reader.returncode == 0, reader.stderr
+        read_headers = {"Authorization": f"Bearer {reader.stdout.strip()}"}
+        listed = httpx.get(f"http://127.0.0.1:{port}/api/v1/runs", headers=read_headers)
+        assert {r["name"] for r in listed.json()} == {"48L-moe-ep-routing", "llmc-gpt2-124M"}
         headers = {"Authorization": f"Bearer {token.group(1)}"}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers) as api:
             runs = {r["name"]: r for r in api.get("/api/v1/runs").json()}
