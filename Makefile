@@ -22,8 +22,9 @@ $(VENV)/.installed-demo: pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dashboard]'
 	@touch $@
 
+# DEMO_ARGS: more options of `normwatch demo`, e.g. "--keep --allow-webhook 127.0.0.1:9000".
 demo: $(VENV)/.installed-demo
-	$(PY) -m normwatch demo
+	$(PY) -m normwatch demo $(DEMO_ARGS)
 
 test: $(VENV)/.installed
 	./scripts/ensure-postgres

@@ -100,7 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo", help="serve on an SQLite file with a simulated live run")
-    demo.add_argument("--db", default="normwatch-demo.db", help="SQLite file (recreated)")
+    demo.add_argument(
+        "--db", default="normwatch-demo.db", help="SQLite file (made afresh unless --keep)"
+    )
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the last demo's database (runs, rules, alerts, tokens) and go on with its "
+        "simulated run from where it stopped",
+    )
+    demo.add_argument(
+        "--allow-webhook",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="let alert webhooks target this private or loopback host, e.g. 127.0.0.1:9000 "
+        "(repeat; added to NORMWATCH_WEBHOOK_ALLOW)",
+    )
     demo.add_argument("--port", type=int, default=None)
     demo.add_argument("--steps-per-second", type=float, default=100.0, help="live streaming speed")
     demo.set_defaults(handler=_demo)
@@ -276,5 +292,19 @@ def _prometheus_dir(workers: int) -> tuple[str | None, bool]:
 
 def _demo(args: argparse.Namespace) -> int:
     from normwatch.demo import run_demo
+    from normwatch.server.alerts.targets import parse_allow
 
-    return run_demo(db_path=args.db, port=args.port, steps_per_second=args.steps_per_second)
+    for entry in args.allow_webhook:
+        try:
+            parse_allow(entry)
+        except ValueError as exc:
+            reason = str(exc).removeprefix("NORMWATCH_WEBHOOK_ALLOW: ")
+            print(f"error: --allow-webhook: {reason}", file=sys.stderr)
+            return 2
+    return run_demo(
+        db_path=args.db,
+        port=args.port,
+        steps_per_second=args.steps_per_second,
+        keep=args.keep,
+        webhook_allow=args.allow_webhook,
+    )

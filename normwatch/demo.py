@@ -1,9 +1,12 @@
-"""``normwatch demo``: a server on a fresh SQLite file with a simulated run streaming live.
+"""``normwatch demo``: a server on an SQLite file with a simulated run streaming live.
 
 The simulated run (`normwatch.simulate`) goes through the real trainer client over HTTP:
 its history up to shortly before the config change at step 81k is backfilled fast, then
 steps arrive live, so the grad-norm surge after 81k happens in front of the viewer. The
 llm.c GPT-2 log shipped in ``normwatch/data`` is imported as a second run.
+
+The file is made afresh on each start, unless ``keep``: then the last demo's runs, rules,
+alerts and tokens stay, and the simulated run goes on from its last stored step.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -21,22 +25,39 @@ from normwatch.testing import wait_healthy
 
 PROJECT = "demo"
 RUN_NAME = "48L-moe-ep-routing"
+LLMC_RUN_NAME = "llmc-gpt2-124M"
 HISTORY_END = 78_500
 LIVE_END = 95_000
 LLMC_LOG = Path(__file__).resolve().parent / "data" / "llmc_gpt2_124M_modded-nanogpt.log"
 
 
-def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
+def run_demo(
+    *,
+    db_path: str,
+    port: int | None,
+    steps_per_second: float,
+    keep: bool = False,
+    webhook_allow: Sequence[str] = (),
+) -> int:
+    """Serve the demo until Ctrl-C or SIGTERM.
+
+    ``keep``: keep the file at ``db_path`` if there is one (else it is made afresh).
+    ``webhook_allow``: hosts alert webhooks may target although private or loopback,
+    added to ``NORMWATCH_WEBHOOK_ALLOW`` (validated by the caller).
+    """
     from normwatch.server.auth import create_token
     from normwatch.server.db import build_engine, session_factory
     from normwatch.server.migrate import upgrade
 
     db = Path(db_path).resolve()
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    kept = keep and db.exists()
+    if not kept:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
     url = f"sqlite:///{db}"
     port = port or int(os.environ.get("NORMWATCH_PORT", "8000"))
     base = f"http://127.0.0.1:{port}"
+    allow = [e for e in (os.environ.get("NORMWATCH_WEBHOOK_ALLOW", ""), *webhook_allow) if e]
 
     engine = build_engine(url)
     upgrade(engine)
@@ -50,6 +71,7 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
         "NORMWATCH_DATABASE_URL": url,
         "NORMWATCH_HOST": "127.0.0.1",
         "NORMWATCH_PORT": str(port),
+        "NORMWATCH_WEBHOOK_ALLOW": ",".join(allow),
     }
     server = subprocess.Popen([sys.executable, "-m", "normwatch", "serve", "--no-migrate"], env=env)
     # A plain `kill` must also stop the server child: turn SIGTERM into a clean exit.
@@ -63,7 +85,9 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
         print(f"  dashboard   {base}/login#token={admin}")
         print(f"  API docs    {base}/docs")
         print(f"  admin token {admin}")
-        print(f"  database    {db}")
+        print(f"  database    {db}  ({'kept from the last demo' if kept else 'new'})")
+        if allow:
+            print(f"  webhooks    may target {', '.join(allow)} (NORMWATCH_WEBHOOK_ALLOW)")
         print()
         # Other commands (`normwatch token create`, `db`, `aliases`) work on this database
         # once this is exported; sqlite:/// and an absolute path make four slashes.
@@ -71,9 +95,25 @@ def run_demo(*, db_path: str, port: int | None, steps_per_second: float) -> int:
         print(f"    export NORMWATCH_DATABASE_URL={url}")
         print()
         create_demo_rules(base, admin)
-        print("Backfilling history, then streaming live past step 81,000 (Ctrl-C stops).")
-        stream_simulated_run(base, ingest, steps_per_second=steps_per_second)
-        print("Simulated run finished; still serving (Ctrl-C stops).")
+        resume_from, llmc_stored = demo_progress(base, admin)
+        if resume_from >= LIVE_END:
+            print(f"The simulated run is complete (step {resume_from - 1:,}).")
+        else:
+            if resume_from:
+                print(f"Going on with the simulated run from step {resume_from:,}.")
+            if resume_from < HISTORY_END:
+                print("Backfilling history, then streaming live past step 81,000 (Ctrl-C stops).")
+            else:
+                print("Streaming live (Ctrl-C stops).")
+            stream_simulated_run(
+                base,
+                ingest,
+                steps_per_second=steps_per_second,
+                resume_from=resume_from,
+                import_llmc=not llmc_stored,
+            )
+            print("Simulated run finished.")
+        print("Still serving (Ctrl-C stops).")
         server.wait()
     except KeyboardInterrupt:
         pass
@@ -126,18 +166,52 @@ DEMO_RULES = (
 
 
 def create_demo_rules(base: str, admin_token: str) -> None:
-    """Alert rules without channels: their history shows on the dashboard's alerts page."""
+    """Alert rules without channels: their history shows on the dashboard's alerts page.
+
+    A rule of that name already there (a kept database) is left as it is, edits included.
+    """
     headers = {"Authorization": f"Bearer {admin_token}"}
     with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+        listed = api.get("/api/v1/alert-rules")
+        listed.raise_for_status()
+        present = {rule["name"] for rule in listed.json()}
         for rule in DEMO_RULES:
+            if rule["name"] in present:
+                continue
             answer = api.post("/api/v1/alert-rules", json={"runs": {"name": RUN_NAME}, **rule})
             answer.raise_for_status()
 
 
-def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> None:
-    """Backfill the history fast, import the llm.c log, then stream steps in real time."""
+def demo_progress(base: str, admin_token: str) -> tuple[int, bool]:
+    """Where the simulated run goes on (its last stored step + 1; 0 for none) and whether
+    the llm.c run is stored already."""
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=10) as api:
+        answer = api.get("/api/v1/runs")
+        answer.raise_for_status()
+    runs = {run["name"]: run for run in answer.json()}
+    simulated = runs.get(RUN_NAME)
+    last_step = None if simulated is None else simulated.get("last_step")
+    resume_from = 0 if last_step is None else int(last_step) + 1
+    llmc = runs.get(LLMC_RUN_NAME)
+    return resume_from, llmc is not None and llmc.get("last_step") is not None
+
+
+def stream_simulated_run(
+    base: str,
+    token: str,
+    *,
+    steps_per_second: float,
+    resume_from: int = 0,
+    import_llmc: bool = True,
+) -> None:
+    """Backfill the history fast, import the llm.c log, then stream steps in real time.
+
+    ``resume_from``: the first step to send (the steps before it are stored already, in
+    the run's current segment); ``import_llmc`` False when that run is stored already.
+    """
     from normwatch.client import Run
-    from normwatch.client.importers.llmc import import_llmc
+    from normwatch.client.importers.llmc import import_llmc as import_llmc_log
     from normwatch.simulate import SimulatedRun
 
     sim = SimulatedRun(seed=0)
@@ -150,33 +224,36 @@ def stream_simulated_run(base: str, token: str, *, steps_per_second: float) -> N
         name=RUN_NAME,
         config=config,
         tags=["simulated", "moe"],
-        start_step=0,
+        start_step=resume_from,
         max_batch_points=200_000,
     ) as run:
-        started = time.monotonic()
-        for step, metrics in sim.iter_steps(0, HISTORY_END, layer_every=100):
-            run.log(metrics, step=step)
-        for step, kind, text in events:
-            if step < HISTORY_END:
-                run.event(text, step=step, kind=kind)
-        elapsed = time.monotonic() - started
-        print(f"  history: steps 0–{HISTORY_END - 1:,} queued in {elapsed:.1f} s")
+        if resume_from < HISTORY_END:
+            started = time.monotonic()
+            for step, metrics in sim.iter_steps(resume_from, HISTORY_END, layer_every=100):
+                run.log(metrics, step=step)
+            for step, kind, text in events:
+                if resume_from <= step < HISTORY_END:
+                    run.event(text, step=step, kind=kind)
+            elapsed = time.monotonic() - started
+            print(f"  history: steps {resume_from:,}–{HISTORY_END - 1:,} queued in {elapsed:.1f} s")
 
-        with Run(
-            base,
-            token=token,
-            project=PROJECT,
-            name="llmc-gpt2-124M",
-            tags=["llm.c", "real"],
-            start_step=0,
-        ) as llmc:
-            steps = import_llmc(LLMC_LOG, llmc)
-        print(f"  llm.c GPT-2 124M log: {steps:,} steps imported")
+        if import_llmc:
+            with Run(
+                base,
+                token=token,
+                project=PROJECT,
+                name=LLMC_RUN_NAME,
+                tags=["llm.c", "real"],
+                start_step=0,
+            ) as llmc:
+                steps = import_llmc_log(LLMC_LOG, llmc)
+            print(f"  llm.c GPT-2 124M log: {steps:,} steps imported")
 
         interval = 1.0 / steps_per_second
         next_at = time.monotonic()
-        pending = [e for e in events if e[0] >= HISTORY_END]
-        for step, metrics in sim.iter_steps(HISTORY_END, LIVE_END, layer_every=10, chunk=500):
+        live_from = max(resume_from, HISTORY_END)
+        pending = [e for e in events if e[0] >= live_from]
+        for step, metrics in sim.iter_steps(live_from, LIVE_END, layer_every=10, chunk=500):
             while pending and pending[0][0] <= step:
                 ev_step, kind, text = pending.pop(0)
                 run.event(text, step=ev_step, kind=kind)
