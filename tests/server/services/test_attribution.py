@@ -12,13 +12,29 @@ from normwatch.server.errors import Invalid
 from normwatch.server.services.attribution import attribution
 
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
+from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
 
 LAYERS = 48
 
 
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+def own_db_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A database of this module's own on each backend: the session's servers compact the
+    runs of theirs in the background (into float32 chunks), and the hot cases must read
+    points exactly as they were posted."""
+    if request.param == "sqlite":
+        yield migrated_sqlite(tmp_path_factory.mktemp("attribution") / "normwatch.db")
+        return
+    url = create_scratch_pg("attribution")
+    yield url
+    drop_scratch_pg(url)
+
+
 @pytest.fixture
-def sessions(db_url: str) -> Iterator[Sessions]:
-    engine = build_engine(db_url, pool_size=2)
+def sessions(own_db_url: str) -> Iterator[Sessions]:
+    engine = build_engine(own_db_url, pool_size=2)
     yield session_factory(engine)
     engine.dispose()
 
