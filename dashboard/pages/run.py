@@ -12,6 +12,7 @@ attribution, events.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
@@ -64,6 +65,9 @@ TICK_MS = 1000
 RUN_NOT_FOUND = "No such run in your project"
 OPTIONS_EVERY = 5
 """The metric pickers' options are read again every this many ticks."""
+DRAW_EVERY = 3
+"""The chart is redrawn every this many ticks even when the run logged nothing new: events
+and alerts come without new points."""
 
 Drawn = tuple[Any, Any, str, Any]
 """The chart's figure (or a patch), its shape, the range text and the event list."""
@@ -187,6 +191,8 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             dcc.Store(id="overlay-aids", data=None),
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
+            dcc.Store(id="draw-tick"),
+            dcc.Store(id="ticks-seen"),  # the data versions `tick` last gave each part
             html.Div(id="url-sync", hidden=True),
         ],
         className="card run-page",
@@ -311,6 +317,13 @@ def refresh_options(
         metrics = data.metrics(who, view.run)
     except RunNotFound:
         return [], [], "", dash.no_update, dash.no_update
+    return options_of(view, metrics, n_intervals)
+
+
+def options_of(
+    view: RunView, metrics: list[MetricOut], n_intervals: object
+) -> tuple[Any, Any, str, Any, Any]:
+    """`refresh_options` for the run's ``metrics``, as read."""
     last = max((m.last_step for m in metrics if m.last_step is not None), default=None)
     label = "" if last is None else f"last step {last:,}"
     names = [m.name for m in metrics]
@@ -326,6 +339,71 @@ def refresh_options(
         return dash.no_update, dash.no_update, label, dash.no_update, dash.no_update
     options = run_series.options_with(names, view)
     return options, options, label, dash.no_update, dash.no_update
+
+
+def data_version(metrics: list[MetricOut]) -> int:
+    """A number that changes when the run logs anything: a metric, a later step, another
+    last value (a restart logging a step again). CRC-32, the same on every worker."""
+    text = "\n".join(f"{m.name}\t{m.last_step}\t{m.last_value}" for m in metrics)
+    return zlib.crc32(text.encode())
+
+
+TICK_OUTPUTS = 13
+"""What `tick` answers: the pickers' options, the last step, the pickers' values, the chart's
+draw tick, the versions seen, and the sections' six ticks."""
+
+
+def tick(
+    data: RunReads,
+    who: Principal,
+    view: RunView | None,
+    n_intervals: object,
+    pinned: int | None,
+    seen: object,
+) -> tuple[Any, ...]:
+    """What one refresh tick of the page sets off, from one read of the run's metrics.
+
+    One callback a tick, where the chart and each section had one of their own: the
+    pickers (`refresh_options`); the chart, when the run logged anything since it was
+    drawn, and every `DRAW_EVERY` ticks regardless (events and alerts come without new
+    points); the sections each at its own pace (`run_aids.sections_due`,
+    `run_layers.refreshes_due`, `run_spikes.spikes_due`), and those that read the run's
+    points only when it logged something since they last did. ``seen`` is the store of the
+    versions (`data_version`) each of them was last given; the new one goes back into it.
+    A page left open on a finished run then reads its metrics once a second and redraws its
+    chart every few seconds, and nothing else.
+    """
+    skip = dash.no_update
+    if view is None:
+        return ([], [], "", skip, skip, *[skip] * (TICK_OUTPUTS - 5))
+    try:
+        metrics = data.metrics(who, view.run)
+    except RunNotFound:
+        return ([], [], "", skip, skip, *[skip] * (TICK_OUTPUTS - 5))
+    pickers = options_of(view, metrics, n_intervals)
+    n = n_intervals if isinstance(n_intervals, int) else 0
+    version = data_version(metrics)
+    given = dict(seen) if isinstance(seen, dict) else {}
+
+    def fresh(part: str, due: bool, *, every: bool = False) -> Any:
+        """``n`` for a part that is due and has not seen this version (or ``every``)."""
+        if not due or (given.get(part) == version and not every):
+            return skip
+        given[part] = version
+        return n
+
+    sections = run_aids.sections_due(view, n)
+    layers = run_layers.refreshes_due(view, pinned, n)
+    outputs = (
+        fresh("draw", True, every=n % DRAW_EVERY == 0),
+        fresh("aids", sections.aids, every=True),  # the rules' lines: no points read
+        fresh("transitions", sections.transitions),
+        fresh("attribution", sections.attribution),
+        fresh("grid", layers.grid),
+        fresh("profile", layers.profile),
+        fresh("spikes", run_spikes.spikes_due(view, n)),
+    )
+    return (*pickers, outputs[0], given, *outputs[1:])
 
 
 def not_found_drawn() -> Drawn:
@@ -393,7 +471,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("event-list", "children"),
         Output("view-drawn", "data"),
         Input("view", "data"),
-        Input("tick", "n_intervals"),
+        Input("draw-tick", "data"),
         Input("overlay-aids", "data"),
         State("overlay-shape", "data"),
         State("view-drawn", "data"),
@@ -402,9 +480,9 @@ def register(app: dash.Dash, data: RunReads) -> None:
         store: object, _tick: object, aids: object, shape: object, handed: object
     ) -> tuple[Any, Any, str, Any, Any]:
         view = RunView.from_store(store)
-        drawn = await in_thread(
-            draw, data, viewer(), view, shape, trigger=triggered_id(), aids=aids
-        )
+        # A redraw the tick asked for: `draw` patches the data of a chart of the same shape.
+        trigger = "tick" if triggered_id() == "draw-tick" else triggered_id()
+        drawn = await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
         # Once drawn, a changed view moves the sections below; a tick or new aids, with the
         # view as it was, leave them be.
         follow = None if view is None else view.to_store()
@@ -416,12 +494,26 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("run-last-step", "children"),
         Output("left-metric", "value"),
         Output("right-metric", "value"),
+        Output("draw-tick", "data"),
+        Output("ticks-seen", "data"),
+        # The sections listen to these stores, not to the tick: a tick that asked for
+        # nothing would otherwise supersede (and so drop) a read still on its way.
+        Output("aids-tick", "data"),
+        Output("transitions-tick", "data"),
+        Output("attribution-tick", "data"),
+        Output("layers-grid-tick", "data"),
+        Output("layers-profile-tick", "data"),
+        Output("spikes-tick", "data"),
         Input("tick", "n_intervals"),
         State("view", "data"),
+        State("layers-pin", "data"),
+        State("ticks-seen", "data"),
         prevent_initial_call=True,
     )
-    async def on_tick(n: object, store: object) -> tuple[Any, Any, str, Any, Any]:
-        return await in_thread(refresh_options, data, viewer(), RunView.from_store(store), n)
+    async def on_tick(n: object, store: object, pin: object, seen: object) -> tuple[Any, ...]:
+        view = RunView.from_store(store)
+        pinned = run_layers.pinned_of(pin)
+        return await in_thread(tick, data, viewer(), view, n, pinned, seen)
 
     app.clientside_callback(URL_SYNC_JS, Output("url-sync", "children"), Input("view", "data"))
     app.clientside_callback(

@@ -334,25 +334,6 @@ def sections_due(view: RunView | None, n_intervals: object) -> SectionTicks:
 
 def register(app: dash.Dash, data: AidReads) -> None:
     @app.callback(
-        Output("aids-tick", "data"),
-        Output("transitions-tick", "data"),
-        Output("attribution-tick", "data"),
-        Input("tick", "n_intervals"),
-        State("view", "data"),
-        prevent_initial_call=True,
-    )
-    async def on_tick(n: object, store: object) -> tuple[Any, Any, Any]:
-        # The sections listen to these stores, not to the tick: a tick that asked for
-        # nothing would otherwise supersede (and so drop) a read still on its way.
-        due = sections_due(RunView.from_store(store), n)
-        skip = dash.no_update
-        return (
-            n if due.aids else skip,
-            n if due.transitions else skip,
-            n if due.attribution else skip,
-        )
-
-    @app.callback(
         Output("overlay-aids", "data"),
         Input("view", "data"),
         Input("aids-tick", "data"),

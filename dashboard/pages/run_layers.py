@@ -229,20 +229,6 @@ def register(app: dash.Dash, data: LayerReads) -> None:
         return or_prevent(update_pin(triggered_id(), clicks))
 
     @app.callback(
-        Output("layers-grid-tick", "data"),
-        Output("layers-profile-tick", "data"),
-        Input("tick", "n_intervals"),
-        State("view", "data"),
-        State("layers-pin", "data"),
-        prevent_initial_call=True,
-    )
-    async def on_tick(n: object, store: object, pin: object) -> tuple[Any, Any]:
-        # The charts' callbacks listen to these stores, not to the tick: a tick that asked
-        # for nothing would otherwise supersede (and so drop) a redraw still on its way.
-        due = refreshes_due(RunView.from_store(store), pinned_of(pin), n)
-        return (n if due.grid else dash.no_update, n if due.profile else dash.no_update)
-
-    @app.callback(
         Output("layer-heatmap", "figure"),
         Output("u-index", "figure"),
         Output("heatmap-info", "children"),

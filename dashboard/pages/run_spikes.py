@@ -334,17 +334,6 @@ def zoom_to_spike(
 
 def register(app: dash.Dash, data: SpikeReads) -> None:
     @app.callback(
-        Output("spikes-tick", "data"),
-        Input("tick", "n_intervals"),
-        State("view", "data"),
-        prevent_initial_call=True,
-    )
-    async def on_tick(n: object, store: object) -> Any:
-        # The tables listen to this store, not to the tick: a tick that asked for nothing
-        # would otherwise supersede (and so drop) a redraw still on its way.
-        return n if spikes_due(RunView.from_store(store), n) else dash.no_update
-
-    @app.callback(
         Output("spike-table", "children"),
         Output("spike-fractions", "children"),
         Output("lead-lag", "children"),

@@ -19,6 +19,7 @@ from normwatch.dashboard.pages.run import (
     not_found_drawn,
     refresh_options,
     restarts_text,
+    tick,
     update_view,
 )
 from normwatch.dashboard.pages.run_config import NO_CONFIG
@@ -55,6 +56,21 @@ METRICS: dict[str, list[float]] = {
 NAMES = sorted(METRICS)
 CONFIG = {"optimizer": {"name": "adamw", "lr": 3e-4}}
 LEFT, RIGHT = "grad/norm/total", "params/norm/final_norm.weight"
+TICK_OUTPUTS = [
+    "left-metric.options",
+    "right-metric.options",
+    "run-last-step.children",
+    "left-metric.value",
+    "right-metric.value",
+    "draw-tick.data",
+    "ticks-seen.data",
+    "aids-tick.data",
+    "transitions-tick.data",
+    "attribution-tick.data",
+    "layers-grid-tick.data",
+    "layers-profile-tick.data",
+    "spikes-tick.data",
+]
 ZOOM = {"type": "event-zoom", "step": 1000}
 CALLBACK = "/_dash-update-component"
 
@@ -501,7 +517,7 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             CALLBACK,
             json=callback_request(
                 DRAW_OUTPUTS,
-                {"view.data": store, "tick.n_intervals": 3, "overlay-aids.data": None},
+                {"view.data": store, "draw-tick.data": 3, "overlay-aids.data": None},
                 {"overlay-shape.data": None, "view-drawn.data": None},
                 ["view.data"],
             ),
@@ -531,15 +547,9 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
         options = browser.post(
             CALLBACK,
             json=callback_request(
-                [
-                    "left-metric.options",
-                    "right-metric.options",
-                    "run-last-step.children",
-                    "left-metric.value",
-                    "right-metric.value",
-                ],
+                TICK_OUTPUTS,
                 {"tick.n_intervals": 5},
-                {"view.data": store},
+                {"view.data": store, "layers-pin.data": None, "ticks-seen.data": None},
                 ["tick.n_intervals"],
             ),
         )
@@ -597,12 +607,16 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
         )
         assert shares["attribution-info"]["children"] == ""
         ticks = post(
-            ["aids-tick.data", "transitions-tick.data", "attribution-tick.data"],
+            TICK_OUTPUTS,
             {"tick.n_intervals": 20},
-            {"view.data": store},
+            {"view.data": store, "layers-pin.data": None, "ticks-seen.data": None},
         )
-        # A store that holds no view asks for nothing; a view asks for what is due.
-        assert all(value == {"data": 20} for value in (ticks or {}).values())
+        # A store that holds no view, or a view of no run of the viewer's, asks for nothing.
+        assert ticks == {
+            "left-metric": {"options": []},
+            "right-metric": {"options": []},
+            "run-last-step": {"children": ""},
+        }
         row = {"type": "transition-row", "step": 5}
         request = callback_request(["view.data"], {}, {"view.data": store}, [])
         (zoom,) = [
@@ -690,9 +704,55 @@ def test_a_view_waiting_for_metrics_takes_the_defaults_once_they_come(
     tick that finds metrics (any tick, not every fifth) the pickers get the defaults."""
     waiting = RunView(world.run)
     options = [{"label": n, "value": n} for n in NAMES]
-    for tick in (1, 2, 5):
-        got = refresh_options(dashboard_data, world.mine.read, waiting, tick)
+    for n in (1, 2, 5):
+        got = refresh_options(dashboard_data, world.mine.read, waiting, n)
         assert got == (options, options, "last step 1,999", LEFT, RIGHT)
     charted = RunView(world.run, LEFT)  # what the user chose stays
     got = refresh_options(dashboard_data, world.mine.read, charted, 7)
     assert got[3:] == (dash.no_update, dash.no_update)
+
+
+def test_a_tick_redraws_and_refreshes_what_the_run_changed(
+    pg_server: ServerProcess,
+    world: World,
+    dashboard_data: DashboardData,
+    dashboard_sessions: sessionmaker[Session],
+) -> None:
+    """One tick callback for the page: the chart is redrawn when the run logged something
+    and every third tick regardless; the sections that read points, only when due and when
+    the run changed since they last read it."""
+    tenant = make_tenant(pg_server.database_url)
+    who = viewers(dashboard_sessions, tenant).read
+    run = create_run(pg_server, tenant, "ticking")
+    post_points(pg_server, tenant, run, [0, 1], {LEFT: [1.0, 2.0]})
+    view = RunView(run, LEFT)  # the latest steps: every section follows them
+    skip = dash.no_update
+
+    def ticked(n: int, seen: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        out = tick(dashboard_data, who, view, n, None, seen)
+        assert len(out) == len(TICK_OUTPUTS)
+        named = dict(zip(TICK_OUTPUTS[7:], out[7:], strict=True))
+        return out[5], out[6], {k: v for k, v in named.items() if v is not skip}
+
+    draw_tick, seen, sections = ticked(20, None)  # every section is due at tick 20
+    assert draw_tick == 20
+    assert set(sections) == {
+        "aids-tick.data",
+        "transitions-tick.data",
+        "attribution-tick.data",
+        "layers-grid-tick.data",
+        "layers-profile-tick.data",
+        "spikes-tick.data",
+    }
+    # Nothing logged since: no redraw (41 is no multiple of 3), and at tick 40 only the
+    # rules' lines, which read no points.
+    assert ticked(41, seen)[0] is skip
+    assert ticked(40, seen)[2] == {"aids-tick.data": 40}
+    assert ticked(42, seen)[0] == 42  # every third tick regardless
+    post_points(pg_server, tenant, run, [2], {LEFT: [3.0]})
+    draw_tick, seen, sections = ticked(41, seen)
+    assert draw_tick == 41 and sections == {}  # the chart at once; the sections when due
+    assert "transitions-tick.data" in ticked(60, seen)[2]
+    # Of another project's run: the pickers emptied, nothing set off.
+    out = tick(dashboard_data, who, RunView(world.their_run, LEFT), 20, None, None)
+    assert out[:3] == ([], [], "") and all(v is skip for v in out[3:])

@@ -269,13 +269,11 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run.draw", "draw the view's run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
-    Row("run.refresh_options", "refresh the view's run's metric names",
+    Row("run.tick", "refresh the view's run on a tick (metric names, chart, sections)",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("runs.pick", "tick runs to compare",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_layers.pin", "pin the depth profile by a click",
-        own=(401, 401, 401, 401, OK, OK)),
-    Row("run_layers.tick", "time the layer views' refresh",
         own=(401, 401, 401, 401, OK, OK)),
     Row("run_layers.draw_grid", "draw the view's run's layer heatmap",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
@@ -283,8 +281,6 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK)),
     Row("run_layers.draw_depth", "draw the view's run's layers",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
-    Row("run_spikes.tick", "time the spike tables' refresh",
-        own=(401, 401, 401, 401, OK, OK)),
     Row("run_spikes.draw", "list the view's run's spikes",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_spikes.zoom", "zoom to a spike",
@@ -295,8 +291,6 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_attribution.draw", "draw the view's run's attribution",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
-    Row("run_aids.tick", "time the chart aids' refresh",
-        own=(401, 401, 401, 401, OK, OK)),
     Row("run_aids.read", "read the view's run's thresholds",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_series.add_expression", "add a derived series",
@@ -348,13 +342,11 @@ CALLBACK_KEYS = {
     "runs.pick": 'compare-action.children <- {"run":["ALL"],"type":"compare-pick"}.value',
     "run.update_view": "view.data <- left-metric.value",
     "run.draw": "overlay.figure <- view.data",
-    "run.refresh_options": "left-metric.options <- tick.n_intervals",
+    "run.tick": "left-metric.options <- tick.n_intervals",
     "run_layers.pin": "layers-pin.data <- layer-heatmap.clickData",
-    "run_layers.tick": "layers-grid-tick.data <- tick.n_intervals",
     "run_layers.draw_grid": "layer-heatmap.figure <- view-drawn.data",
     "run_layers.pin_text": "pin-info.children <- layers-pin.data",
     "run_layers.draw_depth": "depth.figure <- layers-pin.data",
-    "run_spikes.tick": "spikes-tick.data <- tick.n_intervals",
     "run_spikes.draw": "spike-table.children <- view-drawn.data",
     "run_spikes.zoom": (
         'view.data <- {"end":["ALL"],"metric":["ALL"],"peak":["ALL"],"start":["ALL"],'
@@ -363,7 +355,6 @@ CALLBACK_KEYS = {
     "run_transitions.draw": "transition-table.children <- view-drawn.data",
     "run_transitions.zoom": 'view.data <- {"step":["ALL"],"type":"transition-row"}.n_clicks',
     "run_attribution.draw": "attribution-chart.figure <- view-drawn.data",
-    "run_aids.tick": "aids-tick.data <- tick.n_intervals",
     "run_aids.read": "overlay-aids.data <- view.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
     "run_control.act": "control-message.children <- control-checkpoint.n_clicks",
@@ -1141,9 +1132,14 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "draw the view's run": lambda w, t, o: Callback(
         "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text
     ),
-    "refresh the view's run's metric names": lambda w, t, o: Callback(
-        "run.refresh_options",
-        {"tick.n_intervals": 5, "view.data": _view(o.run_id)},
+    "refresh the view's run on a tick (metric names, chart, sections)": lambda w, t, o: Callback(
+        "run.tick",
+        {
+            "tick.n_intervals": 30,
+            "view.data": _view(o.run_id),
+            "layers-pin.data": None,
+            "ticks-seen.data": None,
+        },
         ["tick.n_intervals"],
         o.metric,
     ),
@@ -1170,12 +1166,6 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         ["layer-heatmap.clickData"],
         '{"step":3}',
     ),
-    "time the layer views' refresh": lambda w, t, o: Callback(
-        "run_layers.tick",
-        {"tick.n_intervals": 5, "view.data": _view(o.run_id), "layers-pin.data": None},
-        ["tick.n_intervals"],
-        "5",
-    ),
     "draw the view's run's layer heatmap": lambda w, t, o: Callback(
         "run_layers.draw_grid",
         {"view-drawn.data": _view(o.run_id), "depth-family.value": "grad/norm"},
@@ -1184,12 +1174,6 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     ),
     "say where the profile is pinned": lambda w, t, o: Callback(
         "run_layers.pin_text", {"layers-pin.data": {"step": 3}}, ["layers-pin.data"], "3"
-    ),
-    "time the spike tables' refresh": lambda w, t, o: Callback(
-        "run_spikes.tick",
-        {"tick.n_intervals": 10, "view.data": _view(o.run_id)},
-        ["tick.n_intervals"],
-        "10",
     ),
     "list the view's run's spikes": lambda w, t, o: Callback(
         "run_spikes.draw", {"view-drawn.data": _view(o.run_id)}, [], "grad/norm/total"
@@ -1212,12 +1196,6 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         },
         [],
         '"stackgroup":"shares"',
-    ),
-    "time the chart aids' refresh": lambda w, t, o: Callback(
-        "run_aids.tick",
-        {"tick.n_intervals": 20, "view.data": _view(o.run_id)},
-        ["tick.n_intervals"],
-        '"aids-tick":{"data":20}',
     ),
     "read the view's run's thresholds": lambda w, t, o: Callback(
         "run_aids.read",
