@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from normwatch.server.analytics.layers import u_index
 
-from .figures import WHITE_TEMPLATE, Figure, empty_figure, plot_text
+from .figures import WHITE_TEMPLATE, Figure, empty_figure, plot_text, typed_array
 
 __all__ = [
     "FAMILIES",
@@ -28,7 +29,7 @@ __all__ = [
     "family_of",
     "layer_heatmap_figure",
     "layer_rows",
-    "log_cells",
+    "cell_array",
     "pin_shapes",
     "rows_u_index",
     "small_empty",
@@ -98,20 +99,15 @@ def rows_u_index(rows: Sequence[Sequence[float | None]]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in u_index(grid).tolist()]
 
 
-def log_cells(rows: Sequence[Sequence[float | None]], digits: int = 3) -> list[list[float | None]]:
-    """``log10`` of each cell, rounded to ``digits`` (enough for a colour); None where the
-    cell has no value or one a log scale cannot place (zero, negative, non-finite).
+def cell_array(rows: Sequence[Sequence[float | None]]) -> npt.NDArray[np.float64]:
+    """The grid's cells as a 2-D float array, NaN where a cell has no value.
 
-    >>> log_cells([[100.0, None, 0.0, 2.0]])
-    [[2.0, None, None, 0.301]]
+    >>> cell_array([[1.0, None], [None, 2.5]]).tolist()
+    [[1.0, nan], [nan, 2.5]]
     """
-    return [
-        [
-            round(math.log10(v), digits) if v is not None and math.isfinite(v) and v > 0 else None
-            for v in row
-        ]
-        for row in rows
-    ]
+    return np.array(
+        [[np.nan if v is None else v for v in row] for row in rows], dtype=np.float64
+    ).reshape(len(rows), -1)
 
 
 def colour_ticks(low: float, high: float) -> tuple[list[float], list[str]]:
@@ -220,9 +216,11 @@ def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
     A log scale because the U spans an order of magnitude and more: on a linear one the
     middle layers would all share one colour.
     """
-    z = log_cells(grid.values)
-    known = [v for row in z for v in row if v is not None]
-    low, high = (min(known), max(known)) if known else (0.0, 1.0)
+    values = cell_array(grid.values)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(np.isfinite(values) & (values > 0), np.log10(values), np.nan)
+    known = z[np.isfinite(z)]
+    low, high = (float(known.min()), float(known.max())) if known.size else (0.0, 1.0)
     if high == low:
         low, high = low - 0.5, high + 0.5
     tickvals, ticktext = colour_ticks(low, high)
@@ -231,11 +229,11 @@ def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
         "type": "heatmap",
         "x": list(grid.steps),
         "y": [plot_text(layer) for layer in grid.layers],
-        "z": z,
-        # The real values, 4 significant digits: what hover shows, at half the bytes.
-        "customdata": [
-            [None if v is None else float(f"{v:.4g}") for v in row] for row in grid.values
-        ],
+        # Both as float32 typed arrays (`typed_array`): 50,000 cells, where JSON numbers
+        # were 750 KB that the server wrote and the browser parsed one by one. Hover shows
+        # the real values to 4 digits, the colour their log.
+        "z": typed_array(z),
+        "customdata": typed_array(values),
         "zmin": low,
         "zmax": high,
         "colorscale": HEATMAP_COLOURS,

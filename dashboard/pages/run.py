@@ -192,7 +192,8 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
             dcc.Store(id="draw-tick"),
-            dcc.Store(id="ticks-seen"),  # the data versions `tick` last gave each part
+            # The data versions `tick` last gave each part: this page's, as it was drawn.
+            dcc.Store(id="ticks-seen", data=dict.fromkeys(TICK_PARTS, data_version(metrics))),
             html.Div(id="url-sync", hidden=True),
         ],
         className="card run-page",
@@ -348,6 +349,8 @@ def data_version(metrics: list[MetricOut]) -> int:
     return zlib.crc32(text.encode())
 
 
+TICK_PARTS = ("draw", "transitions", "attribution", "grid", "profile", "spikes")
+"""What `tick` sets off only when the run changed since it last did."""
 TICK_OUTPUTS = 13
 """What `tick` answers: the pickers' options, the last step, the pickers' values, the chart's
 draw tick, the versions seen, and the sections' six ticks."""

@@ -3,6 +3,7 @@ a 48-layer run whose U steepens, and update-norm spikes 8 steps before loss spik
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -70,7 +71,7 @@ def graph_js(graph: str, body: str) -> str:
 HEATMAP_JS = graph_js(
     "layer-heatmap",
     "const t = gd.data[0]; return {type: t.type, x: Array.from(t.x), y: Array.from(t.y),"
-    " rows: t.z.length, title: gd.layout.title.text,"
+    " rows: gd._fullData[0].z.length, title: gd.layout.title.text,"
     " pinned: (gd.layout.shapes || []).map(s => s.x0)};",
 )
 U_INDEX_JS = graph_js(
@@ -90,8 +91,9 @@ def wait_depth_title(page: Page, text: str) -> None:
     )
 
 
-def click_heatmap_at(page: Page, step: int) -> None:
-    """A real mouse click on the heatmap's column nearest ``step``, halfway up."""
+def click_heatmap_at(page: Page, step: int) -> str:
+    """A real mouse click on the heatmap's column nearest ``step``, halfway up; the hover
+    label shown there."""
     page.locator("#layer-heatmap").scroll_into_view_if_needed()
     point = page.evaluate(
         "step => { const gd = document.querySelector('#layer-heatmap .js-plotly-plot');"
@@ -103,8 +105,10 @@ def click_heatmap_at(page: Page, step: int) -> None:
     # Plotly clicks what it last hovered, and hover is throttled: hover there first.
     page.mouse.move(point["x"], point["y"])
     page.wait_for_selector("#layer-heatmap .hoverlayer .hovertext")
+    label = page.locator("#layer-heatmap .hoverlayer .hovertext text.nums").text_content() or ""
     page.wait_for_timeout(100)
     page.mouse.click(point["x"], point["y"])
+    return label
 
 
 def spike_rows(page: Page) -> list[list[str]]:
@@ -150,7 +154,10 @@ def test_layer_heatmap_u_index_profile_and_spikes(
     # The profile follows the latest step until a cell is clicked.
     wait_depth_title(page, f"by depth at step {STEPS - 1:,}")
     page.wait_for_selector("#spike-table tbody tr")  # the section above is drawn: no reflow
-    click_heatmap_at(page, 1500)
+    label = click_heatmap_at(page, 1500)
+    # The cell's real value (the colour is its log), from the float32 cells sent.
+    # (its lines run together in the label's text: "layers.24 · step 15000.04995 (...)")
+    assert re.fullmatch(r"layers\.\d+ · step 1\d{3}0\.\d{1,6} \(largest in its steps\)", label)
     page.wait_for_function("() => new URLSearchParams(location.search).has('at')")
     pinned = int(parse_qs(urlsplit(page.url).query)["at"][0])
     assert pinned in heatmap["x"] and abs(pinned - 1500) <= 4

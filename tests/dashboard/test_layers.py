@@ -10,15 +10,15 @@ import statistics
 import numpy as np
 import pytest
 from normwatch.dashboard import layers
-from normwatch.dashboard.figures import plot_text
+from normwatch.dashboard.figures import from_typed, plot_text
 from normwatch.dashboard.layers import (
     LayerHeatmap,
+    cell_array,
     colour_ticks,
     families_with_layers,
     family_of,
     layer_heatmap_figure,
     layer_rows,
-    log_cells,
     pin_shapes,
     rows_u_index,
     small_empty,
@@ -113,25 +113,10 @@ def test_rows_u_index_is_the_ends_over_the_median_of_the_middle() -> None:
     assert rows_u_index([]) == []
 
 
-def test_log_cells() -> None:
-    assert log_cells([[1000.0, 0.5, None], [-1.0, math.inf, math.nan]]) == [
-        [3.0, -0.301, None],
-        [None, None, None],
-    ]
-    assert log_cells([[2.0]], digits=5) == [[0.30103]]
-
-
-@pytest.mark.parametrize(
-    ("low", "high"),
-    [(0.0, 1.0), (-2.5, 2.5), (-1.31, -0.9), (0.2, 0.25), (-30.0, 30.0), (1.0, 1.0)],
-)
-def test_colour_ticks_are_labelled_in_real_values(low: float, high: float) -> None:
-    ticks, labels = colour_ticks(low, high)
-    assert len(ticks) == len(labels) >= 1
-    assert ticks == sorted(ticks)
-    for tick, label in zip(ticks, labels, strict=True):
-        assert low - 3e-3 <= tick <= high + 3e-3
-        assert float(label) == pytest.approx(10**tick, rel=2e-3)
+def test_cell_array() -> None:
+    cells = cell_array([[1000.0, 0.5, None], [-1.0, math.inf, math.nan]])
+    assert cells.shape == (2, 3) and cells[0, :2].tolist() == [1000.0, 0.5]
+    assert np.isnan(cells[0, 2]) and np.isnan(cells[1, 2]) and cells[1, 1] == math.inf
 
 
 def test_colour_ticks_of_one_to_a_hundred_and_of_nothing() -> None:
@@ -160,8 +145,12 @@ def test_layer_heatmap_figure() -> None:
     assert trace["type"] == "heatmap"
     assert trace["x"] == [0, 10, 20]
     assert trace["y"] == ["embed", "layers.0", "lm_head." + plot_text(LINK)]
-    assert trace["z"] == [[1.0, 1.301, None], [0.0, 0.0, 0.301], [2.0, None, 1.699]]
-    assert trace["customdata"] == [[10.0, 20.0, None], [1.0, 1.0, 2.0], [100.0, 0.0, 50.0]]
+    z, real = from_typed(trace["z"]), from_typed(trace["customdata"])
+    expected = [[1.0, 1.301, None], [0.0, 0.0, 0.301], [2.0, None, 1.699]]
+    assert z.shape == (3, 3) and trace["z"]["shape"] == "3, 3"
+    for got, want in zip(z.ravel().tolist(), sum(expected, []), strict=True):
+        assert (got != got) if want is None else got == pytest.approx(want, abs=1e-3)
+    assert np.array_equal(real, [[10, 20, np.nan], [1, 1, 2], [100, 0, 50]], equal_nan=True)
     assert (trace["zmin"], trace["zmax"]) == (0.0, 2.0)
     assert trace["colorbar"]["ticktext"] == ["1", "2", "5", "10", "20", "50", "100"]
     assert "largest in its steps" in trace["hovertemplate"]

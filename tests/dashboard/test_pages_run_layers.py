@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
-from normwatch.dashboard.figures import empty_figure, plot_text
+from normwatch.dashboard.figures import empty_figure, from_typed, plot_text
 from normwatch.dashboard.pages.run_layers import (
     Refreshes,
     pin_store,
@@ -230,8 +230,8 @@ def test_draw_grid_reads_the_views_steps_of_the_picked_family() -> None:
     ]
     (cells,) = heatmap["data"]
     assert cells["y"] == LAYERS and cells["x"] == [0, 100, 200]
-    assert cells["customdata"][5] == [6.0, 12.0, 18.0]
-    assert cells["z"][0] == [0.0, 0.301, 0.477]
+    assert from_typed(cells["customdata"])[5].tolist() == [6.0, 12.0, 18.0]
+    assert from_typed(cells["z"])[0].tolist() == pytest.approx([0.0, 0.30103, 0.47712], abs=1e-5)
     assert heatmap["layout"]["xaxis"]["range"] == [0, 299]
     assert [s["x0"] for s in heatmap["layout"]["shapes"]] == [100]
     (line,) = chart["data"]
@@ -411,7 +411,7 @@ def test_the_real_grid_follows_the_views_steps(world: World, dashboard_data: Das
     heatmap, chart, info = draw_grid(dashboard_data, world.mine.read, view, "grad/norm", 1050)
     (cells,) = heatmap["data"]
     assert cells["y"] == list(REAL_VALUES) and cells["x"] == list(range(1000, 1100, 10))
-    assert cells["customdata"][0][0] == pytest.approx(12.0)  # 6 · (1 + 1000 / 1000)
+    assert from_typed(cells["customdata"])[0][0] == pytest.approx(12.0)  # 6 · (1 + 1000 / 1000)
     # (6 + 9) / 2 over the median of 1, 1.5 and 2: the same at every step.
     assert chart["data"][0]["y"] == [pytest.approx(5.0)] * 10
     assert (
