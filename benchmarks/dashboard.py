@@ -7,12 +7,13 @@ same simulation at 80 layers, every one of its 251 metrics logged at every step,
 HTTP and then compacted. A server (one worker, as ``normwatch serve`` starts) serves them, and
 Chromium (the flags the browser tests use) drives the dashboard as a user does:
 
-* **run page, first load** of each run: navigation until every callback of the page has
-  answered and drawn;
+* **first visit** of the demo run's page with an empty browser cache (Dash's and Plotly's
+  scripts downloaded and compiled), and **run page load** of each run with the cache a
+  returning user has: navigation until every callback of the page has answered and drawn;
 * **zoom** the overlay to a tenth of the run (a drag on the chart: ``Plotly.relayout``);
 * **transition click** and **spike click**: a row of each table, which zooms and focuses;
 * **layer family**: the per-layer section switched to another family of norms;
-* **compare** the two runs on ``grad/norm/total``, loaded from its link;
+* **compare** the two runs: ticked on the runs page, then its "compare 2 runs" link;
 * **alerts** and **rules** pages, reached through the top bar;
 * **rule preview** of the demo's first rule on the demo run.
 
@@ -21,6 +22,9 @@ callback it set off has answered and been drawn (its response received, then two
 frames). The page's 1 s refresh tick is left running, as a user has it; callbacks the tick
 alone set off are not counted. ``--repeat`` times each (7), after one warm-up; the report
 gives p50 and p95.
+
+Then one run page is left open on the large run for 10 s: the requests its refresh tick
+sends each second and the server CPU they cost, what every open tab adds.
 
 Baseline, in the same run: the API requests that fetch the same data (the series at the
 chart's resolution, the transitions, the spikes, the layer grid, the comparison, the alerts,
@@ -55,11 +59,18 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
-from _harness import make_tokens, percentile, say, scratch_postgres, table
+from _harness import (
+    make_tokens,
+    percentile,
+    process_cpu_seconds,
+    say,
+    scratch_postgres,
+    table,
+)
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.storage import schedule
 from normwatch.server.storage.policy import Policy
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from normwatch.demo import DEMO_RULES, HISTORY_END, LIVE_END, PROJECT, RUN_NAME
 from normwatch.simulate import SimulatedRun
@@ -89,7 +100,7 @@ QUIET_MS = 300
 # arrived and two animation frames have passed (Dash renders the answer in between).
 TRACKER_JS = """
 (() => {
-  const st = {inflight: 0, last: 0, requests: 0, bytes: 0, log: []};
+  const st = {inflight: 0, last: 0, requests: 0, bytes: 0, log: [], ticks: 0};
   window.__nw = st;
   const fetch0 = window.fetch;
   window.fetch = function (input, init) {
@@ -101,6 +112,7 @@ TRACKER_JS = """
       changed = body.changedPropIds || []; output = body.output || '';
     } catch (e) {}
     if (changed.length && changed.every(p => p.endsWith('.n_intervals'))) {
+      st.ticks += 1;
       return fetch0.apply(this, arguments);
     }
     const entry = {output: output.slice(0, 60), start: performance.now()};
@@ -324,7 +336,14 @@ def layer_family(page: Page, s: Scene) -> tuple[float, int, float]:
 
 
 def compare(page: Page, s: Scene) -> tuple[float, int, float]:
-    return timed_load(page, f"{s.base}/compare?run={s.demo}&run={s.big}&metric={TOTAL}")
+    """Both runs ticked on the runs page, then its "compare 2 runs" link clicked."""
+    page.goto(f"{s.base}/", wait_until="commit")
+    settle(page, 0.0)
+    for row in page.locator("tr.run-row").all():
+        row.locator("input[type=checkbox]").check()
+    page.wait_for_selector("#compare-link")
+    settle(page, 0.0)
+    return timed_action(page, lambda: page.click("#compare-link"))
 
 
 def nav(link: str) -> Callable[[Page, Scene], tuple[float, int, float]]:
@@ -354,6 +373,11 @@ def get(api: httpx.Client, path: str, s: Scene, **params: Any) -> None:
 
 
 INTERACTIONS: list[Interaction] = [
+    (
+        "first visit, empty cache (demo run)",
+        run_page("demo"),
+        lambda api, s: api_run_page(api, s, s.demo, s.demo_last),
+    ),
     (
         "run page load (demo)",
         run_page("demo"),
@@ -413,6 +437,17 @@ INTERACTIONS: list[Interaction] = [
 ]
 
 
+def logged_in(browser: Browser, scene: Scene, token: str) -> tuple[BrowserContext, Page]:
+    """A new browser profile with the tracker, logged in on the runs page."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.add_init_script(TRACKER_JS)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{scene.base}/login?token={token}")
+    page.wait_for_selector("table.runs")
+    return context, page
+
+
 def measure(
     browser: Browser,
     api: httpx.Client,
@@ -427,17 +462,20 @@ def measure(
         if only and only not in name:
             continue
         m = Measure(name)
+        # One browser profile for all the tries of an interaction: its HTTP cache keeps
+        # Dash's and Plotly's scripts from the warm-up on, as a user's browser does. A first
+        # visit gets an empty profile each try.
+        fresh = name.startswith("first visit")
+        context = page = None
         for i in range(repeat + 1):
-            context = browser.new_context(viewport={"width": 1400, "height": 900})
-            context.add_init_script(TRACKER_JS)
-            page = context.new_page()
-            page.set_default_timeout(60_000)
-            page.goto(f"{scene.base}/login?token={token}")
-            page.wait_for_selector("table.runs")
+            if context is None or fresh:
+                context, page = logged_in(browser, scene, token)
+            assert page is not None
             try:
                 ms, requests, kib = action(page, scene)
             finally:
-                context.close()
+                if fresh:
+                    context.close()
             started = time.perf_counter()
             baseline(api, scene)
             api_ms = (time.perf_counter() - started) * 1000
@@ -451,9 +489,11 @@ def measure(
             m.api_ms.append(api_ms)
             m.requests.append(requests)
             m.kib.append(kib)
+        if context is not None and not fresh:
+            context.close()
         p = sorted(m.browser_ms)
         say(
-            f"  {name}: p50 {percentile(p, 0.5):,.0f} ms, p95 {percentile(p, 0.95):,.0f} ms "
+            f"  {name}: p50 {percentile(p, 50):,.0f} ms, p95 {percentile(p, 95):,.0f} ms "
             f"({np.median(m.requests):.0f} callbacks, {np.median(m.kib):,.0f} KiB); "
             f"API {np.median(m.api_ms):,.1f} ms"
         )
@@ -461,23 +501,45 @@ def measure(
     return results
 
 
+IDLE_S = 10.0
+"""Seconds an open page is watched for its steady cost."""
+
+
+def idle_cost(browser: Browser, scene: Scene, token: str, pid: int) -> tuple[float, float]:
+    """What one page left open on the large (finished) run costs the server: CPU ms per
+    second, and requests per second (its refresh ticks, and what they set off)."""
+    context, page = logged_in(browser, scene, token)
+    try:
+        page.goto(f"{scene.base}/runs/{scene.big}", wait_until="commit")
+        settle(page, 0.0)
+        page.wait_for_timeout(2000)
+        before = page.evaluate("window.__nw.ticks + window.__nw.requests")
+        cpu = process_cpu_seconds(pid)
+        page.wait_for_timeout(IDLE_S * 1000)
+        cpu = process_cpu_seconds(pid) - cpu
+        requests = page.evaluate("window.__nw.ticks + window.__nw.requests") - before
+    finally:
+        context.close()
+    return cpu * 1000 / IDLE_S, requests / IDLE_S
+
+
 def report(results: list[Measure]) -> None:
     rows = []
     for m in results:
         b, a = sorted(m.browser_ms), sorted(m.api_ms)
-        target = 1500 if "load" in m.name or "compare" in m.name else 500
-        p95 = percentile(b, 0.95)
+        target = 1500 if "load" in m.name or "visit" in m.name else 500
+        p95 = percentile(b, 95)
         rows.append(
             [
                 m.name,
-                f"{percentile(b, 0.5):,.0f}",
+                f"{percentile(b, 50):,.0f}",
                 f"{p95:,.0f}",
                 f"{target:,}",
                 "yes" if p95 <= target else "NO",
                 f"{np.median(m.requests):.0f}",
                 f"{np.median(m.kib):,.0f}",
-                f"{percentile(a, 0.5):,.1f}",
-                f"{percentile(b, 0.5) / percentile(a, 0.5):,.0f}x",
+                f"{percentile(a, 50):,.1f}",
+                f"{percentile(b, 50) / percentile(a, 50):,.0f}x",
             ]
         )
     headers = [
@@ -553,6 +615,12 @@ def main(argv: list[str] | None = None) -> int:
                 with sync_playwright() as pw:
                     chromium = shutil.which("chromium") or "/usr/bin/chromium"
                     browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+                    if not args.only:
+                        cpu_ms, per_s = idle_cost(browser, scene, read_token, server.process.pid)
+                        say(
+                            f"  an open run page, idle: {per_s:.1f} requests/s, server CPU "
+                            f"{cpu_ms:.0f} ms/s"
+                        )
                     with profiled(server.process.pid, args.profile):
                         results = measure(
                             browser, api, scene, read_token, args.repeat, args.only, args.timeline
