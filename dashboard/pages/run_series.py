@@ -16,6 +16,8 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from normwatch.server.alerts.selectors import metric_matches
+from normwatch.server.analytics.derived import Name, parse, patterns
 
 from ..wiring import triggered_id
 from .run_view import MAX_EXTRA, RunView, expression_error, extra_series
@@ -23,18 +25,31 @@ from .run_view import MAX_EXTRA, RunView, expression_error, extra_series
 __all__ = [
     "CHART_OPTIONS",
     "EXPRESSION_HINT",
+    "AXES",
     "ExpressionAdded",
+    "ExpressionPlaced",
     "add_expression",
     "chart_options",
     "controls",
     "options_with",
+    "place_expression",
     "register",
+    "unknown_metrics",
 ]
 
 EXPRESSION_HINT = "ratio(grad/norm/total, params/norm/total)"
 
 ExpressionAdded = tuple[Any, Any, Any, Any]
 """The picker's value and options, the message beside the field, the field's text."""
+ExpressionPlaced = tuple[Any, Any, Any, Any, Any, Any]
+"""`ExpressionAdded`, then the right axis picker's value and options."""
+
+AXES = [
+    {"label": " to the left axis", "value": "left"},
+    {"label": " to the right axis", "value": "right"},
+]
+"""Where a typed metric or expression goes: beside the left metric, or in place of the
+right one (a ratio near 3e-4 drawn flat at 0 beside a grad norm of 5 reads on its own axis)."""
 
 CHART_OPTIONS = [
     {"label": " one axis", "value": "one-axis"},
@@ -83,7 +98,7 @@ def controls(names: Sequence[str], view: RunView) -> html.Div:
             ),
             html.Label(
                 [
-                    "expression (Enter adds it)",
+                    "metric or expression (Enter adds it)",
                     dcc.Input(
                         id="expression",
                         type="text",
@@ -95,11 +110,74 @@ def controls(names: Sequence[str], view: RunView) -> html.Div:
                 ],
                 className="picker",
             ),
+            dcc.RadioItems(
+                id="expression-axis",
+                options=AXES,
+                value="left",
+                inline=True,
+                className="toggle",
+            ),
             html.Button("add", id="add-expression", n_clicks=0),
             html.Span(id="expression-info", className="message"),
         ],
         className="controls series-controls",
     )
+
+
+def unknown_metrics(expression: str, names: Sequence[str]) -> str | None:
+    """Why ``expression`` would draw nothing on a run that logs ``names``: a name it has not
+    logged, or a glob that matches none of them; None when every one is there.
+
+    >>> unknown_metrics("ratio(grad/norm/totl, params/*)", ["grad/norm/total", "params/a"])
+    'no metric grad/norm/totl in this run'
+    >>> unknown_metrics("rss(grad/norm/layer.*)", ["grad/norm/layers.0"])
+    'grad/norm/layer.* matches no metric of this run'
+    """
+    for pattern in patterns(parse(expression)):
+        if Name(pattern).is_glob:
+            if not any(metric_matches(pattern, name) for name in names):
+                return f"{pattern} matches no metric of this run"
+        elif pattern not in names:
+            return f"no metric {pattern} in this run"
+    return None
+
+
+def _option_values(options: object) -> list[str]:
+    listed = options if isinstance(options, list) else []
+    return [o["value"] for o in listed if isinstance(o, dict) and isinstance(o.get("value"), str)]
+
+
+def place_expression(
+    text: object,
+    axis: object,
+    picked: object,
+    options: object,
+    right_options: object,
+    names: Sequence[str] | None = None,
+) -> ExpressionPlaced:
+    """`add_expression` on the left axis; on the right (``axis == "right"``) ``text`` becomes
+    the right picker's value, joining its options, and the field empties. Either way a text
+    that cannot be drawn, or that names what the run has not logged (``names``: the run's
+    metrics, by default the pickers' options), is refused with the reason."""
+    skip = dash.no_update
+    if not isinstance(text, str) or not text.strip():
+        raise PreventUpdate
+    expression = text.strip()
+    problem = expression_error(expression)
+    if problem is None:
+        known = list(names) if names is not None else _option_values(options)
+        problem = unknown_metrics(expression, known)
+    if problem is not None:
+        message = html.Span(f"Cannot draw {expression}: {problem}", className="error")
+        return skip, skip, message, skip, skip, skip
+    if axis != "right":
+        return (*add_expression(expression, picked, options), skip, skip)
+    listed = (
+        [o for o in right_options if isinstance(o, dict)] if isinstance(right_options, list) else []
+    )
+    if not any(o.get("value") == expression for o in listed):
+        listed.append({"label": expression, "value": expression})
+    return skip, skip, "", "", expression, listed
 
 
 def add_expression(text: object, picked: object, options: object) -> ExpressionAdded:
@@ -131,16 +209,27 @@ def register(app: dash.Dash) -> None:
         Output("add-series", "options"),
         Output("expression-info", "children"),
         Output("expression", "value"),
+        # The tick sets these too (the defaults, the options): hence allow_duplicate.
+        Output("right-metric", "value", allow_duplicate=True),
+        Output("right-metric", "options", allow_duplicate=True),
         Input("add-expression", "n_clicks"),
         Input("expression", "n_submit"),
         State("expression", "value"),
+        State("expression-axis", "value"),
         State("add-series", "value"),
         State("add-series", "options"),
+        State("right-metric", "options"),
         prevent_initial_call=True,
     )
     def on_add(
-        _clicks: object, _submit: object, text: object, picked: object, options: object
+        _clicks: object,
+        _submit: object,
+        text: object,
+        axis: object,
+        picked: object,
+        options: object,
+        right_options: object,
     ) -> Any:
         if triggered_id() not in ("add-expression", "expression"):
             raise PreventUpdate
-        return add_expression(text, picked, options)
+        return place_expression(text, axis, picked, options, right_options)

@@ -172,3 +172,38 @@ def test_login_required_and_projects_isolated(page: Page, pg_server: ServerProce
     # The dashboard's callback endpoint refuses anonymous callers.
     r = httpx.post(f"{pg_server.url}/_dash-update-component", content=json.dumps({}))
     assert r.status_code == 401
+
+
+def test_a_ratio_on_the_right_axis_and_a_mistyped_metric_said(
+    page: Page, pg_server: ServerProcess, artifacts: Path
+) -> None:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tenant = make_tenant(pg_server.database_url)
+    run_id = seed_run(pg_server, tenant)
+    login(page, pg_server, tenant.read)
+    page.goto(f"{pg_server.url}/runs/{run_id}")
+    figure(page)
+    ratio = "ratio(train/loss, grad/norm/total)"
+    page.click("#expression-axis input[value='right']")
+    page.fill("#expression", ratio)
+    page.press("#expression", "Enter")
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.some("
+        f"t => t.name === {ratio!r} && t.yaxis === 'y2'); }}"
+    )
+    fig = figure(page)
+    names = {t["name"]: t["yaxis"] for t in fig["data"]}
+    # The ratio (30 at step 0, 0.3 by the end) has the right axis to itself, in blue.
+    assert names == {"grad/norm/total": "y", ratio: "y2"}
+    assert [t["color"] for t in fig["data"] if t["name"] == ratio] == ["#1f77b4"]
+    page.wait_for_function(f"() => new URLSearchParams(location.search).get('right') === {ratio!r}")
+    assert ratio in page.inner_text("#right-metric")
+    # A mistyped name draws nothing and says why.
+    page.fill("#expression", "ratio(train/loss, grad/norm/totl)")
+    page.press("#expression", "Enter")
+    page.wait_for_selector("#expression-info .error")
+    assert "no metric grad/norm/totl in this run" in page.inner_text("#expression-info")
+    assert {t["name"] for t in figure(page)["data"]} == {"grad/norm/total", ratio}
+    page.screenshot(path=str(artifacts / "ratio-right-axis.png"))
+    assert errors == []

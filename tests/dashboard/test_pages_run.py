@@ -628,21 +628,30 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
         request["inputs"] = [[{"id": row, "property": "n_clicks", "value": 1}]]
         request["changedPropIds"] = ['{"step":5,"type":"transition-row"}.n_clicks']
         assert browser.post(CALLBACK, json=request).status_code == 204
-        added = post(
-            [
-                "add-series.value",
-                "add-series.options",
-                "expression-info.children",
-                "expression.value",
-            ],
+        add = callback_request(
+            ["add-series.value", "add-series.options", "expression-info.children"],
             {"add-expression.n_clicks": 1, "expression.n_submit": None},
             {
                 "expression.value": "share(a)",
+                "expression-axis.value": store,
                 "add-series.value": store,
                 "add-series.options": store,
+                "right-metric.options": store,
             },
+            ["add-expression.n_clicks"],
         )
-        assert "share takes 2 arguments" in json.dumps(added)
+        (spec,) = [
+            d
+            for d in browser.get("/_dash-dependencies").json()
+            if "add-series.value" in d["output"]
+        ]
+        add["output"] = spec["output"]  # with the right picker's outputs, `@<hash>` each
+        add["outputs"] = [
+            {"id": key.rpartition(".")[0], "property": key.rpartition(".")[2]}
+            for key in spec["output"].strip(".").split("...")
+        ]
+        added = browser.post(CALLBACK, json=add)
+        assert added.status_code == 200 and "share takes 2 arguments" in added.text
 
 
 def test_draw_draws_the_extra_series_and_the_aids(

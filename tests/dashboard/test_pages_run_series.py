@@ -16,13 +16,19 @@ from normwatch.dashboard.pages.run_config import (
     flatten_config,
     value_text,
 )
-from normwatch.dashboard.pages.run_series import add_expression, controls, options_with
+from normwatch.dashboard.pages.run_series import (
+    add_expression,
+    controls,
+    options_with,
+    place_expression,
+)
 from normwatch.dashboard.pages.run_view import MAX_EXTRA, RunView
 
 from .components import find, rows, text, tree
 
 SHARE = "share(grad/norm/lm_head, grad/norm/total)"
 NAMES = ["grad/norm/total", "params/norm/final_norm.weight", "train/loss"]
+RATIO = "ratio(train/loss, grad/norm/total)"
 
 
 def test_doctests() -> None:
@@ -137,3 +143,32 @@ def test_config_section_is_a_folded_table_sorted_by_key() -> None:
     ]
     assert text(config_section({"a": 1})).startswith("Config (1 key)")
     assert text(config_section({})) == "Config (0 keys)" + NO_CONFIG
+
+
+def test_an_expression_goes_to_the_right_axis_when_asked() -> None:
+    skip = dash.no_update
+    right = options(*NAMES)
+    placed = place_expression(f" {RATIO} ", "right", ["train/loss"], options(*NAMES), right)
+    assert placed == (skip, skip, "", "", RATIO, options(*NAMES, RATIO))
+    # The left axis as before: the added series' picker takes it.
+    left = place_expression(RATIO, "left", [], options(*NAMES), right)
+    assert left == ([RATIO], options(*NAMES, RATIO), "", "", skip, skip)
+
+
+@pytest.mark.parametrize(
+    ("typed", "reason"),
+    [
+        ("grad/norm/totl", "no metric grad/norm/totl in this run"),
+        ("ratio(train/loss, grad/norm/totl)", "no metric grad/norm/totl in this run"),
+        ("rss(grad/norm/layer.*)", "grad/norm/layer.* matches no metric of this run"),
+        ("share(a)", "share takes 2 arguments"),
+    ],
+)
+def test_a_mistyped_metric_or_expression_says_so(typed: str, reason: str) -> None:
+    for axis in ("left", "right"):
+        placed = place_expression(typed, axis, [], options(*NAMES), options(*NAMES))
+        skip = dash.no_update
+        assert placed[:2] == (skip, skip) and placed[3:] == (skip, skip, skip)
+        found = tree(placed[2])
+        assert found["props"]["className"] == "error"
+        assert f"Cannot draw {typed}: {reason}" in found["props"]["children"]
