@@ -300,6 +300,9 @@ def overlay_figure(view: OverlayView) -> Figure:
             "overlaying": "y",
             "side": "right",
             "type": axis_type,
+            # Ticks of its own, at round values: an overlaying axis otherwise takes the
+            # positions of the left axis's grid (plotly.js's "sync"), at values like 339.82.
+            "tickmode": "auto",
             "showgrid": False,
             **({"visible": False} if view.one_axis else {}),
         },

@@ -199,6 +199,16 @@ def test_a_ratio_on_the_right_axis_and_a_mistyped_metric_said(
     assert [t["color"] for t in fig["data"] if t["name"] == ratio] == ["#1f77b4"]
     page.wait_for_function(f"() => new URLSearchParams(location.search).get('right') === {ratio!r}")
     assert ratio in page.inner_text("#right-metric")
+    # Both axes tick at round values (1, 2 or 5 times a power of ten apart), the right one
+    # at its own, not at the left grid's positions (30.03, 23.4, ...).
+    for axis in ("yaxis", "yaxis2"):
+        ticks = page.evaluate(
+            f"() => {{ const a = document.querySelector('{GRAPH}')._fullLayout.{axis};"
+            " return {dtick: a.dtick, values: a._vals.map(v => v.x)}; }"
+        )
+        dtick = float(ticks["dtick"])
+        assert f"{dtick:.0e}"[0] in "125", (axis, ticks)
+        assert all(abs(v / dtick - round(v / dtick)) < 1e-6 for v in ticks["values"]), ticks
     # A mistyped name draws nothing and says why.
     page.fill("#expression", "ratio(train/loss, grad/norm/totl)")
     page.press("#expression", "Enter")
