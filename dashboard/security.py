@@ -54,12 +54,13 @@ _HSTS = b"max-age=15552000"
 
 
 def content_security_policy(script_hashes: Iterable[str] = ()) -> str:
-    """The dashboard's policy; ``script_hashes`` like ``'sha256-…'`` (quotes included).
+    """The dashboard's policy; ``script_hashes`` like ``'sha256-…'`` (quotes included),
+    each once (two pages may share a clientside callback's script).
 
-    >>> content_security_policy(["'sha256-abc='"]).split("; ")[:2]
+    >>> content_security_policy(["'sha256-abc='", "'sha256-abc='"]).split("; ")[:2]
     ["default-src 'self'", "script-src 'self' 'sha256-abc='"]
     """
-    scripts = " ".join(["'self'", *script_hashes])
+    scripts = " ".join(["'self'", *dict.fromkeys(script_hashes)])
     return "; ".join(
         [
             "default-src 'self'",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -68,7 +69,8 @@ def test_overlay_red_blue_twin_axes_with_event(
     login(page, pg_server, tenant.read)
     assert "overlay-run" in page.inner_text("table.runs")
     page.click("a.run-link")
-    page.wait_for_url(f"**/runs/{run_id}")
+    # The page puts its view into the address at once: with or without a query.
+    page.wait_for_url(re.compile(rf"/runs/{run_id}(\?.*)?$"))
     fig = figure(page)
 
     by_axis = {t["yaxis"]: t for t in fig["data"]}

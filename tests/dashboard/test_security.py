@@ -223,8 +223,9 @@ def test_headers_on_pages_dash_json_and_api(pg_server: ServerProcess) -> None:
     assert index.status_code == 200 and layout.status_code == 200
     hashes = inline_script_hashes(index.text)
     # The renderer's bootstrap and one script a clientside callback (the URL syncs of the
-    # run and compare pages, the layer views' click handling): each must be in the policy.
-    assert len(hashes) >= 2 and len(set(hashes)) == len(hashes)
+    # run and compare pages, the layer views' click handling, the charts' zoom filter, the
+    # same script on two pages): each must be in the policy, once.
+    assert len(set(hashes)) >= 2
     policy = content_security_policy(hashes)
     for response in (index, layout):
         assert response.headers.get_list("content-security-policy") == [policy]
