@@ -80,6 +80,7 @@ class RunReads(
     run_transitions.TransitionReads,
     run_attribution.AttributionReads,
     run_aids.AidReads,
+    run_series.SeriesReads,
     Protocol,
 ):
     """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
@@ -425,7 +426,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_attribution.register(app, data)
     run_aids.register(app, data)
     run_control.register(app, data)
-    run_series.register(app)
+    run_series.register(app, data)
 
     @app.callback(
         Output("view", "data"),

@@ -11,15 +11,19 @@ expression is refused with its reason before anything is read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 from normwatch.server.alerts.selectors import metric_matches
 from normwatch.server.analytics.derived import Name, parse, patterns
+from normwatch.server.auth import Principal
+from normwatch.server.schemas import MetricOut
 
-from ..wiring import triggered_id
+from ..data import RunNotFound
+from ..session import viewer
+from ..wiring import in_thread, triggered_id
 from .run_view import MAX_EXTRA, RunView, expression_error, extra_series
 
 __all__ = [
@@ -203,7 +207,24 @@ def add_expression(text: object, picked: object, options: object) -> ExpressionA
     return [*value, expression], known, "", ""
 
 
-def register(app: dash.Dash) -> None:
+class SeriesReads(Protocol):
+    """What the controls read: the run's metrics, to say when a typed name is none of them
+    (`RunNotFound` outside the viewer's project)."""
+
+    def metrics(self, who: Principal, run_id: str) -> list[MetricOut]: ...
+
+
+def run_names(data: SeriesReads, who: Principal, view: RunView | None) -> list[str]:
+    """The metrics the view's run has logged; none for no view, or a run of another project."""
+    if view is None:
+        return []
+    try:
+        return [m.name for m in data.metrics(who, view.run)]
+    except RunNotFound:
+        return []
+
+
+def register(app: dash.Dash, data: SeriesReads) -> None:
     @app.callback(
         Output("add-series", "value"),
         Output("add-series", "options"),
@@ -219,9 +240,10 @@ def register(app: dash.Dash) -> None:
         State("add-series", "value"),
         State("add-series", "options"),
         State("right-metric", "options"),
+        State("view", "data"),
         prevent_initial_call=True,
     )
-    def on_add(
+    async def on_add(
         _clicks: object,
         _submit: object,
         text: object,
@@ -229,7 +251,10 @@ def register(app: dash.Dash) -> None:
         picked: object,
         options: object,
         right_options: object,
+        store: object,
     ) -> Any:
         if triggered_id() not in ("add-expression", "expression"):
             raise PreventUpdate
-        return place_expression(text, axis, picked, options, right_options)
+        # The run's own names, not the page's options: those may be stale, or crafted.
+        names = await in_thread(run_names, data, viewer(), RunView.from_store(store))
+        return place_expression(text, axis, picked, options, right_options, names)

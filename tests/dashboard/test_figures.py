@@ -171,6 +171,7 @@ def test_overlay_figure_draws_left_red_and_right_blue_on_twin_axes() -> None:
         "overlaying": "y",
         "side": "right",
         "type": "linear",
+        "tickmode": "auto",
         "showgrid": False,
     }
     assert layout["yaxis3"] == {

@@ -637,6 +637,7 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
                 "add-series.value": store,
                 "add-series.options": store,
                 "right-metric.options": store,
+                "view.data": store,
             },
             ["add-expression.n_clicks"],
         )

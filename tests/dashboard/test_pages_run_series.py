@@ -172,3 +172,12 @@ def test_a_mistyped_metric_or_expression_says_so(typed: str, reason: str) -> Non
         found = tree(placed[2])
         assert found["props"]["className"] == "error"
         assert f"Cannot draw {typed}: {reason}" in found["props"]["children"]
+
+
+def test_the_names_checked_are_the_runs_own() -> None:
+    """With the run's names given, the page's options do not count: a name only they hold
+    (stale, or sent by hand) is refused, one the run has logged is taken."""
+    placed = place_expression("x/y", "left", [], options("x/y"), [], names=NAMES)
+    assert "no metric x/y in this run" in tree(placed[2])["props"]["children"]
+    placed = place_expression("train/loss", "left", [], [], [], names=NAMES)
+    assert placed[0] == ["train/loss"]

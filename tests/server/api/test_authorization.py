@@ -1211,6 +1211,7 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
             "expression.value": "ratio(grad/norm/total, params/norm/final_norm.weight)",
             "add-series.value": [],
             "add-series.options": [],
+            "view.data": _view(o.run_id),
         },
         ["add-expression.n_clicks"],
         "ratio(grad/norm/total, params/norm/final_norm.weight)",
