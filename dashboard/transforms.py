@@ -1,0 +1,151 @@
+"""What a chart does to a series before drawing it: smoothing, normalizing, another x axis,
+a y range that ignores outliers. Pure NumPy over the points drawn; no I/O here.
+
+Every function takes the steps and values of one drawn line (NaN and ±inf kept: they stay
+gaps, flagged elsewhere) and returns new arrays of the same length, so that a point keeps
+its step whatever is done to its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "MAX_SMOOTHING",
+    "NORMALIZE_MODES",
+    "Floats",
+    "ema",
+    "interpolate_x",
+    "normalize",
+    "outlier_range",
+]
+
+Floats = npt.NDArray[np.float64]
+MAX_SMOOTHING = 0.999
+"""The strongest smoothing weight: at 1 the line would never leave its first value."""
+NORMALIZE_MODES = ("start", "median")
+"""A series ÷ its first finite value in the view, or ÷ its median over the view."""
+
+
+def ema(steps: Sequence[int] | npt.ArrayLike, values: npt.ArrayLike, weight: float) -> Floats:
+    """The debiased exponential moving average of ``values`` with smoothing ``weight``
+    (0: none; `MAX_SMOOTHING` at most), weighted by the gaps between ``steps``.
+
+    With points one step apart this is TensorBoard's smoothing: ``s = w·s + (1-w)·v``,
+    divided by ``1 - w**n`` so that the start is not pulled toward zero. Points further
+    apart decay the past more: each gap of ``Δ`` steps weighs it by ``w**(Δ/d)``, with ``d``
+    the median gap, so that the same slider means the same window on a line read at full
+    resolution and on one downsampled to a thousand points (whose M4 points bunch in
+    fours). Non-finite values are skipped: they neither move the average nor are smoothed
+    (they come back as they were, so the line keeps its gap).
+
+    >>> ema([0, 1, 2], [1.0, 2.0, 3.0], 0.5).round(4).tolist()
+    [1.0, 1.6667, 2.4286]
+    >>> ema([0, 1, 2], [1.0, float("nan"), 3.0], 0.0).tolist()
+    [1.0, nan, 3.0]
+    """
+    ys = np.asarray(values, dtype=np.float64)
+    out = ys.copy()
+    w = min(max(float(weight), 0.0), MAX_SMOOTHING)
+    if w == 0.0 or len(ys) < 2:
+        return out
+    xs = np.asarray(steps, dtype=np.float64)
+    gaps = np.diff(xs)
+    positive = gaps[gaps > 0]
+    unit = float(np.median(positive)) if len(positive) else 1.0
+    decay = np.power(w, np.concatenate(([0.0], np.maximum(gaps, 0.0) / unit)))
+    num = den = 0.0
+    # A plain loop: a recurrence with a decay that changes from point to point has no
+    # vectorised form that keeps float64 accuracy over a million points (a cumulative
+    # product underflows), and a thousand points take well under a millisecond.
+    finite = np.isfinite(ys)
+    for i in range(len(ys)):
+        num *= decay[i]
+        den *= decay[i]
+        if finite[i]:
+            num += ys[i]
+            den += 1.0
+            out[i] = num / den
+    return out
+
+
+def normalize(values: npt.ArrayLike, mode: str) -> Floats | None:
+    """``values`` divided by their first finite non-zero value (``mode="start"``) or by the
+    median of their finite values (``"median"``); None when there is nothing to divide by
+    (no finite value, a zero median).
+
+    The view's start is then 1 for every series, so that one that doubled and one that
+    moved 5 % read as such on one axis.
+
+    >>> normalize([2.0, 4.0, float("nan"), 1.0], "start").tolist()
+    [1.0, 2.0, nan, 0.5]
+    >>> normalize([0.0, 0.0], "median") is None
+    True
+    """
+    ys = np.asarray(values, dtype=np.float64)
+    finite = ys[np.isfinite(ys)]
+    if mode == "start":
+        nonzero = finite[finite != 0]
+        base = float(nonzero[0]) if len(nonzero) else 0.0
+    elif mode == "median":
+        base = float(np.median(finite)) if len(finite) else 0.0
+    else:
+        raise ValueError(f"normalize mode must be one of {NORMALIZE_MODES}, got {mode!r}")
+    if base == 0.0 or not np.isfinite(base):
+        return None
+    return ys / abs(base)
+
+
+def interpolate_x(steps: npt.ArrayLike, ref_steps: npt.ArrayLike, ref_x: npt.ArrayLike) -> Floats:
+    """Each of ``steps`` on another axis given by a reference series (``ref_x`` logged at
+    ``ref_steps``: a token count, a wall clock), interpolated linearly between its points;
+    NaN outside the reference's steps (nothing says where those steps lie).
+
+    The reference is made non-decreasing first (its running maximum: a counter restarted
+    from a checkpoint must not fold the axis back), and its non-finite points are dropped.
+
+    >>> interpolate_x([0, 5, 10, 20], [0, 10], [0.0, 1000.0]).tolist()
+    [0.0, 500.0, 1000.0, nan]
+    """
+    xs = np.asarray(steps, dtype=np.float64)
+    rs = np.asarray(ref_steps, dtype=np.float64)
+    rx = np.asarray(ref_x, dtype=np.float64)
+    keep = np.isfinite(rx) & np.isfinite(rs)
+    rs, rx = rs[keep], rx[keep]
+    if len(rs) == 0:
+        return np.full(len(xs), np.nan)
+    order = np.argsort(rs, kind="stable")
+    rs, rx = rs[order], np.maximum.accumulate(rx[order])
+    out = np.interp(xs, rs, rx)
+    out[(xs < rs[0]) | (xs > rs[-1])] = np.nan
+    return out
+
+
+def outlier_range(
+    series: Sequence[npt.ArrayLike], *, log: bool = False, tail: float = 0.02
+) -> tuple[float, float] | None:
+    """A y range for ``series`` that leaves out their most extreme points: from the
+    ``tail`` quantile to the ``1 - tail`` quantile of all their finite values (positive
+    ones on a log axis, where the range is given in log10 as plotly.js takes it), widened
+    by a tenth on each side. None when no value could set a range.
+
+    A run whose grad norm spiked to 400 once draws its usual 0.2–1.5 band across the chart
+    instead of a flat line at the bottom; the spike runs off the top, where it stays
+    visible as a line leaving the chart.
+
+    >>> outlier_range([[1.0] * 49 + [100.0], [2.0] * 50])
+    (0.9, 2.1)
+    """
+    parts = [np.asarray(s, dtype=np.float64).ravel() for s in series]
+    values = np.concatenate(parts) if parts else np.empty(0)
+    values = values[np.isfinite(values)]
+    if log:
+        values = np.log10(values[values > 0])
+    if len(values) == 0:
+        return None
+    low, high = (float(q) for q in np.quantile(values, [tail, 1.0 - tail]))
+    pad = (high - low) / 10 if high > low else (abs(low) / 10 or 1.0)
+    return round(low - pad, 12), round(high + pad, 12)
