@@ -123,6 +123,13 @@ class DashboardData(OnCallData, ControlData):
             for s in series
         }
 
+    def clock(self, who: Principal, run_id: str) -> tuple[list[int], list[float]]:
+        """When the run reached its steps: steps ascending and their unix times."""
+        with self.sessions() as session:
+            run, _ = self._owned(session, who, run_id)
+            steps, at = query.run_clock(session, run)
+        return steps.tolist(), at.tolist()
+
     def markers(self, who: Principal, run_id: str) -> list[Marker]:
         return [Marker(e.step, e.text, e.kind) for e in self.events(who, run_id)]
 

@@ -24,6 +24,8 @@ NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 MAX_METRIC_NAME = 512
 INT64_MAX = 2**63 - 1
 SEGMENT_MAX = 2**15 - 1
+TIME_MAX = 2.0**35
+"""The latest ``time`` a batch may give, in unix seconds (the year 3058)."""
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _INT: frozenset[type] = frozenset({int})
 _FLOAT: frozenset[type] = frozenset({float})
@@ -63,6 +65,9 @@ class MetricBatch:
     values: npt.NDArray[np.float64]
     logged: npt.NDArray[np.bool_]
     segment: int | None
+    time: float | None = None
+    """When the batch's last step was logged, in unix seconds (the trainer's clock), if the
+    batch says; else the server takes the time it arrived."""
 
     @cached_property
     def all_logged(self) -> bool:
@@ -110,7 +115,7 @@ def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) ->
     """
     if not isinstance(doc, dict):
         raise BatchError("body must be a JSON object with 'steps' and 'metrics'")
-    unknown = set(doc) - {"steps", "metrics", "segment"}
+    unknown = set(doc) - {"steps", "metrics", "segment", "time"}
     if unknown:
         raise BatchError(f"unknown field(s): {', '.join(sorted(unknown))}")
     steps = _parse_steps(doc.get("steps"))
@@ -133,7 +138,22 @@ def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) ->
         raise BatchError(
             f"segment: must be an integer from 1 to {SEGMENT_MAX}, got {_shown(segment)}"
         )
-    return MetricBatch(steps=steps, names=names, values=values, logged=logged, segment=segment)
+    time = doc.get("time")
+    if time is not None and (
+        type(time) not in _NUMBER or not math.isfinite(time) or not 0 <= time <= TIME_MAX
+    ):
+        raise BatchError(
+            f"time: must be the unix time in seconds the batch's last step was logged, "
+            f"from 0 to {TIME_MAX:.0f}, got {_shown(time)}"
+        )
+    return MetricBatch(
+        steps=steps,
+        names=names,
+        values=values,
+        logged=logged,
+        segment=segment,
+        time=None if time is None else float(time),
+    )
 
 
 class BatchTooLarge(BatchError):

@@ -121,6 +121,21 @@ class Segment(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+class ClockMark(Base):
+    """When a run's trainer reached a step (unix seconds): the time the batch that brought
+    the step says, else the time it arrived. One a batch that moves the run on; the x axis
+    by wall time interpolates between them."""
+
+    __tablename__ = "run_clock"
+
+    run_key: Mapped[int] = mapped_column(
+        ForeignKey("runs.key", ondelete="CASCADE"), primary_key=True
+    )
+    segment: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    at: Mapped[float] = mapped_column(Double)
+
+
 class Metric(Base):
     """A metric name within a run, with its latest value for listings."""
 

@@ -12,6 +12,7 @@ from .. import errors
 from ..batch import BatchError, MetricBatch
 from ..models import Event, Run, utcnow
 from ..schemas import EventCreate, EventOut
+from ..storage.clock import ClockThinning, clock_thinning, mark
 from ..storage.metric_ids import MetricIdCache, metric_id_cache, resolve_metric_ids
 from ..storage.points import write_points
 from ..storage.runs import MAX_RUN_EVENTS, event_count, lock_run, run_exists, same_event
@@ -67,6 +68,7 @@ def store_batch(
             max_run_metrics=max_run_metrics,
             pause=pause,
             control_read=control_read,
+            clock=clock_thinning(engine),
         )
         session.commit()
     known.remember(result.run_key, result.metric_ids)  # committed: safe to reuse from now on
@@ -84,6 +86,7 @@ def ingest_batch(
     max_run_metrics: int | None = None,
     pause: Callable[[], None] | None = None,
     control_read: int | None = None,
+    clock: ClockThinning | None = None,
 ) -> Ingested:
     """Store a validated batch and evaluate alert rules on it, in one transaction.
 
@@ -96,16 +99,18 @@ def ingest_batch(
     the run more than ``max_run_metrics`` metric names raises `TooManyMetrics`. With
     ``control_read`` (the newest request id the trainer has read, 0 for none) the result
     carries the run's unread requests to its trainer, those a rule made on this batch
-    included.
+    included. A batch that moves the run on marks when it reached its last step (the
+    batch's ``time``, else now), thinned by ``clock`` (`.storage.clock`).
     """
     last = int(batch.steps.max()) if len(batch.steps) else None
+    now = utcnow()
     run = lock_run(
         session,
         run_id,
         project_id=project_id,
         segment=batch.segment,
         last_step=last,
-        now=utcnow(),
+        now=now,
     )
     if run is None:
         if project_id is not None and run_exists(session, run_id):
@@ -123,6 +128,14 @@ def ingest_batch(
         and (run.last_step is None or int(batch.steps.min()) > run.last_step)
     )
     points = write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
+    if (
+        last is not None
+        and segment == run.segment
+        and (run.last_step is None or last > run.last_step)
+    ):
+        at = batch.time if batch.time is not None else now.timestamp()
+        if clock is None or clock.due(run.key, segment, at):
+            mark(session, run.key, segment, last, at)
     owed = alerting.evaluate_batch(
         session, run, segment, batch, metric_ids, rules=rules, pause=pause
     )

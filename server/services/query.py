@@ -15,6 +15,7 @@ from ..errors import Invalid
 from ..models import Run
 from ..schemas import EventOut, MetricOut
 from ..storage import pyramid
+from ..storage.clock import clock_of
 from ..storage.m4 import m4_select
 from ..storage.points import latest_values, series_keys
 from ..storage.runs import Lineage, events_of
@@ -203,3 +204,9 @@ def _span(
 
 def list_events(session: Session, run: Run) -> list[EventOut]:
     return [EventOut.model_validate(e) for e in events_of(session, run.key)]
+
+
+def run_clock(session: Session, run: Run) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """When the run reached its steps along its latest history: steps ascending and the unix
+    times they were logged at (`.storage.clock`), for an x axis by wall time."""
+    return clock_of(session, run.key)
