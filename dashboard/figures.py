@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +130,12 @@ class OverlayView:
     height: int = 480
     extra: Sequence[Line] = field(default_factory=tuple)
     one_axis: bool = False
+    raw: Mapping[str, Line] = field(default_factory=dict)
+    """Lines drawn faint behind those of the same metric: the raw points of smoothed lines."""
+    y_ranges: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None)
+    """The left and right y axes' ranges (log10 on a log axis); None: fitted to the data."""
+    y_title: str | None = None
+    """The y axis's title in place of the metrics' names (a normalized chart's: "÷ ...")."""
 
 
 EXTRA_COLORS = ("#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -189,6 +195,24 @@ def overlay_figure(view: OverlayView) -> Figure:
     styles = series_styles(view)
     for style in styles:
         line, color, axis = style.line, style.color, style.axis
+        raw = view.raw.get(line.metric)
+        if raw is not None:
+            raw_xs, raw_ys = _finite(raw)
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": raw_xs,
+                    "y": raw_ys,
+                    "name": plot_text(line.metric) + " (raw)",
+                    "mode": "lines",
+                    "line": {"color": color, "width": 1},
+                    "opacity": RAW_OPACITY,
+                    "yaxis": axis,
+                    "connectgaps": False,
+                    "showlegend": False,
+                    "hoverinfo": "skip",
+                }
+            )
         xs, ys = _finite(line)
         suffix = " (M4)" if line.downsampled else ""
         traces.append(
@@ -275,12 +299,20 @@ def overlay_figure(view: OverlayView) -> Figure:
         # One axis for both: its title names both, in neither's colour.
         left_title = " · ".join(t for t in (left_title, right_title) if t)
         right_title, left_color = "", EVENT_GREY
+    if view.y_title is not None:
+        left_title, left_color, right_title = plot_text(view.y_title), EVENT_GREY, ""
     xaxis: dict[str, object] = {"title": {"text": "step"}, "showgrid": True}
-    if view.x_range is None:
+    extent = _extent(style.line for style in styles)
+    if view.x_range is not None:
+        xaxis["range"] = list(view.x_range)
+    elif extent is not None:
+        # The data's own ends: autorange pads past them (the markers on the top edge
+        # widen the pad), and a run of 0-95k drew from -11k.
+        xaxis["range"], xaxis["autorange"] = list(extent), False
+    else:
         # Said outright: with the same uirevision, Plotly keeps a range drawn before.
         xaxis["autorange"] = True
-    else:
-        xaxis["range"] = list(view.x_range)
+    left_range, right_range = view.y_ranges
     layout = {
         "uirevision": view.uirevision,
         "template": WHITE_TEMPLATE,
@@ -293,6 +325,8 @@ def overlay_figure(view: OverlayView) -> Figure:
             "title": {"text": left_title, "font": {"color": left_color}},
             "tickfont": {"color": left_color},
             "type": axis_type,
+            **_y_range(left_range),
+            **_log_ticks(view.log_y),
         },
         "yaxis2": {
             "title": {"text": right_title, "font": {"color": PARAM_BLUE}},
@@ -304,6 +338,8 @@ def overlay_figure(view: OverlayView) -> Figure:
             # positions of the left axis's grid (plotly.js's "sync"), at values like 339.82.
             "tickmode": "auto",
             "showgrid": False,
+            **_y_range(right_range),
+            **_log_ticks(view.log_y),
             **({"visible": False} if view.one_axis else {}),
         },
         "yaxis3": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
@@ -311,6 +347,28 @@ def overlay_figure(view: OverlayView) -> Figure:
         "annotations": annotations,
     }
     return {"data": traces, "layout": layout}
+
+
+RAW_OPACITY = 0.25
+"""How strongly a smoothed line's raw points show behind it."""
+
+
+def _extent(lines: Iterable[Line]) -> tuple[int, int] | None:
+    """The first and last step of any of ``lines``; None when they have no point."""
+    ends = [(line.steps[0], line.steps[-1]) for line in lines if len(line.steps)]
+    if not ends:
+        return None
+    return min(first for first, _ in ends), max(last for _, last in ends)
+
+
+def _y_range(shown: tuple[float, float] | None) -> dict[str, object]:
+    return {} if shown is None else {"range": list(shown), "autorange": False}
+
+
+def _log_ticks(log: bool) -> dict[str, object]:
+    """A log axis labelled at round values that read (1, 10, 100 and 2, 5 between them; 1e-4
+    written as such), where plotly.js's default writes the digits of the minor ticks alone."""
+    return {"dtick": "D2", "exponentformat": "e", "minexponent": 4} if log else {}
 
 
 def empty_figure(message: str) -> Figure:

@@ -36,11 +36,13 @@ def ema(steps: Sequence[int] | npt.ArrayLike, values: npt.ArrayLike, weight: flo
 
     With points one step apart this is TensorBoard's smoothing: ``s = w·s + (1-w)·v``,
     divided by ``1 - w**n`` so that the start is not pulled toward zero. Points further
-    apart decay the past more: each gap of ``Δ`` steps weighs it by ``w**(Δ/d)``, with ``d``
-    the median gap, so that the same slider means the same window on a line read at full
-    resolution and on one downsampled to a thousand points (whose M4 points bunch in
-    fours). Non-finite values are skipped: they neither move the average nor are smoothed
-    (they come back as they were, so the line keeps its gap).
+    apart weigh by the steps they stand for: across a gap of ``Δ`` steps the past decays by
+    ``a = w**(Δ/d)``, with ``d`` the median gap, and the new point enters with weight
+    ``1 - a``, as if it had been logged at every step of the gap. The same slider then means
+    the same window on a line read at full resolution and on one downsampled to a thousand
+    points (whose M4 points bunch in fours). Non-finite values are skipped: the past
+    decays across them, but they neither move the average nor are smoothed (they come back
+    as they were, so the line keeps its gap).
 
     >>> ema([0, 1, 2], [1.0, 2.0, 3.0], 0.5).round(4).tolist()
     [1.0, 1.6667, 2.4286]
@@ -56,19 +58,22 @@ def ema(steps: Sequence[int] | npt.ArrayLike, values: npt.ArrayLike, weight: flo
     gaps = np.diff(xs)
     positive = gaps[gaps > 0]
     unit = float(np.median(positive)) if len(positive) else 1.0
-    decay = np.power(w, np.concatenate(([0.0], np.maximum(gaps, 0.0) / unit)))
+    # The first point stands for one gap, like every other: its weight is then 1 - w.
+    decay = np.power(w, np.concatenate(([1.0], np.maximum(gaps, 0.0) / unit)))
     num = den = 0.0
     # A plain loop: a recurrence with a decay that changes from point to point has no
     # vectorised form that keeps float64 accuracy over a million points (a cumulative
     # product underflows), and a thousand points take well under a millisecond.
     finite = np.isfinite(ys)
     for i in range(len(ys)):
-        num *= decay[i]
-        den *= decay[i]
+        a = decay[i]
+        num *= a
+        den *= a
         if finite[i]:
-            num += ys[i]
-            den += 1.0
-            out[i] = num / den
+            num += (1.0 - a) * ys[i]
+            den += 1.0 - a
+            if den > 0.0:
+                out[i] = num / den
     return out
 
 

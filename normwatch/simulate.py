@@ -107,8 +107,11 @@ _CORE = (
     "optim/mu/norm/total",
     "optim/nu/norm/total",
     "train/z_loss",
+    "throughput/total_tokens",
 )
 """Metrics logged at every step, in the order `SimulatedRun.block` returns them."""
+TOKENS_PER_STEP = 1024 * 4096
+"""Tokens a step trains on (a batch of 1,024 sequences of 4,096): the x axis by tokens."""
 
 # Noise streams: one per core metric, then one per part, drawn as a pair (grad, update).
 _STREAM_CORE = 0
@@ -314,6 +317,7 @@ class SimulatedRun:
             0.5 * smooth_grad * (1.0 + response.first_moment) * np.exp(0.03 * noise[3]),
             0.02 * smooth_grad**2 * np.exp(0.02 * noise[4]),
             1e-4 * logits_scale_sq * np.exp(0.05 * noise[5]),
+            (t + 1.0) * TOKENS_PER_STEP,
         )
         result: FloatArray = np.concatenate([grads, updates, params])
         return result

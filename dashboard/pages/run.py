@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -26,17 +26,20 @@ from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
 from ..session import viewer
+from ..transforms import NORMALIZE_MODES
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
 from . import (
     run_aids,
     run_attribution,
     run_control,
+    run_download,
     run_layers,
     run_layers_draw,
     run_series,
     run_spikes,
     run_transitions,
 )
+from .run_axes import XAxis, clock_axis, tokens_axis, tokens_metric
 from .run_config import config_section
 from .run_overlay import (
     POINTS,
@@ -49,13 +52,16 @@ from .run_overlay import (
 )
 from .run_view import (
     MAX_METRIC,
+    MAX_SMOOTHING,
     URL_SYNC_JS,
+    X_AXES,
     ZOOM_JS,
     RunView,
     default_metrics,
     event_window,
     extra_series,
     is_step,
+    smoothing,
     view_from_relayout,
 )
 
@@ -81,6 +87,7 @@ class RunReads(
     run_attribution.AttributionReads,
     run_aids.AidReads,
     run_series.SeriesReads,
+    run_download.DownloadReads,
     Protocol,
 ):
     """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
@@ -103,6 +110,8 @@ class RunReads(
     def markers(self, who: Principal, run_id: str) -> list[Marker]: ...
 
     def alert_marks(self, who: Principal, run_id: str) -> list[AlertMark]: ...
+
+    def clock(self, who: Principal, run_id: str) -> tuple[list[int], list[float]]: ...
 
 
 def match(path: str) -> dict[str, str] | None:
@@ -135,6 +144,10 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
         axes=query.get("axes"),
         forecast=query.get("forecast"),
         focus=query.get("focus"),
+        smooth=query.get("smooth"),
+        x=query.get("x"),
+        norm=query.get("norm"),
+        robust=query.get("robust"),
     )
     options = run_series.options_with(names, view)
     title = [
@@ -164,11 +177,62 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
         ),
         html.Button("full range", id="reset-range", n_clicks=0),
     ]
+    shaping = html.Div(
+        [
+            html.Label(
+                [
+                    "smoothing",
+                    dcc.Slider(
+                        id="smoothing",
+                        min=0,
+                        max=MAX_SMOOTHING,
+                        step=0.01,
+                        value=view.smooth,
+                        marks={0: "off", 0.6: "0.6", 0.9: "0.9", MAX_SMOOTHING: "0.99"},
+                        updatemode="mouseup",
+                        tooltip={"placement": "bottom"},
+                    ),
+                ],
+                className="picker smoothing",
+            ),
+            html.Label(
+                [
+                    "x axis",
+                    dcc.RadioItems(
+                        id="x-axis",
+                        options=x_options(names),
+                        value=view.x,
+                        inline=True,
+                        className="toggle",
+                    ),
+                ],
+                className="picker",
+            ),
+            html.Label(
+                [
+                    "normalize",
+                    dcc.Dropdown(
+                        id="normalize",
+                        options=NORMALIZE_OPTIONS,
+                        value=view.norm,
+                        placeholder="off",
+                        clearable=True,
+                        searchable=False,
+                    ),
+                ],
+                className="picker",
+            ),
+            html.Button("download CSV", id="download-csv", n_clicks=0),
+            dcc.Download(id="csv-file"),
+        ],
+        className="controls shaping",
+    )
     return html.Div(
         [
             html.Div(title, className="run-title"),
             config_section(run.config),
             html.Div(controls, className="controls"),
+            shaping,
             run_series.controls(names, view),
             dcc.Graph(
                 id="overlay",
@@ -224,11 +288,15 @@ def update_view(
     trigger: TriggerId,
     extra: object = None,
     options: object = None,
+    smooth: object = 0.0,
+    x: object = "step",
+    norm: object = None,
 ) -> RunView | None:
     """The view after a change of the page's controls; None when it stays as it is.
 
     The pickers (``extra``: the "add series" picker's value), the log toggle and the chart
-    toggles (``options``) always count. Then ``trigger`` says what else moved: the chart
+    toggles (``options``), the smoothing slider (``smooth``), the x axis (``x``) and the
+    normalize picker (``norm``) always count. Then ``trigger`` says what else moved: the chart
     (``"overlay-zoom"``, with ``relayout`` its zoom or pan), the "full range" button, or an
     event's zoom button (``{"type": "event-zoom", "step": s}``, which counts only once one was
     clicked: a list of events redrawn fires it too), which also focuses the event. A focus the
@@ -246,9 +314,15 @@ def update_view(
         extra=extra_series(extra, exclude=(_name(left), _name(right))),
         one_axis="one-axis" in flags,
         forecast="forecast" in flags,
+        robust="robust" in flags,
+        smooth=smoothing(smooth),
+        x=x if x in X_AXES else "step",
+        norm=norm if norm in NORMALIZE_MODES else None,
     )
     if trigger == "overlay-zoom":
-        new = view_from_relayout(new, relayout)
+        # A zoom comes in the units the chart was drawn in: the view's before this change.
+        axis = x_axis(data, who, view)
+        new = view_from_relayout(new, relayout, None if axis is None else axis.to_step)
     elif trigger == "reset-range":
         new = replace(new, start=None, end=None)
     elif isinstance(trigger, Mapping) and trigger.get("type") == "event-zoom":
@@ -298,9 +372,16 @@ def draw(
     except MetricRefused as exc:
         return empty_figure(f"Cannot draw these series: {exc}"), [], "", event_list(markers)
     overlay = overlay_for(view, lines, markers, alerts)
-    fig = view_figure(overlay, run_aids.aids_of(aids, view, overlay))
-    new_shape = chart_shape(fig, markers, alerts)
+    # Rule lines, fits and forecasts are in the metrics' own units: none on a normalized chart.
+    fig = view_figure(overlay, None if view.norm else run_aids.aids_of(aids, view, overlay))
     info = range_text(overlay)
+    if view.x != "step" and overlay is not None:
+        axis = x_axis(data, who, view)
+        if axis is None:
+            info = f"{X_MISSING[view.x]}: drawn by step. {info}"
+        else:
+            fig = axis.apply(fig)
+    new_shape = chart_shape(fig, markers, alerts)
     if trigger != "tick" or shape != new_shape:
         return fig, new_shape, info, event_list(markers)
     return data_patch(fig), dash.no_update, info, dash.no_update
@@ -410,6 +491,50 @@ def tick(
     return (*pickers, outputs[0], given, *outputs[1:])
 
 
+X_MISSING = {
+    "tokens": "This run logs no tokens metric (such as throughput/total_tokens)",
+    "time": "This run has no clock marks yet",
+}
+"""Why the chart could not be drawn by tokens or by time."""
+NORMALIZE_OPTIONS = [
+    {"label": "÷ value at the view's start", "value": "start"},
+    {"label": "÷ median over the view", "value": "median"},
+]
+
+
+def x_options(names: Sequence[str]) -> list[dict[str, Any]]:
+    """The x axis choices: step, tokens (offered when the run logs a tokens metric, and
+    named after it), wall time."""
+    tokens = tokens_metric(names)
+    return [
+        {"label": " step", "value": "step"},
+        {
+            "label": f" tokens ({tokens})" if tokens else " tokens (none logged)",
+            "value": "tokens",
+            "disabled": tokens is None,
+        },
+        {"label": " wall time", "value": "time"},
+    ]
+
+
+def x_axis(data: RunReads, who: Principal, view: RunView) -> XAxis | None:
+    """The x axis ``view`` asks for when it counts tokens or time; None by step, or when
+    the run has nothing to draw it through (no tokens metric, fewer than two marks)."""
+    try:
+        if view.x == "tokens":
+            metric = tokens_metric([m.name for m in data.metrics(who, view.run)])
+            if metric is None:
+                return None
+            line = data.lines(who, view.run, [metric], start=None, end=None, points=POINTS)
+            read = line.get(metric)
+            return None if read is None else tokens_axis(metric, read.steps, read.values)
+        if view.x == "time":
+            return clock_axis(*data.clock(who, view.run))
+    except (RunNotFound, MetricRefused):
+        return None
+    return None
+
+
 def not_found_drawn() -> Drawn:
     """What :func:`draw` shows for a view of no run of the viewer's project."""
     return empty_figure(RUN_NOT_FOUND), [], "", []
@@ -427,6 +552,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_aids.register(app, data)
     run_control.register(app, data)
     run_series.register(app, data)
+    run_download.register(app, data)
 
     @app.callback(
         Output("view", "data"),
@@ -438,6 +564,9 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Input({"type": "event-zoom", "step": ALL}, "n_clicks"),
         Input("add-series", "value"),
         Input("chart-options", "value"),
+        Input("smoothing", "value"),
+        Input("x-axis", "value"),
+        Input("normalize", "value"),
         State("view", "data"),
         prevent_initial_call=True,
     )
@@ -450,6 +579,9 @@ def register(app: dash.Dash, data: RunReads) -> None:
         zooms: object,
         extra: object,
         options: object,
+        smooth: object,
+        x: object,
+        norm: object,
         store: object,
     ) -> dict[str, Any]:
         new = await in_thread(
@@ -465,6 +597,9 @@ def register(app: dash.Dash, data: RunReads) -> None:
             trigger=triggered_id(),
             extra=extra,
             options=options,
+            smooth=smooth,
+            x=x,
+            norm=norm,
         )
         return or_prevent(new).to_store()
 

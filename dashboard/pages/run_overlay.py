@@ -8,13 +8,16 @@ hover (see :func:`chart_shape`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import dash
+import numpy as np
 from dash import html
 
 from ..figures import AlertMark, Figure, Line, Marker, OverlayView, empty_figure, overlay_figure
 from ..overlay_aids import Aids, with_aids
+from ..transforms import ema, normalize, outlier_range
 from .run_view import RunView
 
 __all__ = [
@@ -46,19 +49,62 @@ def overlay_for(
     if not view.metrics:
         return None
     charted = (view.left, view.right)
+    if view.norm is not None:
+        lines = {name: normalized(line, view.norm) for name, line in lines.items()}
+    raw = dict(lines) if view.smooth else {}
+    if view.smooth:
+        lines = {name: smoothed(line, view.smooth) for name, line in lines.items()}
+    left = lines.get(view.left) if view.left else None
+    right = lines.get(view.right) if view.right else None
+    extra = tuple(lines[m] for m in view.extra if m in lines and m not in charted)
+    one_axis = view.one_axis or view.norm is not None
+    ranges: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None)
+    if view.robust:
+        on_left = [left, *extra, *([right] if one_axis else [])]
+        ranges = (
+            outlier_range([line.values for line in on_left if line is not None], log=view.log),
+            None if one_axis or right is None else outlier_range([right.values], log=view.log),
+        )
     return OverlayView(
-        left=lines.get(view.left) if view.left else None,
-        right=lines.get(view.right) if view.right else None,
+        left=left,
+        right=right,
         events=markers,
         log_y=view.log,
         x_range=view.x_range,
         # Plotly keeps the user's zoom until this changes: a new run, metric, scale or axes.
         uirevision=f"{view.run}|{view.left}|{view.right}|{view.log}"
-        + ("|one" if view.one_axis else ""),
+        + ("|one" if view.one_axis else "")
+        + ("" if view.x == "step" else f"|x={view.x}")
+        + ("" if view.norm is None else f"|norm={view.norm}")
+        + ("|robust" if view.robust else ""),
         alerts=alerts,
-        extra=tuple(lines[m] for m in view.extra if m in lines and m not in charted),
-        one_axis=view.one_axis,
+        extra=extra,
+        one_axis=one_axis,
+        raw=raw,
+        y_ranges=ranges,
+        y_title=NORMALIZED_TITLES.get(view.norm or ""),
     )
+
+
+NORMALIZED_TITLES = {
+    "start": "÷ value at the start of the view",
+    "median": "÷ median over the view",
+}
+"""The y axis's title in normalize mode: what every series was divided by."""
+
+
+def normalized(line: Line, mode: str) -> Line:
+    """``line`` divided by its value at the start of the view or its median over it
+    (`.transforms.normalize`); all gaps where it has nothing to divide by."""
+    values = normalize(line.values, mode)
+    if values is None:
+        values = np.full(len(line.values), np.nan)
+    return replace(line, values=values.tolist())
+
+
+def smoothed(line: Line, weight: float) -> Line:
+    """``line`` smoothed with `.transforms.ema` at ``weight``."""
+    return replace(line, values=ema(line.steps, line.values, weight).tolist())
 
 
 def view_figure(overlay: OverlayView | None, aids: Aids | None = None) -> Figure:
@@ -88,6 +134,10 @@ def data_patch(fig: Figure) -> dash.Patch:
     for i, trace in enumerate(fig["data"]):
         patch["data"][i]["x"] = trace.get("x") or []
         patch["data"][i]["y"] = trace.get("y") or []
+    shown = fig["layout"]["xaxis"].get("range")
+    if shown is not None:
+        # A chart that shows every step follows the run as it grows.
+        patch["layout"]["xaxis"]["range"] = shown
     patch["layout"]["shapes"] = fig["layout"].get("shapes", [])
     patch["layout"]["annotations"] = fig["layout"].get("annotations", [])
     return patch

@@ -1,26 +1,31 @@
 """What the run page shows: :class:`RunView` and how zooms and clicks change it. Pure.
 
 The view lives in the page's ``dcc.Store`` (id ``view``) as JSON, and in the URL as
-``?left=&right=&start=&end=&log=1&series=&series=&axes=one&forecast=1&focus=``, so that a
-link reproduces it; a parameter left out takes its default, so older links still work.
+``?left=&right=&start=&end=&log=1&series=&series=&axes=one&forecast=1&focus=``, with
+``&smooth=0.9&x=tokens&norm=start&robust=1``, so that a link reproduces it; a parameter left
+out takes its default, so older links still work.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from normwatch.server.analytics.derived import ExpressionError, parse
 
+from ..transforms import NORMALIZE_MODES
+
 __all__ = [
     "DEFAULT_LEFT",
     "MAX_EXTRA",
     "MAX_METRIC",
+    "MAX_SMOOTHING",
     "MAX_STEP",
     "URL_SYNC_JS",
+    "X_AXES",
     "ZOOM_JS",
     "RunView",
     "default_metrics",
@@ -28,12 +33,15 @@ __all__ = [
     "expression_error",
     "extra_series",
     "is_step",
+    "smoothing",
     "view_from_relayout",
 ]
 
 DEFAULT_LEFT = "grad/norm/total"
 MAX_STEP = 2**63 - 1
 """Steps are stored as 64-bit integers: a range past this could not be read."""
+MAX_SMOOTHING = 0.99
+"""The strongest smoothing the slider offers."""
 MAX_EXTRA = 6
 """Series drawn on the left axis beside the left and right metrics, at most."""
 MAX_METRIC = 512
@@ -52,6 +60,11 @@ function(view) {
     for (const name of view.extra || []) { params.append("series", name); }
     if (view.one_axis) { params.set("axes", "one"); } else { params.delete("axes"); }
     if (view.forecast) { params.set("forecast", "1"); } else { params.delete("forecast"); }
+    if (view.smooth) { params.set("smooth", String(view.smooth)); }
+    else { params.delete("smooth"); }
+    if (view.x && view.x !== "step") { params.set("x", view.x); } else { params.delete("x"); }
+    if (view.norm) { params.set("norm", view.norm); } else { params.delete("norm"); }
+    if (view.robust) { params.set("robust", "1"); } else { params.delete("robust"); }
     const query = params.toString();
     const target = window.location.pathname + (query ? "?" + query : "");
     if (target !== window.location.pathname + window.location.search) {
@@ -77,6 +90,8 @@ still on its way superseded it (Dash keeps only the newest call of a callback), 
 expression typed as the chart resized was lost."""
 RUN_ID = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 _TRUE = ("1", "true", "yes")
+X_AXES = ("step", "tokens", "time")
+"""What the x axis counts: steps, tokens seen (a tokens metric of the run), or wall time."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +104,11 @@ class RunView:
     more series (names or derived expressions) drawn on the left axis; ``one_axis`` puts
     the right metric on the left axis too (same units); ``forecast`` projects the left
     metric ahead; ``focus`` is the step of the transition (or event) the view was zoomed
-    around, whose fitted lines the chart draws while it is in view.
+    around, whose fitted lines the chart draws while it is in view. ``smooth`` is the EMA
+    weight the lines are smoothed with (0: raw; the raw lines are drawn faint behind);
+    ``x`` what the x axis counts (`X_AXES`); ``norm`` divides every series by its value at
+    the start of the view or its median over it (one axis for all); ``robust`` fits the y
+    axes to the lines without their most extreme points.
     """
 
     run: str
@@ -102,6 +121,10 @@ class RunView:
     one_axis: bool = False
     forecast: bool = False
     focus: int | None = None
+    smooth: float = 0.0
+    x: str = "step"
+    norm: str | None = None
+    robust: bool = False
 
     @property
     def metrics(self) -> list[str]:
@@ -135,8 +158,10 @@ class RunView:
         """The view as the page's store holds it (JSON), in a fixed key order.
 
         >>> store = RunView("r1", "grad/norm/total", None, 0, 10).to_store()
-        >>> list(store)
+        >>> list(store)[:10]
         ['run', 'left', 'right', 'start', 'end', 'log', 'extra', 'one_axis', 'forecast', 'focus']
+        >>> list(store)[10:]
+        ['smooth', 'x', 'norm', 'robust']
         >>> store["left"], store["end"], store["extra"], store["focus"]
         ('grad/norm/total', 10, [], None)
         """
@@ -151,6 +176,10 @@ class RunView:
             "one_axis": self.one_axis,
             "forecast": self.forecast,
             "focus": self.focus,
+            "smooth": self.smooth,
+            "x": self.x,
+            "norm": self.norm,
+            "robust": self.robust,
         }
 
     @classmethod
@@ -173,8 +202,9 @@ class RunView:
         left, right = data.get("left"), data.get("right")
         start, end = data.get("start"), data.get("end")
         extra = data.get("extra", [])
-        flags = [data.get(k, False) for k in ("log", "one_axis", "forecast")]
+        flags = [data.get(k, False) for k in ("log", "one_axis", "forecast", "robust")]
         focus = data.get("focus")
+        smooth, x, norm = data.get("smooth", 0.0), data.get("x", "step"), data.get("norm")
         if not (isinstance(run, str) and RUN_ID.match(run)):
             return None
         if not all(m is None or _metric_text(m) for m in (left, right)):
@@ -189,8 +219,25 @@ class RunView:
             return None
         if isinstance(start, int) and isinstance(end, int) and end < start:
             return None
-        log, one_axis, forecast = flags
-        return cls(run, left, right, start, end, log, tuple(extra), one_axis, forecast, focus)
+        if smoothing(smooth) != smooth or x not in X_AXES or norm not in (None, *NORMALIZE_MODES):
+            return None
+        log, one_axis, forecast, robust = flags
+        return cls(
+            run,
+            left,
+            right,
+            start,
+            end,
+            log,
+            tuple(extra),
+            one_axis,
+            forecast,
+            focus,
+            float(smooth),
+            str(x),
+            norm if isinstance(norm, str) else None,
+            robust,
+        )
 
     @classmethod
     def from_query(
@@ -208,6 +255,10 @@ class RunView:
         forecast: str | None = None,
         focus: str | None = None,
         canonical: Mapping[str, str] | None = None,
+        smooth: str | None = None,
+        x: str | None = None,
+        norm: str | None = None,
+        robust: str | None = None,
     ) -> RunView:
         """The view of a page URL's query parameters; ``names`` are the run's metrics (and
         ``canonical`` the canonical names of its aliases), for the defaults of
@@ -218,7 +269,9 @@ class RunView:
         ``right=`` (empty) keeps the right axis empty; ``log`` and ``forecast`` are on for
         ``1``, ``true`` or ``yes``; ``axes=one`` draws one y axis. ``series`` (the
         parameter repeated) are the extra series: malformed expressions, repeats and those
-        past `MAX_EXTRA` are left out (:func:`extra_series`).
+        past `MAX_EXTRA` are left out (:func:`extra_series`). ``smooth`` is a weight from 0
+        to `MAX_SMOOTHING` (rounded to 0.01), ``x`` one of `X_AXES`, ``norm`` one of
+        ``start`` and ``median``, ``robust`` on like ``log``; anything else takes the default.
         """
         default_left, default_right = default_metrics(names, canonical)
         first, last = _step_or_none(start), _step_or_none(end)
@@ -237,7 +290,23 @@ class RunView:
             one_axis=axes == "one",
             forecast=forecast in _TRUE,
             focus=_step_or_none(focus),
+            smooth=smoothing(_float(smooth) or 0.0),
+            x=x if x in X_AXES else "step",
+            norm=norm if norm in NORMALIZE_MODES else None,
+            robust=robust in _TRUE,
         )
+
+
+def smoothing(value: object) -> float:
+    """A smoothing weight from a slider, a store or a URL: a number from 0 to
+    `MAX_SMOOTHING`, rounded to 0.01 (anything else: 0, no smoothing).
+
+    >>> smoothing(0.9), smoothing(1.5), smoothing("0.9"), smoothing(float("nan"))
+    (0.9, 0.99, 0.0, 0.0)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0
+    return round(min(max(float(value), 0.0), MAX_SMOOTHING), 2)
 
 
 def _metric_text(value: object) -> bool:
@@ -324,11 +393,14 @@ def default_metrics(
     return left, right
 
 
-def view_from_relayout(view: RunView, relayout: object) -> RunView:
+def view_from_relayout(
+    view: RunView, relayout: object, to_step: Callable[[float], float] | None = None
+) -> RunView:
     """The view after a zoom, pan or autoscale on the chart (Plotly's ``relayoutData``).
 
     ``xaxis.autorange`` shows every step; ``xaxis.range[0]``/``[1]`` (or ``xaxis.range``)
-    set the steps to the whole steps around the range, none below 0. Anything else (a
+    set the steps to the whole steps around the range, none below 0; ``to_step`` maps an
+    x axis that counts something else (tokens, hours) back to steps. Anything else (a
     change of the y axes, a value that is no number) leaves the view as it was.
 
     >>> view_from_relayout(RunView("r"), {"xaxis.range[0]": 9.5, "xaxis.range[1]": 20.2}).x_range
@@ -345,6 +417,11 @@ def view_from_relayout(view: RunView, relayout: object) -> RunView:
     first, second = _float(lo), _float(hi)
     if first is None or second is None:
         return view
+    if to_step is not None:
+        # An x axis of tokens or hours: its ends, as the steps they stand for.
+        first, second = to_step(first), to_step(second)
+        if not (math.isfinite(first) and math.isfinite(second)):
+            return view
     # A reversed axis (or a crafted request) sends the ends in reverse order.
     low, high = min(first, second), max(first, second)
     start = min(MAX_STEP, max(0, math.floor(low)))

@@ -159,7 +159,13 @@ def test_overlay_figure_draws_left_red_and_right_blue_on_twin_axes() -> None:
         480,
         "x unified",
     )
-    assert layout["xaxis"] == {"title": {"text": "step"}, "showgrid": True, "autorange": True}
+    # The data's own ends, not padded past them.
+    assert layout["xaxis"] == {
+        "title": {"text": "step"},
+        "showgrid": True,
+        "range": [0, 2],
+        "autorange": False,
+    }
     assert layout["yaxis"] == {
         "title": {"text": "grad/norm/total", "font": {"color": GRAD_RED}},
         "tickfont": {"color": GRAD_RED},

@@ -125,8 +125,11 @@ def test_layout_shows_the_run_in_its_default_view(
     assert find(page, "Span", className="muted")[0]["children"] == "segment 1"
     (link,) = find(page, "Link", id="run-alerts-link")
     assert link["href"] == f"/alerts?run={world.run}"
-    left, right, extra, family, shared = find(page, "Dropdown")
+    left, right, norm, extra, family, shared = find(page, "Dropdown")
     options = [{"label": n, "value": n} for n in NAMES]
+    assert (norm["id"], norm["value"]) == ("normalize", None)
+    assert find(page, "Slider", id="smoothing")[0]["value"] == 0.0
+    assert find(page, "RadioItems", id="x-axis")[0]["value"] == "step"
     assert (left["id"], left["value"], left["options"]) == ("left-metric", LEFT, options)
     assert (right["id"], right["value"], right["options"]) == ("right-metric", RIGHT, options)
     assert (extra["id"], extra["value"], extra["options"]) == ("add-series", [], options)
@@ -259,6 +262,10 @@ def test_update_view_zooms_on_an_event_of_the_viewers_run(
         "one_axis": False,
         "forecast": False,
         "focus": 1000,
+        "smooth": 0.0,
+        "x": "step",
+        "norm": None,
+        "robust": False,
     }
 
 
@@ -391,6 +398,7 @@ def test_draw_on_a_tick_patches_the_data_of_an_unchanged_chart(
     operations = patch.to_plotly_json()["operations"]
     assert [op["location"] for op in operations] == [
         *(["data", i, axis] for i in range(4) for axis in ("x", "y")),
+        ["layout", "xaxis", "range"],
         ["layout", "shapes"],
         ["layout", "annotations"],
     ]
@@ -540,6 +548,9 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
         request["inputs"] += [
             {"id": "add-series", "property": "value", "value": ["train/loss"]},
             {"id": "chart-options", "property": "value", "value": ["forecast"]},
+            {"id": "smoothing", "property": "value", "value": 0.5},
+            {"id": "x-axis", "property": "value", "value": "step"},
+            {"id": "normalize", "property": "value", "value": None},
         ]
         request["changedPropIds"] = ["reset-range.n_clicks"]
         assert browser.post(CALLBACK, json=request).status_code == 204

@@ -92,6 +92,12 @@ def test_data_patch_assigns_points_shapes_and_annotations() -> None:
             {"operation": "Assign", "location": ["data", 0, "y"], "params": {"value": [1.0, None]}},
             {"operation": "Assign", "location": ["data", 1, "x"], "params": {"value": [1]}},
             {"operation": "Assign", "location": ["data", 1, "y"], "params": {"value": [1.0]}},
+            # The chart shows every step: its x range follows the run as it grows.
+            {
+                "operation": "Assign",
+                "location": ["layout", "xaxis", "range"],
+                "params": {"value": [0, 1]},
+            },
             {"operation": "Assign", "location": ["layout", "shapes"], "params": {"value": shapes}},
             {
                 "operation": "Assign",

@@ -46,9 +46,14 @@ def test_to_store_is_json_in_a_fixed_order() -> None:
         "one_axis": False,
         "forecast": False,
         "focus": None,
+        "smooth": 0.0,
+        "x": "step",
+        "norm": None,
+        "robust": False,
     }
     assert list(store) == [
-        "run", "left", "right", "start", "end", "log", "extra", "one_axis", "forecast", "focus"
+        "run", "left", "right", "start", "end", "log", "extra", "one_axis", "forecast", "focus",
+        "smooth", "x", "norm", "robust",
     ]  # fmt: skip
     assert RunView(RUN).to_store() == {
         "run": RUN,
@@ -61,6 +66,10 @@ def test_to_store_is_json_in_a_fixed_order() -> None:
         "one_axis": False,
         "forecast": False,
         "focus": None,
+        "smooth": 0.0,
+        "x": "step",
+        "norm": None,
+        "robust": False,
     }
     assert AIDED.to_store() | {"extra": ["train/loss", SHARE], "focus": 200} == AIDED.to_store()
 

@@ -285,4 +285,4 @@ def test_generating_a_long_run_is_fast() -> None:
     started = time.perf_counter()
     steps, metrics = run.block(0, STOP, layer_every=10)
     assert time.perf_counter() - started < 2.0
-    assert len(steps) == STOP and len(metrics) == 9 + 3 * (run.n_layers + 3) - 1
+    assert len(steps) == STOP and len(metrics) == 10 + 3 * (run.n_layers + 3) - 1

@@ -295,6 +295,8 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_series.add_expression", "add a derived series",
         own=(401, 401, 401, 401, OK, OK)),
+    Row("run_download.on_download", "download the view's run's series as CSV",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_control.act", "ask the view's run's trainer to stop, with a reason",
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("run_control.act", "list the view's run's control requests",
@@ -357,6 +359,7 @@ CALLBACK_KEYS = {
     "run_attribution.draw": "attribution-chart.figure <- view-drawn.data",
     "run_aids.read": "overlay-aids.data <- view.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
+    "run_download.on_download": "csv-file.data <- download-csv.n_clicks",
     "run_control.act": "control-message.children <- control-checkpoint.n_clicks",
     "compare.update_view": "compare-view.data <- compare-metric.value",
     "compare.draw": "compare-chart.figure <- compare-view.data",
@@ -1131,6 +1134,12 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "zoom on an event of the view's run": lambda w, t, o: _zoom(o),
     "draw the view's run": lambda w, t, o: Callback(
         "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text
+    ),
+    "download the view's run's series as CSV": lambda w, t, o: Callback(
+        "run_download.on_download",
+        {"download-csv.n_clicks": 1, "view.data": _view(o.run_id)},
+        ["download-csv.n_clicks"],
+        "step,",
     ),
     "refresh the view's run on a tick (metric names, chart, sections)": lambda w, t, o: Callback(
         "run.tick",

@@ -1,0 +1,110 @@
+"""What the run chart does to its lines before drawing them (smoothing with the raw line
+faint behind, normalize mode on one axis, a y range without outliers), its x axis by tokens
+or by wall time, and the CSV of what it shows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from normwatch.dashboard.figures import RAW_OPACITY, Line, Marker
+from normwatch.dashboard.pages.run_axes import clock_axis, tokens_axis, tokens_metric
+from normwatch.dashboard.pages.run_download import csv_text
+from normwatch.dashboard.pages.run_overlay import overlay_for, view_figure
+from normwatch.dashboard.pages.run_view import RunView, view_from_relayout
+from normwatch.dashboard.transforms import ema
+
+RUN = "r1"
+GRAD = Line("grad/norm/total", [0, 10, 20, 30], [1.0, 3.0, 2.0, 4.0])
+PARAM = Line("params/norm/final_norm.weight", [0, 10, 20, 30], [300.0, 303.0, 306.0, 309.0])
+LINES = {GRAD.metric: GRAD, PARAM.metric: PARAM}
+
+
+def test_smoothing_draws_the_ema_over_its_raw_line_drawn_faint() -> None:
+    view = RunView(RUN, GRAD.metric, PARAM.metric, smooth=0.6)
+    fig = view_figure(overlay_for(view, LINES, [], []))
+    raw, smooth = fig["data"][0], fig["data"][1]
+    assert (raw["name"], raw["opacity"], raw["showlegend"], raw["hoverinfo"]) == (
+        "grad/norm/total (raw)",
+        RAW_OPACITY,
+        False,
+        "skip",
+    )
+    assert raw["y"] == [1.0, 3.0, 2.0, 4.0] and raw["line"]["color"] == smooth["line"]["color"]
+    assert smooth["name"] == "grad/norm/total"
+    np.testing.assert_allclose(smooth["y"], ema(GRAD.steps, GRAD.values, 0.6))
+    assert [t["yaxis"] for t in fig["data"]] == ["y", "y", "y2", "y2"]
+
+
+def test_normalize_puts_every_series_on_one_axis_divided_by_its_start() -> None:
+    view = RunView(RUN, GRAD.metric, PARAM.metric, norm="start")
+    overlay = overlay_for(view, LINES, [], [])
+    fig = view_figure(overlay)
+    assert [t["y"] for t in fig["data"]] == [[1.0, 3.0, 2.0, 4.0], [1.0, 1.01, 1.02, 1.03]]
+    assert [t["yaxis"] for t in fig["data"]] == ["y", "y"]
+    assert fig["layout"]["yaxis"]["title"]["text"] == "÷ value at the start of the view"
+    median = view_figure(overlay_for(RunView(RUN, GRAD.metric, norm="median"), LINES, [], []))
+    assert median["data"][0]["y"] == [0.4, 1.2, 0.8, 1.6]
+
+
+def test_robust_range_leaves_a_spike_off_the_chart() -> None:
+    spiky = Line(
+        "grad/norm/total", list(range(100)), [1.0 + 0.01 * (i % 7) for i in range(99)] + [500.0]
+    )
+    fig = view_figure(
+        overlay_for(RunView(RUN, spiky.metric, robust=True), {spiky.metric: spiky}, [], [])
+    )
+    low, high = fig["layout"]["yaxis"]["range"]
+    assert fig["layout"]["yaxis"]["autorange"] is False and 0.9 < low < 1.0 and 1.06 < high < 1.2
+
+
+def test_the_x_axis_runs_from_the_first_to_the_last_step_drawn() -> None:
+    fig = view_figure(overlay_for(RunView(RUN, GRAD.metric), LINES, [Marker(15, "e")], []))
+    assert fig["layout"]["xaxis"]["range"] == [0, 30]
+
+
+def test_tokens_metric_and_axis() -> None:
+    assert tokens_metric(["train/loss", "throughput/total_tokens"]) == "throughput/total_tokens"
+    assert tokens_metric(["data.tokens_seen"]) == "data.tokens_seen"
+    axis = tokens_axis("throughput/total_tokens", [0, 10, 30], [1000.0, 11000.0, math.nan])
+    assert axis is not None
+    assert axis.to_x([0, 5, 20]).tolist() == [1000.0, 6000.0, 21000.0]  # at 1000 a step past 10
+    assert tokens_axis("t", [5], [1.0]) is None
+
+
+def test_an_x_axis_moves_lines_events_and_range_and_hovers_say_the_step() -> None:
+    axis = tokens_axis("throughput/total_tokens", [0, 30], [0.0, 3000.0])
+    assert axis is not None
+    view = RunView(RUN, GRAD.metric, start=10, end=20)
+    fig = axis.apply(view_figure(overlay_for(view, LINES, [Marker(15, "e")], [])))
+    line = fig["data"][0]
+    assert line["x"] == [0.0, 1000.0, 2000.0, 3000.0] and line["customdata"] == [0, 10, 20, 30]
+    assert "step %{customdata}" in line["hovertemplate"]
+    assert fig["layout"]["xaxis"]["range"] == [1000.0, 2000.0]
+    assert fig["layout"]["shapes"][0]["x0"] == fig["layout"]["annotations"][0]["x"] == 1500.0
+    assert fig["layout"]["xaxis"]["title"]["text"] == "tokens (throughput/total_tokens)"
+    zoomed = view_from_relayout(
+        view, {"xaxis.range[0]": 500.0, "xaxis.range[1]": 2500.0}, axis.to_step
+    )
+    assert zoomed.x_range == (5, 25)
+
+
+def test_wall_time_counts_hours_from_the_first_mark() -> None:
+    axis = clock_axis([100, 200, 300], [1_700_000_000.0, 1_700_003_600.0, 1_700_005_400.0])
+    assert axis is not None
+    assert axis.to_x([100, 250, 300, 400]).tolist() == [0.0, 1.25, 1.5, 2.25]
+    assert clock_axis([1], [5.0]) is None
+
+
+def test_csv_has_a_row_a_step_and_a_column_a_series() -> None:
+    text = csv_text(
+        [GRAD.metric, "rss(x)"], {GRAD.metric: GRAD, "rss(x)": Line("rss(x)", [5], [math.inf])}
+    )
+    assert text.splitlines() == [
+        "step,grad/norm/total,rss(x)",
+        "0,1.0,",
+        "5,,Infinity",
+        "10,3.0,",
+        "20,2.0,",
+        "30,4.0,",
+    ]

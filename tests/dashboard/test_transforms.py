@@ -1,0 +1,72 @@
+"""The chart's transforms against independent references: TensorBoard's smoothing on evenly
+spaced points, the same window on points read sparser, normalizing, another x axis, and a
+y range that leaves the extremes out."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from normwatch.dashboard.transforms import ema, interpolate_x, normalize, outlier_range
+
+
+def tensorboard_smoothing(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's scalar smoothing, written out as its frontend does it."""
+    out, last, n = [], 0.0, 0
+    for v in values:
+        n += 1
+        last = last * weight + (1 - weight) * v
+        out.append(last / (1 - weight**n))
+    return out
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.6, 0.9, 0.99])
+def test_ema_on_evenly_spaced_points_is_tensorboards_smoothing(weight: float) -> None:
+    values = np.random.default_rng(1).lognormal(size=500).tolist()
+    got = ema(list(range(0, 5000, 10)), values, weight)
+    np.testing.assert_allclose(got, tensorboard_smoothing(values, weight), rtol=1e-12)
+
+
+def test_ema_weighs_a_gap_as_the_steps_it_spans() -> None:
+    """A step from 0 to 1 at step 500, read at every step, and read at every step before
+    it but every fourth after (as M4 thins a line): the smoothed line crosses 0.5 at about
+    the same step, where weighing by points would take it four times as long."""
+    dense_steps = list(range(1000))
+    dense = ema(dense_steps, [0.0] * 500 + [1.0] * 500, 0.95)
+    sparse_steps = list(range(500)) + list(range(500, 1000, 4))
+    sparse = ema(sparse_steps, [0.0] * 500 + [1.0] * 125, 0.95)
+
+    def crossing(steps: list[int], smoothed: np.ndarray) -> int:
+        return next(s for s, v in zip(steps, smoothed, strict=True) if v >= 0.5)
+
+    assert crossing(dense_steps, dense) == 513  # 0.95**n = 1/2 at n = 13.5 points of 1.0
+    assert abs(crossing(sparse_steps, sparse) - 513) <= 4
+
+
+def test_ema_keeps_gaps_and_skips_them() -> None:
+    got = ema([0, 1, 2, 3], [2.0, math.inf, math.nan, 2.0], 0.5)
+    assert got[0] == 2.0 and got[1] == math.inf and math.isnan(got[2]) and got[3] == 2.0
+
+
+def test_normalize_by_start_and_by_median() -> None:
+    assert normalize([0.0, -4.0, 8.0], "start").tolist() == [0.0, -1.0, 2.0]
+    assert normalize([1.0, 3.0, 2.0, math.nan], "median")[:3].tolist() == [0.5, 1.5, 1.0]
+    assert normalize([math.nan], "start") is None
+    with pytest.raises(ValueError, match="normalize mode"):
+        normalize([1.0], "max")
+
+
+def test_interpolate_x_through_a_counter_that_went_back() -> None:
+    # A tokens counter restarted lower at step 20 is held at its maximum.
+    got = interpolate_x([0, 15, 25, 40], [0, 10, 20, 30], [0.0, 100.0, 50.0, 300.0])
+    assert got.tolist()[:3] == [0.0, 100.0, 200.0] and math.isnan(got[3])
+
+
+def test_outlier_range_ignores_a_spike_and_reads_log_axes_in_decades() -> None:
+    values = [1.0] * 98 + [1000.0, 2.0]
+    low, high = outlier_range([values])  # type: ignore[misc]
+    assert high < 10 and low < 1.0
+    log_low, log_high = outlier_range([[0.01, 0.1, 1.0, 10.0, 100.0] * 20], log=True)  # type: ignore[misc]
+    assert (round(log_low, 6), round(log_high, 6)) == (-2.4, 2.4)
+    assert outlier_range([[math.nan]]) is None
