@@ -319,7 +319,14 @@ def overlay_figure(view: OverlayView) -> Figure:
         "margin": {"l": 70, "r": 80, "t": 50, "b": 50},
         "height": view.height,
         "hovermode": "x unified",
-        "legend": {"orientation": "h", "x": 0, "y": -0.18},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "y": -0.18,
+            # The colour rule of this chart, said where the names are: on a comparison
+            # blue is the first run; here it is the right axis.
+            "title": {"text": _legend_title(view)},
+        },
         "xaxis": xaxis,
         "yaxis": {
             "title": {"text": left_title, "font": {"color": left_color}},
@@ -347,6 +354,14 @@ def overlay_figure(view: OverlayView) -> Figure:
         "annotations": annotations,
     }
     return {"data": traces, "layout": layout}
+
+
+def _legend_title(view: OverlayView) -> str:
+    if view.y_title is not None or (view.one_axis and view.right is not None):
+        return "one axis:"
+    if view.right is None:
+        return "left axis:"
+    return "red: left axis · blue: right axis ·"
 
 
 RAW_OPACITY = 0.25

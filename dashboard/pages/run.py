@@ -189,7 +189,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
                         step=0.01,
                         value=view.smooth,
                         marks={0: "off", 0.6: "0.6", 0.9: "0.9", MAX_SMOOTHING: "0.99"},
-                        updatemode="mouseup",
+                        updatemode="drag",
                         tooltip={"placement": "bottom"},
                     ),
                 ],

@@ -58,18 +58,20 @@ right one (a ratio near 3e-4 drawn flat at 0 beside a grad norm of 5 reads on it
 CHART_OPTIONS = [
     {"label": " one axis", "value": "one-axis"},
     {"label": " forecast", "value": "forecast"},
+    {"label": " ignore outliers", "value": "robust"},
 ]
 """The chart's toggles: both metrics on one y axis (same units); the left metric's trend
-projected ahead."""
+projected ahead; y axes fitted to the lines without their most extreme 2 % of points."""
 
 
 def chart_options(view: RunView) -> list[str]:
     """The chart toggles ``view`` has on.
 
-    >>> chart_options(RunView("r", one_axis=True, forecast=True))
-    ['one-axis', 'forecast']
+    >>> chart_options(RunView("r", one_axis=True, forecast=True, robust=True))
+    ['one-axis', 'forecast', 'robust']
     """
-    return [v for v, on in (("one-axis", view.one_axis), ("forecast", view.forecast)) if on]
+    flags = (("one-axis", view.one_axis), ("forecast", view.forecast), ("robust", view.robust))
+    return [v for v, on in flags if on]
 
 
 def options_with(names: Sequence[str], view: RunView) -> list[dict[str, str]]:
