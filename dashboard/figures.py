@@ -333,7 +333,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "tickfont": {"color": left_color},
             "type": axis_type,
             **_y_range(left_range),
-            **_log_ticks(view.log_y),
+            **_log_ticks(view.log_y, [st.line for st in styles if st.axis == "y"]),
         },
         "yaxis2": {
             "title": {"text": right_title, "font": {"color": PARAM_BLUE}},
@@ -346,7 +346,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "tickmode": "auto",
             "showgrid": False,
             **_y_range(right_range),
-            **_log_ticks(view.log_y),
+            **_log_ticks(view.log_y, [st.line for st in styles if st.axis == "y2"]),
             **({"visible": False} if view.one_axis else {}),
         },
         "yaxis3": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
@@ -380,10 +380,22 @@ def _y_range(shown: tuple[float, float] | None) -> dict[str, object]:
     return {} if shown is None else {"range": list(shown), "autorange": False}
 
 
-def _log_ticks(log: bool) -> dict[str, object]:
-    """A log axis labelled at round values that read (1, 10, 100 and 2, 5 between them; 1e-4
-    written as such), where plotly.js's default writes the digits of the minor ticks alone."""
-    return {"dtick": "D2", "exponentformat": "e", "minexponent": 4} if log else {}
+def _log_ticks(log: bool, lines: Iterable[Line]) -> dict[str, object]:
+    """A log axis that reads: across more than a decade, a labelled tick at each power of
+    ten (``0.001``, ``1``, ``1000``, ``1e+06``) and unlabelled minor grid lines at 2-9
+    times it; plotly.js's own choice labels the minor ticks with their first digit alone
+    (``5, 2, 100, 5, 2, 10``). Within a decade its choice reads, and stays."""
+    if not log:
+        return {}
+    values = np.array([v for line in lines for v in line.values], dtype=np.float64)
+    values = values[np.isfinite(values) & (values > 0)]
+    if len(values) == 0 or np.log10(values.max() / values.min()) < 1.0:
+        return {}
+    return {
+        "dtick": 1,
+        "tickformat": "~g",  # 0.001, 1, 1000, 1e+06: plain where short, exponents where not
+        "minor": {"dtick": "D1", "showgrid": True, "gridcolor": "#f2f2f2"},
+    }
 
 
 def empty_figure(message: str) -> Figure:

@@ -118,13 +118,22 @@ def view_figure(overlay: OverlayView | None, aids: Aids | None = None) -> Figure
 def chart_shape(fig: Figure, markers: Sequence[Marker], alerts: Sequence[AlertMark]) -> list[str]:
     """What a data patch cannot change: the traces (name and axis), events and alerts.
 
-    >>> chart_shape({"data": [{"name": "a", "yaxis": "y"}]}, [Marker(5, "x")], [])
-    ['a|y', 'event@5']
+    The layout's ``uirevision`` names the run, metrics, scale, axes, x axis and normalize
+    mode, and the x axis's title its units: a tick's patch drawn for a view that changed
+    them since (the view's own redraw superseded by the tick's) must not keep the old ones.
+
+    >>> chart_shape({"data": [{"name": "a", "yaxis": "y"}], "layout": {}}, [Marker(5, "x")], [])
+    ['a|y', 'event@5', 'layout:None|None']
+    >>> chart_shape({"data": [], "layout": {}}, [], [])
+    []
     """
+    layout = fig.get("layout", {})
+    title = layout.get("xaxis", {}).get("title", {}).get("text")
     return (
         [f"{t.get('name')}|{t.get('yaxis')}" for t in fig["data"]]
         + [f"event@{m.step}" for m in markers]
         + [f"alert:{a.state}@{a.step}" for a in alerts]
+        + ([f"layout:{layout.get('uirevision')}|{title}"] if fig["data"] else [])
     )
 
 

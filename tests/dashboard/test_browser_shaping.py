@@ -22,8 +22,8 @@ CHART_JS = f"""() => {{
   return {{
     data: gd.data.map(t => ({{name: t.name, yaxis: t.yaxis || 'y', opacity: t.opacity ?? 1,
       x: Array.from(t.x || []), y: Array.from(t.y || [])}})),
-    xtitle: gd._fullLayout.xaxis.title.text, xrange: gd._fullLayout.xaxis.range,
-    ytype: gd._fullLayout.yaxis.type, ytitle: gd._fullLayout.yaxis.title.text,
+    xtitle: (gd._fullLayout.xaxis.title || {{}}).text || '', xrange: gd._fullLayout.xaxis.range,
+    ytype: gd._fullLayout.yaxis.type, ytitle: (gd._fullLayout.yaxis.title || {{}}).text || '',
     yrange: gd._fullLayout.yaxis.range,
   }};
 }}"""

@@ -363,6 +363,11 @@ SHAPE = [
 ]
 
 
+def shape_of(world: World) -> list[str]:
+    """`SHAPE` with the layout the default view of the world's run draws."""
+    return [*SHAPE, f"layout:{world.run}|{LEFT}|{RIGHT}|False|step"]
+
+
 def test_draw_reads_the_viewers_run(world: World, dashboard_data: DashboardData) -> None:
     fig, shape, info, events = draw(
         dashboard_data, world.mine.read, full_view(world), None, trigger=None
@@ -375,7 +380,7 @@ def test_draw_reads_the_viewers_run(world: World, dashboard_data: DashboardData)
     assert resolved["text"] == ["grad-high · grad/norm/total = 1 · 1 no longer &gt; 5"]
     assert [s["x0"] for s in fig["layout"]["shapes"]] == [1000]
     assert fig["layout"]["annotations"][0]["text"] == "lr warmup ends (1,000)"
-    assert shape == SHAPE
+    assert shape == shape_of(world)
     assert info == f"{LEFT}: 2,000 points, steps 0–1,999 · {RIGHT}: 2,000 points, steps 0–1,999"
     assert text(events) == "zoom step 1,000 · config · lr warmup ends"
 
@@ -393,7 +398,9 @@ def test_draw_on_a_tick_patches_the_data_of_an_unchanged_chart(
     world: World, dashboard_data: DashboardData
 ) -> None:
     view = full_view(world)
-    patch, shape, info, events = draw(dashboard_data, world.mine.read, view, SHAPE, trigger="tick")
+    patch, shape, info, events = draw(
+        dashboard_data, world.mine.read, view, shape_of(world), trigger="tick"
+    )
     assert isinstance(patch, dash.Patch)
     operations = patch.to_plotly_json()["operations"]
     assert [op["location"] for op in operations] == [
@@ -407,7 +414,11 @@ def test_draw_on_a_tick_patches_the_data_of_an_unchanged_chart(
     assert info.startswith(f"{LEFT}: 2,000 points")
     # A tick after the shape changed (here: a chart drawn before the alert) redraws it all.
     fig, new_shape, _, _ = draw(dashboard_data, world.mine.read, view, SHAPE[:2], trigger="tick")
-    assert isinstance(fig, dict) and new_shape == SHAPE
+    assert isinstance(fig, dict) and new_shape == shape_of(world)
+    # So does a tick after the view changed the x axis, its own redraw superseded.
+    by_time = replace(view, x="time")
+    fig, _, _, _ = draw(dashboard_data, world.mine.read, by_time, shape_of(world), trigger="tick")
+    assert isinstance(fig, dict)
 
 
 def test_draw_of_a_run_without_metrics(world: World, dashboard_data: DashboardData) -> None:

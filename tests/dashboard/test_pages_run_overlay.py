@@ -77,6 +77,7 @@ def test_chart_shape_names_traces_events_and_alerts() -> None:
         "alert firing|y3",
         "event@1",
         "alert:firing@2",
+        "layout:overlay|step",
     ]
     assert chart_shape(view_figure(None), [], []) == []
 

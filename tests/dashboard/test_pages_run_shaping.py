@@ -108,3 +108,18 @@ def test_csv_has_a_row_a_step_and_a_column_a_series() -> None:
         "20,2.0,",
         "30,4.0,",
     ]
+
+
+def test_a_log_axis_over_decades_labels_the_powers_of_ten() -> None:
+    spiky = Line("grad/norm/total", [0, 1, 2], [1.0, 400.0, 1.0])
+    fig = view_figure(
+        overlay_for(
+            RunView(RUN, spiky.metric, PARAM.metric, log=True),
+            {spiky.metric: spiky, PARAM.metric: PARAM},
+            [],
+            [],
+        )
+    )
+    left, right = fig["layout"]["yaxis"], fig["layout"]["yaxis2"]
+    assert (left["dtick"], left["tickformat"], left["minor"]["dtick"]) == (1, "~g", "D1")
+    assert "dtick" not in right  # 300-309, within a decade: plotly.js's own round ticks
