@@ -153,6 +153,7 @@ class DashboardData(OnCallData, ControlData):
                 a.step,
                 a.state,
                 f"{a.rule['name']} · {a.metric} = {_value_text(a.value)} · {a.reason}",
+                a.metric or "",
             )
             for a in reversed(self.alerts(who, run_id, limit=500))
             if a.step is not None

@@ -113,6 +113,8 @@ class AlertMark:
     step: int
     state: str
     label: str
+    metric: str = ""
+    """The metric the rule fired on ("" for one of the whole run)."""
 
 
 @dataclass(frozen=True)

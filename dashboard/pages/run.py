@@ -371,7 +371,7 @@ def draw(
         return not_found_drawn()
     except MetricRefused as exc:
         return empty_figure(f"Cannot draw these series: {exc}"), [], "", event_list(markers)
-    overlay = overlay_for(view, lines, markers, alerts)
+    overlay = overlay_for(view, lines, markers, watching(alerts, lines))
     # Rule lines, fits and forecasts are in the metrics' own units: none on a normalized chart.
     fig = view_figure(overlay, None if view.norm else run_aids.aids_of(aids, view, overlay))
     info = range_text(overlay)
@@ -385,6 +385,20 @@ def draw(
     if trigger != "tick" or shape != new_shape:
         return fig, new_shape, info, event_list(markers)
     return data_patch(fig), dash.no_update, info, dash.no_update
+
+
+def watching(alerts: list[AlertMark], lines: Mapping[str, Line]) -> list[AlertMark]:
+    """The alerts of rules that watch a metric the chart draws (by its name or the stored
+    alias drawn for it), and those of the whole run: a rule on the loss marks no grad
+    norm chart.
+
+    >>> marks = [AlertMark(1, "firing", "a", "loss"), AlertMark(2, "firing", "b", "g"),
+    ...          AlertMark(3, "firing", "stalled")]
+    >>> [m.step for m in watching(marks, {"g": Line("g", [], [])})]
+    [2, 3]
+    """
+    charted = {name for line in lines.values() for name in (line.metric, line.source) if name}
+    return [a for a in alerts if not a.metric or a.metric in charted]
 
 
 def refresh_options(
