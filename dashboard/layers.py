@@ -209,6 +209,35 @@ def _xaxis(x_range: tuple[int, int] | None) -> dict[str, Any]:
     return axis
 
 
+ROW_PIXELS = 11
+"""The least height a labelled row needs (9 px text and a gap)."""
+_NUMBERED = re.compile(r"(^|[./])(layers?|blocks?|h)\.?\d+($|[./])")
+
+
+def row_ticks(layers: Sequence[str], height: int) -> dict[str, Any]:
+    """The rows the heatmap labels: all when they fit, else every k-th numbered layer and
+    every part that is no numbered layer (the embedding, ``final_norm``, the head), which
+    plotly.js's own thinning would skip as readily as any other. Hover names every row.
+
+    >>> row_ticks(["embed", "layers.0", "layers.1", "final_norm", "lm_head"], 400)
+    {}
+    >>> names = ["embed", *[f"layers.{i}" for i in range(80)], "final_norm", "lm_head"]
+    >>> shown = row_ticks(names, 720)["tickvals"]
+    >>> shown[:3], shown[-3:], len(shown) <= (720 - 85) // ROW_PIXELS
+    (['embed', 'layers.0', 'layers.2'], ['layers.78', 'final_norm', 'lm_head'], True)
+    """
+    fits = max(1, (height - 85) // ROW_PIXELS)
+    if len(layers) <= fits:
+        return {}
+    named = [i for i, layer in enumerate(layers) if not _NUMBERED.search(layer)]
+    numbered = [i for i in range(len(layers)) if i not in set(named)]
+    room = max(1, fits - len(named))
+    every = -(-len(numbered) // room)
+    kept = sorted({*named, *numbered[::every]})
+    labels = [plot_text(layers[i]) for i in kept]
+    return {"tickmode": "array", "tickvals": labels, "ticktext": labels}
+
+
 def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
     """Layers (rows, the embedding at the bottom) × steps (columns), coloured by ``log10`` of
     the value, with a colourbar labelled in real values; hover gives the real value.
@@ -264,6 +293,7 @@ def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
             "title": {"text": "embedding → lm_head"},
             "tickfont": {"size": 9},
             "automargin": True,
+            **row_ticks(grid.layers, height),
         },
         "shapes": pin_shapes(grid.pinned),
         "uirevision": f"{grid.family}|{grid.x_range}",
