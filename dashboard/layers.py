@@ -230,10 +230,13 @@ def row_ticks(layers: Sequence[str], height: int) -> dict[str, Any]:
     if len(layers) <= fits:
         return {}
     named = [i for i, layer in enumerate(layers) if not _NUMBERED.search(layer)]
-    numbered = [i for i in range(len(layers)) if i not in set(named)]
-    room = max(1, fits - len(named))
-    every = -(-len(numbered) // room)
-    kept = sorted({*named, *numbered[::every]})
+    if len(named) >= fits:  # no depth numbering to thin by: every k-th row, and the last
+        every = -(-len(layers) // fits)
+        kept = sorted({*range(0, len(layers), every), len(layers) - 1})
+    else:
+        numbered = [i for i in range(len(layers)) if i not in set(named)]
+        every = -(-len(numbered) // (fits - len(named)))
+        kept = sorted({*named, *numbered[::every]})
     labels = [plot_text(layers[i]) for i in kept]
     return {"tickmode": "array", "tickvals": labels, "ticktext": labels}
 

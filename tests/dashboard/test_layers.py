@@ -171,6 +171,8 @@ def test_layer_heatmap_figure_of_one_value_and_many_layers() -> None:
     assert layer_heatmap_figure(flat)["layout"]["shapes"] == []
     tall = LayerHeatmap("grad/norm", [f"l{i}" for i in range(2000)], [0], [[1.0]] * 2000)
     assert layer_heatmap_figure(tall)["layout"]["height"] == 720
+    labelled = layer_heatmap_figure(tall)["layout"]["yaxis"]["tickvals"]
+    assert labelled[0] == "l0" and labelled[-1] == "l1999" and len(labelled) <= 58
     none = LayerHeatmap("grad/norm", ["a"], [0], [[None]])
     assert layer_heatmap_figure(none)["data"][0]["colorbar"]["ticktext"] == ["1", "2", "5", "10"]
 
