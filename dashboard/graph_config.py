@@ -20,6 +20,8 @@ GRAPH_CONFIG: Final[dcc.Graph.Config] = {
     "showSendToCloud": False,
     "showEditInChartStudio": False,
     "plotlyServerURL": "",
+    # The camera's PNG at twice the pixels, for slides and papers, named after the tool.
+    "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "normwatch-chart"},
 }
 """The config of a chart."""
 
