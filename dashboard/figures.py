@@ -335,7 +335,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "tickfont": {"color": left_color},
             "type": axis_type,
             **_y_range(left_range),
-            **_log_ticks(view.log_y, [st.line for st in styles if st.axis == "y"]),
+            **_log_ticks(view.log_y, _drawn_on("y", styles, view)),
         },
         "yaxis2": {
             "title": {"text": right_title, "font": {"color": PARAM_BLUE}},
@@ -348,7 +348,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "tickmode": "auto",
             "showgrid": False,
             **_y_range(right_range),
-            **_log_ticks(view.log_y, [st.line for st in styles if st.axis == "y2"]),
+            **_log_ticks(view.log_y, _drawn_on("y2", styles, view)),
             **({"visible": False} if view.one_axis else {}),
         },
         "yaxis3": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
@@ -370,6 +370,12 @@ RAW_OPACITY = 0.25
 """How strongly a smoothed line's raw points show behind it."""
 
 
+def _drawn_on(axis: str, styles: Sequence[SeriesStyle], view: OverlayView) -> list[Line]:
+    """The lines on ``axis``, with the raw lines drawn faint behind them."""
+    on = [style.line for style in styles if style.axis == axis]
+    return on + [view.raw[line.metric] for line in on if line.metric in view.raw]
+
+
 def _extent(lines: Iterable[Line]) -> tuple[int, int] | None:
     """The first and last step of any of ``lines``; None when they have no point."""
     ends = [(line.steps[0], line.steps[-1]) for line in lines if len(line.steps)]
@@ -383,21 +389,28 @@ def _y_range(shown: tuple[float, float] | None) -> dict[str, object]:
 
 
 def _log_ticks(log: bool, lines: Iterable[Line]) -> dict[str, object]:
-    """A log axis that reads: across more than a decade, a labelled tick at each power of
-    ten (``0.001``, ``1``, ``1000``, ``1e+06``) and unlabelled minor grid lines at 2-9
-    times it; plotly.js's own choice labels the minor ticks with their first digit alone
-    (``5, 2, 100, 5, 2, 10``). Within a decade its choice reads, and stays."""
+    """A log axis that reads. Across a decade or more: a labelled tick at each power of ten
+    (``0.001``, ``1``, ``1000``, ``1e+06``) and unlabelled minor grid lines at 2-9 times it.
+    Within a decade: ticks at round values a linear step apart (``0.4, 0.6, 0.8, 1, 1.2``).
+    plotly.js's own choice labels its ticks with their first digit alone (``5, 2, 100, 5,
+    2, 10``; ``3, 4, 5, 1, 2``)."""
     if not log:
         return {}
     values = np.array([v for line in lines for v in line.values], dtype=np.float64)
     values = values[np.isfinite(values) & (values > 0)]
-    if len(values) == 0 or np.log10(values.max() / values.min()) < 1.0:
+    if len(values) == 0:
         return {}
-    return {
-        "dtick": 1,
-        "tickformat": "~g",  # 0.001, 1, 1000, 1e+06: plain where short, exponents where not
-        "minor": {"dtick": "D1", "showgrid": True, "gridcolor": "#f2f2f2"},
-    }
+    low, high = float(values.min()), float(values.max())
+    if np.log10(high / low) >= 1.0:
+        return {
+            "dtick": 1,
+            "tickformat": "~g",
+            "minor": {"dtick": "D1", "showgrid": True, "gridcolor": "#f2f2f2"},
+        }
+    rough = (high - low) / 5 or high / 5
+    power = 10.0 ** math.floor(math.log10(rough))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= rough)
+    return {"dtick": f"L{step:.6g}", "tick0": 0, "tickformat": "~g"}
 
 
 def empty_figure(message: str) -> Figure:
