@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -36,10 +36,10 @@ from . import (
     run_layers,
     run_layers_draw,
     run_series,
+    run_shaping,
     run_spikes,
     run_transitions,
 )
-from .run_axes import XAxis, clock_axis, tokens_axis, tokens_metric
 from .run_config import config_section
 from .run_overlay import (
     POINTS,
@@ -52,7 +52,6 @@ from .run_overlay import (
 )
 from .run_view import (
     MAX_METRIC,
-    MAX_SMOOTHING,
     URL_SYNC_JS,
     X_AXES,
     ZOOM_JS,
@@ -88,6 +87,7 @@ class RunReads(
     run_aids.AidReads,
     run_series.SeriesReads,
     run_download.DownloadReads,
+    run_shaping.AxisReads,
     Protocol,
 ):
     """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
@@ -110,8 +110,6 @@ class RunReads(
     def markers(self, who: Principal, run_id: str) -> list[Marker]: ...
 
     def alert_marks(self, who: Principal, run_id: str) -> list[AlertMark]: ...
-
-    def clock(self, who: Principal, run_id: str) -> tuple[list[int], list[float]]: ...
 
 
 def match(path: str) -> dict[str, str] | None:
@@ -177,62 +175,12 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
         ),
         html.Button("full range", id="reset-range", n_clicks=0),
     ]
-    shaping = html.Div(
-        [
-            html.Label(
-                [
-                    "smoothing",
-                    dcc.Slider(
-                        id="smoothing",
-                        min=0,
-                        max=MAX_SMOOTHING,
-                        step=0.01,
-                        value=view.smooth,
-                        marks={0: "off", 0.6: "0.6", 0.9: "0.9", MAX_SMOOTHING: "0.99"},
-                        updatemode="drag",
-                        tooltip={"placement": "bottom"},
-                    ),
-                ],
-                className="picker smoothing",
-            ),
-            html.Label(
-                [
-                    "x axis",
-                    dcc.RadioItems(
-                        id="x-axis",
-                        options=x_options(names),
-                        value=view.x,
-                        inline=True,
-                        className="toggle",
-                    ),
-                ],
-                className="picker",
-            ),
-            html.Label(
-                [
-                    "normalize",
-                    dcc.Dropdown(
-                        id="normalize",
-                        options=NORMALIZE_OPTIONS,
-                        value=view.norm,
-                        placeholder="off",
-                        clearable=True,
-                        searchable=False,
-                    ),
-                ],
-                className="picker",
-            ),
-            html.Button("download CSV", id="download-csv", n_clicks=0),
-            dcc.Download(id="csv-file"),
-        ],
-        className="controls shaping",
-    )
     return html.Div(
         [
             html.Div(title, className="run-title"),
             config_section(run.config),
             html.Div(controls, className="controls"),
-            shaping,
+            run_shaping.controls(names, view),
             run_series.controls(names, view),
             dcc.Graph(
                 id="overlay",
@@ -321,7 +269,7 @@ def update_view(
     )
     if trigger == "overlay-zoom":
         # A zoom comes in the units the chart was drawn in: the view's before this change.
-        axis = x_axis(data, who, view)
+        axis = run_shaping.x_axis(data, who, view)
         new = view_from_relayout(new, relayout, None if axis is None else axis.to_step)
     elif trigger == "reset-range":
         new = replace(new, start=None, end=None)
@@ -371,34 +319,20 @@ def draw(
         return not_found_drawn()
     except MetricRefused as exc:
         return empty_figure(f"Cannot draw these series: {exc}"), [], "", event_list(markers)
-    overlay = overlay_for(view, lines, markers, watching(alerts, lines))
+    overlay = overlay_for(view, lines, markers, run_shaping.watching(alerts, lines))
     # Rule lines, fits and forecasts are in the metrics' own units: none on a normalized chart.
     fig = view_figure(overlay, None if view.norm else run_aids.aids_of(aids, view, overlay))
     info = range_text(overlay)
     if view.x != "step" and overlay is not None:
-        axis = x_axis(data, who, view)
+        axis = run_shaping.x_axis(data, who, view)
         if axis is None:
-            info = f"{X_MISSING[view.x]}: drawn by step. {info}"
+            info = f"{run_shaping.X_MISSING[view.x]}: drawn by step. {info}"
         else:
             fig = axis.apply(fig)
     new_shape = chart_shape(fig, markers, alerts)
     if trigger != "tick" or shape != new_shape:
         return fig, new_shape, info, event_list(markers)
     return data_patch(fig), dash.no_update, info, dash.no_update
-
-
-def watching(alerts: list[AlertMark], lines: Mapping[str, Line]) -> list[AlertMark]:
-    """The alerts of rules that watch a metric the chart draws (by its name or the stored
-    alias drawn for it), and those of the whole run: a rule on the loss marks no grad
-    norm chart.
-
-    >>> marks = [AlertMark(1, "firing", "a", "loss"), AlertMark(2, "firing", "b", "g"),
-    ...          AlertMark(3, "firing", "stalled")]
-    >>> [m.step for m in watching(marks, {"g": Line("g", [], [])})]
-    [2, 3]
-    """
-    charted = {name for line in lines.values() for name in (line.metric, line.source) if name}
-    return [a for a in alerts if not a.metric or a.metric in charted]
 
 
 def refresh_options(
@@ -503,50 +437,6 @@ def tick(
         fresh("spikes", run_spikes.spikes_due(view, n)),
     )
     return (*pickers, outputs[0], given, *outputs[1:])
-
-
-X_MISSING = {
-    "tokens": "This run logs no tokens metric (such as throughput/total_tokens)",
-    "time": "This run has no clock marks yet",
-}
-"""Why the chart could not be drawn by tokens or by time."""
-NORMALIZE_OPTIONS = [
-    {"label": "÷ value at the view's start", "value": "start"},
-    {"label": "÷ median over the view", "value": "median"},
-]
-
-
-def x_options(names: Sequence[str]) -> list[dict[str, Any]]:
-    """The x axis choices: step, tokens (offered when the run logs a tokens metric, and
-    named after it), wall time."""
-    tokens = tokens_metric(names)
-    return [
-        {"label": " step", "value": "step"},
-        {
-            "label": f" tokens ({tokens})" if tokens else " tokens (none logged)",
-            "value": "tokens",
-            "disabled": tokens is None,
-        },
-        {"label": " wall time", "value": "time"},
-    ]
-
-
-def x_axis(data: RunReads, who: Principal, view: RunView) -> XAxis | None:
-    """The x axis ``view`` asks for when it counts tokens or time; None by step, or when
-    the run has nothing to draw it through (no tokens metric, fewer than two marks)."""
-    try:
-        if view.x == "tokens":
-            metric = tokens_metric([m.name for m in data.metrics(who, view.run)])
-            if metric is None:
-                return None
-            line = data.lines(who, view.run, [metric], start=None, end=None, points=POINTS)
-            read = line.get(metric)
-            return None if read is None else tokens_axis(metric, read.steps, read.values)
-        if view.x == "time":
-            return clock_axis(*data.clock(who, view.run))
-    except (RunNotFound, MetricRefused):
-        return None
-    return None
 
 
 def not_found_drawn() -> Drawn:
