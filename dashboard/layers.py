@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from normwatch.server.analytics.hierarchy import outermost
 from normwatch.server.analytics.layers import u_index
 
 from .figures import WHITE_TEMPLATE, Figure, empty_figure, plot_text, typed_array
@@ -67,7 +68,8 @@ def family_of(metric: str, families: Iterable[str]) -> str | None:
 
 def layer_rows(parts: Sequence[str]) -> list[int]:
     """The indices of the rows of a layer grid that stand for a whole part: a part inside
-    another part of the grid (``layers.3.mlp.w1`` beside ``layers.3``) is left out.
+    another part of the grid (``layers.3.mlp.w1`` beside ``layers.3``) is left out, by the
+    server's hierarchy rule (`outermost`), so that the page and the API agree.
 
     Trainers that log every leaf and every layer (``stability_metrics`` by default) give
     the server a grid of both; the heatmap shows the layers, one row each.
@@ -77,13 +79,8 @@ def layer_rows(parts: Sequence[str]) -> list[int]:
     >>> layer_rows(["embed.embedding", "layers.0.w", "lm_head.kernel"])
     [0, 1, 2]
     """
-    present = set(parts)
-
-    def inside_another(part: str) -> bool:
-        pieces = part.split(".")
-        return any(".".join(pieces[:k]) in present for k in range(1, len(pieces)))
-
-    return [i for i, part in enumerate(parts) if not inside_another(part)]
+    kept = set(outermost(parts))
+    return [i for i, part in enumerate(parts) if part in kept]
 
 
 def rows_u_index(rows: Sequence[Sequence[float | None]]) -> list[float | None]:

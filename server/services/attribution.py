@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy.orm import Session
 
+from ..analytics.hierarchy import outermost
 from ..analytics.layers import bucket_edges, depth_group, depth_order, values_at
 from ..errors import Invalid
 from ..models import Run
@@ -71,10 +72,14 @@ def attribution(
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     stem = prefix.rstrip("/") + "/"
+    # The outermost parts only (the hierarchy rule): a layer and its leaves would count
+    # the layer twice, and the sum check would find the parts adding up to 150 %.
     parts = depth_order(
-        name[len(stem) :]
-        for name in metric_names(session, run.key)
-        if name.startswith(stem) and name[len(stem) :] != "total"
+        outermost(
+            name[len(stem) :]
+            for name in metric_names(session, run.key)
+            if name.startswith(stem) and name[len(stem) :] != "total"
+        )
     )
     if len(parts) > MAX_LAYERS:
         raise Invalid(f"{len(parts)} metrics sit under {stem!r}, more than {MAX_LAYERS}")

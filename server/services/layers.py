@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
+from ..analytics.hierarchy import outermost
 from ..analytics.layers import (
     FloatArray,
     StepArray,
@@ -93,11 +94,13 @@ def layer_grid(
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     stem = prefix.rstrip("/") + "/"
-    parts = [
+    # Layers, never their leaves: a layer's norm already holds its leaves' (the hierarchy
+    # rule), and a row a leaf would count each layer twice in the U-index.
+    parts = outermost(
         name[len(stem) :]
         for name in metric_names(session, run.key)
         if name.startswith(stem) and name[len(stem) :] != "total"
-    ]
+    )
     if len(parts) > MAX_LAYERS:
         raise Invalid(
             f"{len(parts)} metrics sit under {stem!r}, more than the {MAX_LAYERS} a grid "

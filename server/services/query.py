@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from ..aliases import AliasMap
 from ..analytics import derived
+from ..analytics.hierarchy import outermost
 from ..errors import Invalid
 from ..models import Run
 from ..schemas import EventOut, MetricOut
@@ -177,9 +178,13 @@ def compute(
     reader: Reader, expression: derived.Expression
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """An expression's value at full resolution over the reader's range."""
-    matched = {
-        pattern: reader.matching(derived.Name(pattern)) for pattern in derived.patterns(expression)
-    }
+    # A glob counts a norm and never also its own parts (the hierarchy rule):
+    # rss(grad/norm/layers.*) over layers and their leaves would count each layer twice.
+    matched = {}
+    for pattern in derived.patterns(expression):
+        name = derived.Name(pattern)
+        found = reader.matching(name)
+        matched[pattern] = outermost(found) if name.is_glob else found
     read = reader.series(sorted({name for names in matched.values() for name in names}))
     inputs = {pattern: [read[name] for name in names] for pattern, names in matched.items()}
     return derived.evaluate(expression, inputs)
