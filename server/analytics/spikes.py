@@ -24,24 +24,29 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
 * ``v_i`` is abnormal when ``v_i > e_i``: above ``threshold`` σ *and* more than
   ``min_relative_rise`` above the baseline, so a series too smooth to have a spread (σ = 0)
   still needs a real rise.
-* A spike starts at the first abnormal point after the previous spike's end. Its band edge
-  is frozen at the start: ``e_s(p) = e_s + max(slope, 0)_s · min(p - s, KB)``. A long spike
-  lifts later baselines, not its own recovery level, which follows the start's climb (a
-  spike on a warm-up ramp recovers) for one window's length only (no extrapolated trend
-  "recovers" a divergence). The spike ends at the first point ``q > s`` from which
-  ``max_gap + 1`` points in a row (or all that remain) have ``v_p ≤ e_s(p)``: dips back into
-  the band of ``max_gap`` points or fewer belong to the spike. With no such ``q`` it has not
-  recovered and ends at the series' last logged step; a lasting step up therefore reads as
-  a spike that never recovers, which for a diverging loss is the point. ``peak`` is the
-  first maximum of ``v_s … v_q`` (``v_q`` only wins where a ramp climbed past the spike).
+* A spike starts at the first abnormal point after the previous spike's end. Its trend is
+  frozen at the start: ``r_s(p) = baseline_s + max(σ_s, min_relative_rise/5 · |baseline_s|)
+  + max(slope, 0)_s · min(p - s, KB)``, one noise SD above the pre-spike trend (the floor
+  lets a series too smooth to have a spread come back), and the band edge
+  ``e_s(p) = e_s + max(slope, 0)_s · min(p - s, KB)``. A long spike lifts later baselines,
+  not its own recovery level, which follows the start's climb (a spike on a warm-up ramp
+  recovers) for one window's length only (no extrapolated trend "recovers" a divergence).
+  The spike lasts until it is back within that SD, however long that takes: it ends at the
+  first point ``q > s`` with ``v_q ≤ r_s(q)``, the median of ``v_q … v_{q+2·max_gap}`` (those
+  that exist) ``≤ r_s(q)``, and none of those points above ``e_s``. An excursion that starts
+  inside the recovery is part of the spike. With no such ``q`` it has not recovered and
+  ends at the series' last logged step; a lasting step up therefore reads as a spike that
+  never recovers, which for a diverging loss is the point. ``peak`` is the first maximum of
+  ``v_s … v_q`` (``v_q`` only wins where a ramp climbed past the spike).
 * ``magnitude = peak_value / baseline_s`` for a positive baseline, else ``+inf`` (a ratio
   to a zero or negative level means nothing; compare ``peak_value - baseline``).
 
 Why a high quantile of the deviations and ``threshold = 10``: training metrics have heavy
 tails and are often logged rounded (llm.c prints the grad norm to 2 decimals, so a quiet
 block's MAD is 0). On that log's grad norm, MAD-based σ at 6 flags 119 one-step blips down
-to 1.08× the level; these defaults keep 41, the smallest 1.33×, and all four of the 3-7×
-spikes. Gaussian noise is never near 10 σ, so a seeded 2× spike on 5 % noise is found.
+to 1.08× the level; these defaults keep 40, the smallest 1.33×, and all four of the 3-7×
+spikes, which last up to 13 steps until the norm is back within its noise. Gaussian noise
+is never near 10 σ, so a seeded 2× spike on 5 % noise is found.
 
 Everything is scale-free: multiplying the values by ``c > 0`` scales every quantity above
 by ``c`` (exactly when ``c`` is a power of two), so the same spikes are found. Zeros and
@@ -135,12 +140,12 @@ def find_spikes(
     # Values near ±1e308 overflow in differences; the inf/NaN edges that come out of that
     # flag nothing, which is the right answer for numbers that large.
     with np.errstate(over="ignore", invalid="ignore"):
-        at, baseline, edge, climb = _abnormal(
+        at, baseline, edge, back, climb = _abnormal(
             v, threshold, min_relative_rise, block_size, window_blocks
         )
         if len(at) == 0:
             return []
-        first, ends = _walk(v, at, edge, climb, max_gap, block_size * window_blocks)
+        first, ends = _walk(v, at, edge, back, climb, max_gap, block_size * window_blocks)
     starts = at[first]
     peaks = _first_argmax(v, starts, np.minimum(ends + 1, len(v)))
     recovered = ends < len(v)
@@ -162,8 +167,9 @@ def find_spikes(
 
 def _abnormal(
     v: FloatArray, threshold: float, rise: float, block: int, window: int
-) -> tuple[IntArray, FloatArray, FloatArray, FloatArray]:
-    """The abnormal points' indices, with their ``baseline_i``, band edge ``e_i`` and climb.
+) -> tuple[IntArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The abnormal points' indices, with their ``baseline_i``, band edge ``e_i``, recovery
+    level ``r_i`` and climb.
 
     Level and σ are computed for every block; the slope, and a point's exact edge, only
     where the point passes ``level + threshold · σ``, a lower bound of the edge (the
@@ -172,7 +178,7 @@ def _abnormal(
     complete = len(v) // block
     judged_from = min(2, window)
     if len(v) <= judged_from * block:
-        return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0), np.empty(0)
+        return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0), np.empty(0), np.empty(0)
     blocks = v[: complete * block].reshape(complete, block)
     # One scratch copy serves both statistics: deviations from a row's median do not
     # depend on the order that partitioning left the row in.
@@ -212,7 +218,10 @@ def _abnormal(
     baseline = level[row] + climb * ((at - (row + 1) * block) + (kept * block + 1) / 2)
     edge = baseline + np.maximum(threshold * sigma[row], rise * np.abs(baseline))
     keep = v[at] > edge
-    return at[keep], baseline[keep], edge[keep], climb[keep]
+    # Back within one noise SD of the trend (at least a fifth of the least rise, so that a
+    # series too smooth to have a spread can still come back).
+    back = baseline + np.maximum(sigma[row], rise / 5 * np.abs(baseline))
+    return at[keep], baseline[keep], edge[keep], back[keep], climb[keep]
 
 
 def _slopes(med: FloatArray, judged: IntArray, window: int) -> FloatArray:
@@ -242,55 +251,61 @@ def _rolling_upper_median(x: FloatArray, width: int) -> FloatArray:
 
 
 def _walk(
-    v: FloatArray, at: IntArray, edge: FloatArray, climb: FloatArray, gap: int, horizon: int
+    v: FloatArray,
+    at: IntArray,
+    edge: FloatArray,
+    back: FloatArray,
+    climb: FloatArray,
+    gap: int,
+    horizon: int,
 ) -> tuple[IntArray, IntArray]:
     """Which abnormal points start spikes (positions in ``at``), and each spike's end index;
     ``len(v)`` for one that never recovers.
 
-    Sequential by nature (a spike's end decides where the next may start), so the loop
-    runs once per spike, over Python ints; the common one-step spike is settled for all
-    abnormal points at once.
+    Sequential by nature (a spike's end decides where the next may start, and an abnormal
+    point inside a recovery belongs to the spike), so the loop runs once per spike, over
+    Python ints.
     """
-    n = len(v)
-    ahead = np.arange(1, gap + 2)
-    reach = at[:, None] + ahead
-    limit = edge[:, None] + climb[:, None] * np.minimum(ahead, horizon)
-    back = (v[np.minimum(reach, n - 1)] <= limit) | (reach >= n)
-    quick_end = np.where((at + 1 < n) & back.all(axis=1), at + 1, -1).tolist()
     points = at.tolist()
     first: list[int] = []
     ends: list[int] = []
     k = 0
     while k < len(points):
         s = points[k]
-        if quick_end[k] >= 0:
-            q = quick_end[k]
-        else:
-            q = _recovery(v, s, float(edge[k]), float(climb[k]), gap, horizon)
+        q = _recovery(v, s, float(edge[k]), float(back[k]), float(climb[k]), gap, horizon)
         first.append(k)
         ends.append(q)
         k = bisect.bisect_right(points, q, k + 1)
     return np.array(first, dtype=np.int64), np.array(ends, dtype=np.int64)
 
 
-def _recovery(v: FloatArray, s: int, edge: float, climb: float, gap: int, horizon: int) -> int:
-    """First ``q > s`` with ``v_p ≤ e_s(p)`` for ``p = q … q + gap`` (those that exist), else
-    ``len(v)``; scans in growing chunks."""
+def _recovery(
+    v: FloatArray, s: int, edge: float, back: float, climb: float, gap: int, horizon: int
+) -> int:
+    """First ``q > s`` where the spike is over (see the module docstring), else ``len(v)``:
+    ``v_q ≤ r_s(q)``, the median of the window ``v_q … v_{q+2·gap}`` (those that exist)
+    ``≤ r_s(q)``, and no point of the window above ``e_s(p)``. Scans in growing chunks, the
+    first of a single window (the common one-step spike)."""
     n = len(v)
-    lo, width = s + 1, 64
+    width = 2 * gap + 1
+    lo, size = s + 1, 1
     while lo < n:
-        hi = min(n, lo + width)
-        reach = np.arange(lo, min(n, hi + gap))
-        out = v[reach] > edge + climb * np.minimum(reach - s, horizon)
-        # out_ahead[q - lo]: some point of q … q + gap is still out of the band.
-        out_ahead = out[: hi - lo].copy()
-        for k in range(1, gap + 1):
-            shifted = out[k : k + hi - lo]
-            out_ahead[: len(shifted)] |= shifted
-        hit = np.flatnonzero(~out_ahead)
+        hi = min(n, lo + size)
+        reach = np.arange(lo, hi)
+        tail = np.arange(lo, min(n, hi + width - 1))
+        padded = np.concatenate([v[tail], np.full(width - 1, np.nan)])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, width)[: hi - lo]
+        over = v[tail] > edge + climb * np.minimum(tail - s, horizon)
+        over_pad = np.concatenate([over, np.zeros(width - 1, dtype=bool)])
+        any_over = np.lib.stride_tricks.sliding_window_view(over_pad, width)[: hi - lo].any(axis=1)
+        level = back + climb * np.minimum(reach - s, horizon)
+        # The last points have fewer than `width` after them: the median of those there.
+        middle = np.nanmedian(windows, axis=1) if hi + width - 1 > n else np.median(windows, axis=1)
+        done = (v[reach] <= level) & (middle <= level) & ~any_over
+        hit = np.flatnonzero(done)
         if len(hit):
             return lo + int(hit[0])
-        lo, width = hi, width * 4
+        lo, size = hi, max(64, size * 4)
     return n
 
 

@@ -150,8 +150,11 @@ def test_a_10x_spike_on_a_flat_noisy_series_is_found(
     steps = np.arange(n, dtype=np.int64) * 3
     (spike,) = (s for s in find_spikes(steps, values) if s.start <= steps[at] <= s.end)
     assert (spike.start, spike.peak) == (steps[at], steps[at])
-    assert spike.end == steps[min(at + length, n - 1)]
-    assert spike.recovered == (at + length < n)
+    # Over at the first point after the pulse that is back within a noise SD (and whose
+    # next few are too): on Gaussian noise, within a few points.
+    if at + length < n - 10:
+        assert steps[at + length] <= spike.end <= steps[at + length + 10]
+        assert spike.recovered
     assert math.isclose(spike.magnitude, 10, rel_tol=0.1)
 
 
