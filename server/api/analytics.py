@@ -38,12 +38,26 @@ def get_layers(
     end: Step = None,
     points: Annotated[int, Query(ge=1, le=layers.MAX_COLUMNS)] = 1000,
     at: Step = None,
+    relative_to: Annotated[Literal["baseline"] | None, Query()] = None,
+    baseline_end: Step = None,
 ) -> Response:
     """A layer × step grid of the metrics under ``prefix`` (``grad/norm``), in depth order,
     at most ``points`` columns over ``[start, end]``, with the U-index per column and, when
-    ``at`` is given, the depth profile at that step."""
+    ``at`` is given, the depth profile at that step; with ``relative_to=baseline`` each
+    layer's value there over its own baseline (the median of its last 32 logged values
+    before ``baseline_end``, default ``at``: a spike's start)."""
     run, _ = owned_run(session, who, run_id)
-    grid = layers.layer_grid(session, run, prefix, start=start, end=end, points=points, at=at)
+    grid = layers.layer_grid(
+        session,
+        run,
+        prefix,
+        start=start,
+        end=end,
+        points=points,
+        at=at,
+        relative_to=relative_to,
+        baseline_end=baseline_end,
+    )
     return Response(orjson.dumps(grid.to_json()), media_type="application/json")
 
 

@@ -15,7 +15,12 @@ class LayerProfileOut(BaseModel):
     steps: list[int | None]
     """Per layer, the logged step nearest the pinned one (None: none within a column)."""
     values: list[float | None]
+    """Per layer, its value; with ``relative_to`` its value over its baseline."""
     u_index: float | None
+    relative_to: str | None = None
+    """``"baseline"``: ``values`` are ratios to ``baselines``."""
+    baselines: list[float | None] | None = None
+    """Per layer, the median of its last 32 logged values before the baseline's end."""
 
 
 class LayersOut(BaseModel):

@@ -14,7 +14,7 @@ there, from the stored points themselves.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,10 @@ from ..storage.runs import Lineage
 MAX_LAYERS = 2048
 """Rows a grid may have: every per-parameter norm of a large model under one prefix."""
 MAX_COLUMNS = 4000
+BASELINE_POINTS = 32
+"""Logged values a layer's baseline is the median of."""
+BASELINE_SPAN = 4096
+"""Steps before the baseline's end searched for them."""
 _INT64 = np.iinfo(np.int64)
 
 
@@ -52,6 +56,11 @@ class Profile:
     steps: list[int | None]
     values: list[float | None]
     u_index: float | None
+    relative_to: str | None = None
+    """``"baseline"`` when ``values`` are each layer's value over its baseline."""
+    baselines: list[float | None] | None = None
+    """Per layer, the median of its last `BASELINE_POINTS` logged values before the
+    baseline's end (with ``relative_to="baseline"``)."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +95,23 @@ def layer_grid(
     end: int | None = None,
     points: int = 1000,
     at: int | None = None,
+    relative_to: str | None = None,
+    baseline_end: int | None = None,
 ) -> LayerGrid:
     """The grid of ``prefix``'s layers over ``[start, end]`` with at most ``points`` columns,
-    and the depth profile at ``at`` when given."""
+    and the depth profile at ``at`` when given.
+
+    With ``relative_to="baseline"`` the profile gives each layer's value over its own
+    baseline: the median of its last `BASELINE_POINTS` logged values in the `BASELINE_SPAN`
+    steps before ``baseline_end`` (default ``at``; a spike's start, so that the spike is
+    not its own baseline). "Update-norm spikes are larger on the lower layers" then reads
+    off the profile: ×3.0 at the embedding, ×1.6 at the last layer."""
+    if relative_to not in (None, "baseline"):
+        raise Invalid(f"relative_to must be 'baseline', got {relative_to!r}")
+    if relative_to is not None and at is None:
+        raise Invalid("relative_to needs at: the step of the profile")
+    if baseline_end is not None and at is not None and baseline_end > at:
+        raise Invalid(f"baseline_end ({baseline_end}) must not be after at ({at})")
     if not 1 <= points <= MAX_COLUMNS:
         raise Invalid(f"points must be between 1 and {MAX_COLUMNS}, got {points}")
     if start is not None and end is not None and end < start:
@@ -140,6 +163,8 @@ def layer_grid(
     profile = None
     if at is not None:
         profile = _profile(session, run, keys, lineage, at, max(1, math.ceil(pixel)))
+        if relative_to == "baseline":
+            profile = _relative(session, run, keys, lineage, profile, baseline_end)
     return LayerGrid(
         stem.rstrip("/"),
         layers,
@@ -178,6 +203,37 @@ def _profile(
         values.append(float(value[0]))
     profile = np.array(values, dtype=np.float64)
     return Profile(at, steps, cells(profile), cells(u_index(profile[:, np.newaxis]))[0])
+
+
+def _relative(
+    session: Session,
+    run: Run,
+    keys: list[int],
+    lineage: Lineage,
+    profile: Profile,
+    baseline_end: int | None,
+) -> Profile:
+    """``profile`` with each layer's value over its baseline (`layer_grid`); None where a
+    layer has no baseline or a baseline of 0."""
+    end = profile.step if baseline_end is None else baseline_end
+    lo = max(_INT64.min, end - BASELINE_SPAN)
+    got = across.read(session, run.key, keys, lineage, lo, end - 1, 0.0, "max")
+    baselines: list[float] = []
+    for row, narrow in zip(got.series, got.narrow, strict=True):
+        values = _readable(row.values, narrow)
+        finite = values[np.isfinite(values)][-BASELINE_POINTS:]
+        baselines.append(float(np.median(finite)) if len(finite) else math.nan)
+    base = np.array(baselines, dtype=np.float64)
+    at = np.array([math.nan if v is None else v for v in profile.values], dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(base != 0, at / base, math.nan)
+    return replace(
+        profile,
+        values=cells(ratio),
+        u_index=cells(u_index(ratio[:, np.newaxis]))[0],
+        relative_to="baseline",
+        baselines=cells(base),
+    )
 
 
 def _nearest(steps: StepArray, at: int) -> int:

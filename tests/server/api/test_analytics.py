@@ -164,6 +164,22 @@ def test_layers_come_back_in_depth_order_with_their_u_index(
     assert profile["step"] == 101 and profile["steps"] == [101] * len(names)
     assert profile["values"] == pytest.approx([value[n] * 2.01 for n in names], rel=1e-12)
     assert profile["u_index"] == pytest.approx(u, rel=1e-12)
+    assert profile["relative_to"] is None and profile["baselines"] is None
+    # Over each layer's baseline, the median of its 32 values before step 100: 1.835 times
+    # its value at step 0 (steps 68-99, up 1 % of it a step), so 2.01 / 1.835 at step 101.
+    relative = api.get(
+        f"/api/v1/runs/{run_id}/layers",
+        params={"prefix": "grad/norm", "at": 101, "relative_to": "baseline", "baseline_end": 100},
+        headers=tenant.headers("read"),
+    ).json()["profile"]
+    assert relative["relative_to"] == "baseline"
+    assert relative["values"] == pytest.approx([2.01 / 1.835] * len(names), rel=1e-9)
+    refused = api.get(
+        f"/api/v1/runs/{run_id}/layers",
+        params={"prefix": "grad/norm", "at": 101, "relative_to": "peak"},
+        headers=tenant.headers("read"),
+    )
+    assert refused.status_code == 422 and "relative_to" in refused.text
 
 
 def seeded_spikes(n: int = 3000) -> tuple[list[int], dict[str, list[float]], list[int]]:
