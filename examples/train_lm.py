@@ -11,8 +11,14 @@ to `normwatch.client.Run.log` as device scalars, which never waits for them.
     python examples/train_lm.py --url ... --token ... --name lm-unstable --unstable
     python examples/train_lm.py --steps 50          # no --url: train and print, send nothing
 
-``--unstable`` trains with a large constant learning rate and no gradient clipping, so grad
-norm and loss spikes appear within a few hundred steps.
+``--unstable`` trains at a constant learning rate without gradient clipping and, for the
+last 20 of every 100 steps, on one batch drawn again and again (``--stuck-every``,
+``--stuck-steps``): the gradients stop cancelling from step to step, so Adam's first moment
+grows (×1.6 at step 200 of a default run) while its second, the gradients' size, stays flat
+(±1 %), and the update norm doubles (1.1 → 2.3); the loss, which fell on the one batch,
+jumps above its level (2.9 → 3.4) as the updates peak, and grad-norm spikes follow. That is
+the pattern of a large run's loss spikes (update-norm spikes first, the first moment up,
+the second flat), on a CPU in a few minutes.
 """
 
 from __future__ import annotations
@@ -106,12 +112,23 @@ def make_optimizer(args: argparse.Namespace) -> tuple[optax.GradientTransformati
     a large constant rate and no clipping."""
     if args.unstable:
         schedule = optax.constant_schedule(args.lr)
-        return optax.adamw(schedule, b2=0.95, weight_decay=0.0), schedule
+        return optax.adamw(schedule, b2=0.999, weight_decay=0.0), schedule
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, args.lr, warmup_steps=max(args.steps // 10, 1), decay_steps=args.steps
     )
     adamw = optax.adamw(schedule, b2=0.95, weight_decay=0.1)
     return optax.chain(optax.clip_by_global_norm(1.0), adamw), schedule
+
+
+STUCK_DRAWS = 1 << 24
+"""Where a stuck stretch's batch draw is numbered from: past any step's own."""
+
+
+def stuck_stretch(step: jax.Array, args: argparse.Namespace) -> jax.Array:
+    """Whether ``step`` is in a stuck stretch: the last ``stuck_steps`` of every
+    ``stuck_every`` steps, from the second period on."""
+    into = step % args.stuck_every
+    return (step >= args.stuck_every) & (into >= args.stuck_every - args.stuck_steps)
 
 
 def make_train_step(
@@ -130,7 +147,12 @@ def make_train_step(
 
     def train_step(state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
         # The batch is sampled on the device from the text already there: no host work.
-        key = jax.random.fold_in(data_key, state.step)
+        # In a stuck stretch (--unstable) every step draws the same batch: the gradients
+        # stop cancelling from step to step, so Adam's first moment grows while its second
+        # (the gradients' size) stays flat, and the updates with it.
+        stuck = stuck_stretch(state.step, args) if args.unstable else False
+        draw = jnp.where(stuck, STUCK_DRAWS + state.step // args.stuck_every, state.step)
+        key = jax.random.fold_in(data_key, draw)
         starts = jax.random.randint(key, (args.batch_size,), 0, data.shape[0] - args.context - 1)
         tokens = data[starts[:, None] + jnp.arange(args.context + 1)]
         loss, grads = jax.value_and_grad(loss_fn)(state.params, tokens)
@@ -157,9 +179,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, help="peak learning rate (3e-3; 3e-2 --unstable)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (3e-3; 1e-2 --unstable)")
     parser.add_argument(
-        "--unstable", action="store_true", help="large constant LR, no clipping: spikes"
+        "--unstable",
+        action="store_true",
+        help="constant LR, no clipping, and stuck stretches of one batch: update-norm spikes "
+        "that loss spikes follow",
+    )
+    parser.add_argument(
+        "--stuck-every", type=int, default=100, help="with --unstable: a stuck stretch every N"
+    )
+    parser.add_argument(
+        "--stuck-steps", type=int, default=20, help="with --unstable: steps a stretch lasts"
     )
     parser.add_argument(
         "--every", type=int, default=1, help="per-layer norms every N steps (totals always)"
@@ -170,7 +201,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.lr is None:
-        args.lr = 3e-2 if args.unstable else 3e-3
+        args.lr = 1e-2 if args.unstable else 3e-3
     if args.url and not args.token:
         parser.error("--url needs --token")
     return args
@@ -199,7 +230,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             tags=["example", "unstable" if args.unstable else "stable"],
         )
         if args.unstable:
-            run.event(f"constant LR {args.lr:g}, no clipping", step=0, kind="config")
+            run.event(
+                f"constant LR {args.lr:g}, no clipping, one batch for the last "
+                f"{args.stuck_steps} of every {args.stuck_every} steps",
+                step=0,
+                kind="config",
+            )
 
     started = time.perf_counter()
     for step in range(args.steps):
