@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from normwatch.server.analytics.fit import fit_line
 
 __all__ = [
     "AHEAD_FRACTION",
@@ -73,12 +74,10 @@ def least_squares(steps: npt.ArrayLike, values: npt.ArrayLike, at: float) -> tup
     >>> least_squares([0, 1, 2, 3], [1.0, 3.0, 5.0, 7.0], at=3)
     (2.0, 7.0)
     """
-    x = np.asarray(steps, dtype=np.float64) - float(at)
-    y = np.asarray(values, dtype=np.float64)
-    dx = x - x.mean()
-    spread = float(np.dot(dx, dx))
-    slope = float(np.dot(dx, y - y.mean())) / spread if spread > 0 else 0.0
-    return slope, float(y.mean() - slope * x.mean())
+    fit = fit_line(steps, values, origin=at)
+    if fit is None:  # every point at one step: flat, at their mean
+        return 0.0, float(np.mean(np.asarray(values, dtype=np.float64)))
+    return fit.slope, fit.level
 
 
 def forecast(

@@ -38,6 +38,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..analytics.fit import fit_line
 from .conditions import (
     Comparison,
     ForecastCondition,
@@ -74,26 +75,20 @@ def compare(value: float, op: Comparison, threshold: float) -> bool:
 
 
 def linear_fit(steps: Sequence[int], values: Sequence[float]) -> tuple[float, float]:
-    """Least-squares line through the points: ``(slope per step, fitted value at the last step)``.
-
-    ``slope = Σ(s - s̄)(v - v̄) / Σ(s - s̄)²`` and ``level = v̄ + slope · (s_last - s̄)``,
-    with steps centred first so that large step numbers lose no precision. Needs at
-    least two distinct steps.
+    """Least-squares line through the points (`..analytics.fit.fit_line`): ``(slope per
+    step, fitted value at the last step)``. Needs at least two distinct steps.
 
     >>> linear_fit([10, 11, 12], [1.0, 3.0, 5.0])
     (2.0, 5.0)
     """
-    n = len(steps)
-    if n < 2 or n != len(values):
-        raise ValueError(f"need at least 2 points of equal length, got {n} and {len(values)}")
-    step_mean = sum(steps) / n
-    value_mean = sum(values) / n
-    ds = [s - step_mean for s in steps]
-    spread = sum(d * d for d in ds)
-    if spread == 0:
+    if len(steps) < 2 or len(steps) != len(values):
+        raise ValueError(
+            f"need at least 2 points of equal length, got {len(steps)} and {len(values)}"
+        )
+    fit = fit_line(steps, values, origin=steps[-1])
+    if fit is None:
         raise ValueError("the steps must not all be equal")
-    slope = sum(d * (v - value_mean) for d, v in zip(ds, values, strict=True)) / spread
-    return slope, value_mean + slope * ds[-1]
+    return fit.slope, fit.level
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from .fit import fit_line
+
 __all__ = ["Summary", "config_diff", "slope_per_1k", "summarize"]
 
 
@@ -30,19 +32,10 @@ class Summary:
 
 
 def slope_per_1k(steps: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> float | None:
-    """The ordinary least-squares slope of the finite points, per 1,000 steps:
-    ``1000 · Σ (x - x̄)(y - ȳ) / Σ (x - x̄)²``, with ``x`` centred first so that steps in the
-    billions lose no precision. None with fewer than two distinct steps."""
-    finite = np.isfinite(values)
-    x = steps[finite].astype(np.float64)
-    y = values[finite]
-    if len(x) < 2:
-        return None
-    dx = x - x.mean()
-    spread = float(np.dot(dx, dx))
-    if spread == 0.0:
-        return None
-    return 1000.0 * float(np.dot(dx, y - y.mean())) / spread
+    """The least-squares slope of the finite points (`.fit.fit_line`), per 1,000 steps;
+    None with fewer than two distinct steps."""
+    fit = fit_line(steps, values)
+    return None if fit is None else 1000.0 * fit.slope
 
 
 def summarize(steps: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> Summary:

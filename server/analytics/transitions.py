@@ -23,7 +23,6 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .binned import dot
 from .changepoints import (
     DEFAULT_MIN_RELATIVE_CHANGE,
     DEFAULT_PENALTY,
@@ -38,6 +37,7 @@ from .changepoints import (
     default_window,
     detect_change_points,
 )
+from .fit import fit_line
 
 __all__ = [
     "DEFAULT_MIN_RELATIVE_CHANGE",
@@ -204,21 +204,12 @@ def _fit(steps: IntArray, values: FloatArray, at: int, window: int) -> Fit | Non
 
 
 def _line(steps: IntArray, values: FloatArray, at: int) -> _Line | None:
-    """The least-squares line through the finite points; None with fewer than two."""
-    steps, values = _finite(steps, values)
-    n = len(values)
-    if n < 2:
+    """The least-squares line through the finite points (`.fit.fit_line` about ``at``);
+    None with fewer than two."""
+    fit = fit_line(steps, values, origin=at)
+    if fit is None:
         return None
-    x = (steps - np.int64(at)).astype(np.float64)
-    x_mean, y_mean = float(x.mean()), float(values.mean())
-    dx, dy = x - x_mean, values - y_mean
-    spread = dot(dx, dx)
-    slope = dot(dx, dy) / spread
-    stderr = 0.0
-    if n > 2:
-        residual = dy - slope * dx
-        stderr = math.sqrt(dot(residual, residual) / (n - 2) / spread)
-    return _Line(n, slope, y_mean - slope * x_mean, stderr, int(steps[0]), int(steps[-1]))
+    return _Line(fit.n, fit.slope, fit.level, fit.stderr, fit.first, fit.last)
 
 
 # -- transitions of one metric ------------------------------------------------------------
