@@ -26,7 +26,8 @@ the condition holds (a ``firing`` transition with ``repeat`` 1, 2, ... and the w
 so far); one that went ``repeat_every_seconds`` without a notification is sent again by
 the clock (`alerts.clock`), which is what repeats it while no steps come. A firing spike
 rule keeps its window as it was before the spike (for up to ``window`` logged steps, after
-which the values join it as a new level), so the spike is judged against what was normal.
+which the values join it as a new level), so the spike is judged against what was normal;
+it resolves once back within one noise SD of that window's median (`_spike_recovery`).
 
 Windows hold finite values only; a non-finite value is the ``non_finite`` kind's business.
 """
@@ -376,7 +377,12 @@ def _judge(condition: StepCondition, state: RuleState, step: int, value: float) 
         return _Verdict(not finite, None, value, "")
     if isinstance(condition, SpikeCondition):
         history = [v for _, v in window]
-        verdict = _spike_verdict(condition, history, value)
+        if state.status == "firing":
+            # Firing until back within one noise SD of what was normal before the spike
+            # (its values stay out of the window), not merely under the firing limit.
+            verdict = _spike_recovery(condition, history, value)
+        else:
+            verdict = _spike_verdict(condition, history, value)
         # A spike's values stay out of the window, so that it is judged against what was
         # normal before it; one longer than the window is a new level and joins it.
         if state.status == "firing":
@@ -415,6 +421,21 @@ def _spike_verdict(condition: SpikeCondition, history: list[float], value: float
     limit = condition.factor * median
     context = f" ({_num(condition.factor)} × median {_num(median)})"
     return _Verdict(value > limit, limit, value, context)
+
+
+def _spike_recovery(condition: SpikeCondition, history: list[float], value: float) -> _Verdict:
+    """A firing spike is over once the value is back within one noise SD of the window's
+    median: ``value ≤ median + max(1.4826 · MAD, median / 100)`` (the floor lets a series
+    too smooth to have a spread come back), for ``resolve_steps`` steps in a row."""
+    if math.isnan(value) or len(history) < condition.history_needed:
+        return _Verdict(None, None, value, "")
+    median = statistics.median(history)
+    if not median > 0:
+        return _Verdict(None, None, value, "")
+    noise = max(1.4826 * statistics.median(abs(v - median) for v in history), median / 100)
+    level = median + noise
+    context = f" (median {_num(median)} + one noise SD {_num(noise)})"
+    return _Verdict(value > level, level, value, context)
 
 
 def _push(window: list[tuple[int, float]], step: int, value: float, size: int) -> None:
