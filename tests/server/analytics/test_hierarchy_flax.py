@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from normwatch.client.jax import stability_metrics
 from normwatch.server.analytics.hierarchy import outermost
 from normwatch.server.db import build_engine, session_factory, session_scope
@@ -145,3 +147,29 @@ def test_rss_of_a_glob_over_layers_and_leaves_counts_the_layers(
         math.sqrt(sum(m[f"grad/norm/layers.{i}"] ** 2 for i in range(LAYERS))) for m in logged
     ]
     np.testing.assert_allclose(got.values, expected, rtol=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(["layers", "0", "1", "12", "attn", "q", "mlp", "w1"]),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.sampled_from([".", "/"]),
+)
+def test_outermost_keeps_each_part_once(paths: list[list[str]], sep: str) -> None:
+    """Brute force: a name is dropped exactly when another name of the set is a proper
+    prefix of it ending at a separator; what is kept has no name under another."""
+    names = list(dict.fromkeys(sep.join(p) for p in paths))
+    kept = outermost(names)
+    for name in names:
+        parent = any(
+            other != name and name.startswith(other) and name[len(other)] in "./" for other in names
+        )
+        assert (name not in kept) == parent
+    assert not any(a != b and b.startswith(a) and b[len(a)] in "./" for a in kept for b in kept)

@@ -185,3 +185,32 @@ def test_lead_lag_pairs_each_leader_with_the_next_follower(
         assert math.isclose(result.lag_steps, float(np.median(lags)))
     else:
         assert result.lag_steps is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.floats(25.0, 45.0),
+    st.floats(3.0, 12.0),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 60),
+)
+def test_an_exponential_recovery_counts_in_its_spike(
+    tau: float, height: float, seed: int, bump_at: int
+) -> None:
+    """A spike of ``height`` times a level of 1 that decays back with time constant τ, on
+    1 % noise, with a second bump ``bump_at`` steps into the recovery: one spike, whose
+    share of the steps is within 25 % of the true time to come back within one noise SD,
+    ``τ · ln(height / 0.01)``."""
+    rng = np.random.default_rng(seed)
+    n, at = 3000, 1000
+    t = np.arange(n)
+    values = 1 + 0.01 * rng.normal(size=n)
+    values[at:] += (height - 1) * np.exp(-(t[at:] - at) / tau)
+    values[at + 1 + bump_at] += 0.5 * (height - 1)
+    spikes = [s for s in find_spikes(t, values) if s.end >= at and s.start <= at + 1 + bump_at]
+    assert len(spikes) == 1, spikes
+    (spike,) = spikes
+    assert spike.start == at and spike.recovered
+    true_steps = tau * math.log((height - 1) / 0.01)
+    got = fraction_in_spikes(t, [spike]) * n
+    assert abs(got - true_steps) <= 0.25 * true_steps, (got, true_steps)
