@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from normwatch.server.schemas import (
     MetricOut,
     RulePreview,
     RunOut,
+    RunUpdate,
     TestDelivery,
 )
 from normwatch.server.schemas.analytics import CompareOut
@@ -39,6 +40,7 @@ from normwatch.server.services.attribution import attribution as group_shares
 from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.runs import Forbidden
 from normwatch.server.services.transitions import run_transitions
+from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .control import ControlData
@@ -52,6 +54,11 @@ class RunNotFound(LookupError):
 
 class RuleRefused(ValueError):
     """A rule change or preview the service refused; the message says why, for the page."""
+
+
+class TagsRefused(ValueError):
+    """A change of a run's tags refused: invalid tags, or a viewer without an admin token;
+    the message says why, for the page."""
 
 
 class MetricRefused(ValueError):
@@ -71,9 +78,30 @@ class DashboardData(OnCallData, ControlData):
     webhook_allow: Collection[str] = ()
     base_url: str = ""
 
-    def runs(self, who: Principal) -> list[RunOut]:
+    def runs(self, who: Principal, *, limit: int = 1000) -> list[RunOut]:
+        """The project's runs, most recently active first, at most ``limit`` of them."""
         with self.sessions() as session:
-            return runs.list_runs(session, who.project)
+            return runs.list_runs(session, who.project, limit=limit)
+
+    def set_tags(self, who: Principal, run_id: str, tags: Sequence[str]) -> RunOut:
+        """Replace the run's tags, validated as ``PATCH /api/v1/runs/{id}`` validates them
+        (`TagsRefused` saying why, or for a viewer without an admin token)."""
+        return self._retag(who, run_id, lambda _: list(tags))
+
+    def remove_tag(self, who: Principal, run_id: str, tag: str) -> RunOut:
+        """Take ``tag`` off the run (`TagsRefused` for a viewer without an admin token)."""
+        return self._retag(who, run_id, lambda current: [t for t in current if t != tag])
+
+    def _retag(self, who: Principal, run_id: str, edit: Callable[[list[str]], list[str]]) -> RunOut:
+        if not who.can("admin"):
+            raise TagsRefused("changing tags needs an admin token")
+        with self.sessions() as session, session.begin():
+            run, project = self._owned(session, who, run_id)
+            try:
+                body = RunUpdate(tags=edit(list(run.tags or [])))
+            except ValidationError as exc:
+                raise TagsRefused(_tag_errors(exc)) from None
+            return runs.update_run(session, run, project, body)
 
     def run(self, who: Principal, run_id: str) -> RunOut:
         with self.sessions() as session:
@@ -407,3 +435,30 @@ def _value_text(value: float | str | None) -> str:
     if value is None:
         return "—"
     return value if isinstance(value, str) else f"{value:.6g}"
+
+
+def _tag_errors(exc: ValidationError) -> str:
+    """What the validation of ``RunUpdate.tags`` found wrong, in words, one fault a tag:
+    "tag 'x…' has 129 characters; at most 128"."""
+    said = []
+    for error in exc.errors():
+        ctx = error.get("ctx") or {}
+        if len(error["loc"]) < 2:  # the list itself
+            if error["type"] == "too_long":
+                most, count = ctx["max_length"], ctx["actual_length"]
+                said.append(f"a run has at most {most} tags, not {count}")
+            else:
+                said.append(f"tags: {error['msg']}")
+            continue
+        tag = str(error.get("input", ""))
+        shown = repr(tag if len(tag) <= 40 else tag[:40] + "…")
+        if error["type"] == "too_long":
+            why = f"has {ctx['actual_length']} characters; at most {ctx['max_length']}"
+        elif error["type"] == "too_short":
+            why = "is empty"
+        elif error["type"] == "string_pattern_mismatch":
+            why = "holds a control character"
+        else:
+            why = str(error["msg"]).removeprefix("Value error, ")
+        said.append(f"tag {shown} {why}")
+    return "; ".join(said)

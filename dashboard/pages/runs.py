@@ -1,10 +1,15 @@
-"""The runs list: project, name, status, last step, last seen; refreshed live. Ticking two
-or more runs offers a link that compares them (:mod:`.compare`)."""
+"""The runs list: a search, filters by tag, state and config value, and a sort, all kept in
+the URL (:class:`~.runs_view.RunsView`); one page of the runs they select
+(:mod:`.runs_table`), refreshed live from one read of the project's runs. Ticking two or
+more runs offers a link that compares them (:mod:`.compare`); admins add and remove tags
+(through the same validation as ``PATCH /api/v1/runs/{id}``)."""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any, Protocol
 
 import dash
@@ -13,22 +18,64 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
+from ..config_filter import ConfigFilterError, parse_conditions
 from ..data import RunNotFound
 from ..session import viewer
-from ..wiring import in_thread, or_prevent
+from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from .compare_view import compare_href, default_metric
+from .runs_table import (
+    NO_MATCH,
+    NO_RUNS,
+    ago,
+    controls,
+    count_text,
+    header,
+    pager,
+    pick_box,
+    runs_table,
+    sort_labels,
+    state_options,
+    tag_options,
+)
+from .runs_tags import TagChange, TagEditing, change_tags, tag_editor
+from .runs_view import SORTS, URL_SYNC_JS, RunsView, toggled_sort
+
+__all__ = [
+    "NO_MATCH",
+    "NO_RUNS",
+    "PICK_HINT",
+    "ago",
+    "compare_action",
+    "layout",
+    "pick_box",
+    "refresh",
+    "runs_table",
+    "ticked_runs",
+    "update_view",
+]
 
 ROUTES = ("/",)
 REFRESH_MS = 2000
-COLUMNS = ("name", "project", "status", "segment", "last step", "last seen", "tags")
-NO_RUNS = "No runs yet. Start a trainer with normwatch.client.Run, or POST /api/v1/runs."
+SLOWEST_REFRESH_MS = 30_000
+READ_LIMIT = 10_000
+"""The most runs one read lists (the most recently active): the API's own bound."""
 PICK_HINT = "Tick two or more runs to compare them."
+SORT_BUTTONS = tuple(f"runs-sort-{column}" for column in SORTS)
+
+Shown = tuple[Any, str, Any, Any, bool, bool]
+"""The table's rows, the count above it, the tag and state filters' options, and whether
+the previous and next page buttons are disabled."""
+ViewChange = tuple[Any, ...]
+"""The view's store, the config field's error, the sort picker's value and the sortable
+columns' titles."""
+Refreshed = tuple[Any, str, Any, Any, bool, bool, Any]
+"""What `Shown` holds, and the refresh's interval."""
 
 
-class RunsReader(Protocol):
-    """What the runs list reads."""
+class RunsReader(TagEditing, Protocol):
+    """What the runs list reads and changes, each for the viewer (tags: `TagEditing`)."""
 
-    def runs(self, who: Principal) -> list[RunOut]: ...
+    def runs(self, who: Principal, *, limit: int = ...) -> list[RunOut]: ...
 
     def metrics(self, who: Principal, run_id: str) -> list[MetricOut]: ...
 
@@ -38,70 +85,122 @@ def match(path: str) -> dict[str, str] | None:
 
 
 def layout(data: RunsReader, who: Principal, query: Mapping[str, str]) -> html.Div:
+    """The list as the URL's ``query`` names it (`RunsView.from_query`)."""
+    view = RunsView.from_query(query)
+    admin = who.can("admin")
+    rows, count, tags, states, first, last = show(data, who, view)
     return html.Div(
         [
             html.H1(f"Runs in {who.project}"),
+            html.Div(controls(view, tags, states), className="controls runs-controls"),
+            html.Div(pager(count, first, last), className="runs-pager"),
             html.Div(html.Span(PICK_HINT, className="muted"), id="compare-action"),
+            tag_editor() if admin else None,
+            html.Div(id="runs-tag-message", className="message"),
+            html.Table([html.Thead(header(view.sort)), rows], className="runs"),
+            dcc.Store(id="runs-view", data=view.to_store()),
             dcc.Store(id="compare-ticked", data=[]),
-            html.Div(runs_table(data.runs(who)), id="runs-table"),
+            dcc.Store(id="runs-changed", data=0),
+            dcc.Store(id="runs-tag-editing", data=None),
+            html.Div(id="runs-url-sync", hidden=True),
             dcc.Interval(id="runs-refresh", interval=REFRESH_MS),
         ],
-        className="card",
+        className="card runs-page",
     )
 
 
-def ago(when: datetime, now: datetime | None = None) -> str:
-    """'12 s ago', '5 min ago', '3 h ago', '2 d ago': whole units, rounded down; a time
-    in the future reads '0 s ago'."""
-    now = now or datetime.now(UTC)
-    seconds = max(0, int((now - when).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds} s ago"
-
-
-def runs_table(runs: list[RunOut], now: datetime | None = None) -> Any:
-    """One row a run, each name a link to its page beside a box to tick it for a comparison;
-    a hint to start a run when there is none."""
-    if not runs:
-        return html.P(NO_RUNS, className="empty")
-    header = html.Tr([html.Th(h) for h in COLUMNS])
-    rows = [
-        html.Tr(
-            [
-                html.Td(
-                    [
-                        pick_box(run.id),
-                        dcc.Link(run.name, href=f"/runs/{run.id}", className="run-link"),
-                    ]
-                ),
-                html.Td(run.project),
-                html.Td(html.Span(run.status, className=f"status status-{run.status}")),
-                html.Td(run.segment),
-                html.Td("—" if run.last_step is None else f"{run.last_step:,}"),
-                html.Td(ago(run.last_seen, now), title=run.last_seen.isoformat()),
-                html.Td(", ".join(run.tags)),
-            ],
-            className="run-row",
-        )
-        for run in runs
-    ]
-    return html.Table([html.Thead(header), html.Tbody(rows)], className="runs")
-
-
-def pick_box(run_id: str) -> dcc.Checklist:
-    """The run's box to tick for a comparison. The table is redrawn every few seconds;
-    persistence keeps a tick across redraws."""
-    return dcc.Checklist(
-        id={"type": "compare-pick", "run": run_id},
-        options=[{"label": "", "value": run_id}],
-        value=[],
-        persistence=True,
-        persistence_type="memory",
-        className="run-pick",
-        inline=True,
+def show(data: RunsReader, who: Principal, view: RunsView) -> Shown:
+    """The page of runs ``view`` selects, from one read of the project's runs."""
+    read = data.runs(who, limit=READ_LIMIT + 1)
+    capped = len(read) > READ_LIMIT
+    runs = read[:READ_LIMIT]
+    listing = view.select(runs)
+    empty = NO_RUNS if not runs else NO_MATCH
+    table = runs_table(listing.rows, admin=who.can("admin"), empty=empty)
+    return (
+        table,
+        count_text(listing, capped=capped),
+        tag_options(runs, view),
+        state_options(runs, view),
+        listing.page <= 1,
+        listing.page >= listing.pages,
     )
+
+
+def refresh(
+    data: RunsReader,
+    who: Principal,
+    store: object = None,
+    tags_shown: object = None,
+    states_shown: object = None,
+    interval: object = None,
+) -> Refreshed:
+    """The table as it stands now, for the view in ``store`` (the page's periodic refresh,
+    a change of view or of a run's tags); the filters' options only where they changed,
+    so that an open picker stays as it is; the refresh's ``interval`` where it changes
+    (:func:`refresh_interval`)."""
+    started = time.monotonic()
+    rows, count, tags, states, first, last = show(data, who, RunsView.from_store(store))
+    every = refresh_interval(time.monotonic() - started)
+    return (
+        rows.children,
+        count,
+        dash.no_update if tags == tags_shown else tags,
+        dash.no_update if states == states_shown else states,
+        first,
+        last,
+        dash.no_update if every == interval else every,
+    )
+
+
+def refresh_interval(elapsed_s: float) -> int:
+    """How often the list refreshes, in ms: every `REFRESH_MS`; where one refresh took
+    longer than a quarter of that (a project of many thousands of runs), four times as long
+    as it took, in whole seconds, at most `SLOWEST_REFRESH_MS`. A viewer keeps a server
+    thread busy a quarter of the time at most.
+
+    >>> refresh_interval(0.05), refresh_interval(1.2), refresh_interval(60.0)
+    (2000, 5000, 30000)
+    """
+    wanted = math.ceil(4 * elapsed_s) * 1000
+    return min(SLOWEST_REFRESH_MS, max(REFRESH_MS, wanted))
+
+
+def update_view(
+    store: object,
+    trigger: TriggerId,
+    click: bool = True,
+    *,
+    search: object,
+    tags: object,
+    states: object,
+    config: object,
+    sort: object,
+) -> ViewChange | None:
+    """The view after a change of a control (``trigger``: its id): the search, filters and
+    sort from the controls' values, a sortable column's title clicked (that column, or
+    reversed), the previous or next page. A config field that cannot be read keeps the
+    conditions the view had and says why beside the field. None for a button that
+    appeared rather than was clicked (``click``)."""
+    if trigger in (*SORT_BUTTONS, "runs-prev", "runs-next") and not click:
+        return None
+    view = RunsView.from_store(store)
+    error = ""
+    conditions = None
+    try:
+        conditions = parse_conditions(config if isinstance(config, str) else "")
+    except ConfigFilterError as exc:
+        error = str(exc)
+    new = view.with_controls(search=search, tags=tags, states=states, config=conditions, sort=sort)
+    if isinstance(trigger, str) and trigger in SORT_BUTTONS:
+        column = trigger.removeprefix("runs-sort-")
+        new = replace(new, sort=toggled_sort(new.sort, column), page=1)
+    elif trigger == "runs-prev":
+        new = replace(new, page=max(1, view.page - 1))
+    elif trigger == "runs-next":
+        new = replace(new, page=view.page + 1)
+    stored = dash.no_update if new == view else new.to_store()
+    return stored, error, new.sort, *sort_labels(new.sort)
 
 
 def ticked_runs(picked: object) -> list[str]:
@@ -116,14 +215,21 @@ def ticked_runs(picked: object) -> list[str]:
 
 
 def compare_action(
-    data: RunsReader, who: Principal, picked: object, shown: object = None
+    data: RunsReader, who: Principal, picked: object, shown: object = None, boxes: object = None
 ) -> tuple[Any, list[str]] | None:
     """A link to compare the ticked runs on their default metric
     (:func:`~.compare_view.default_metric`), or a hint with fewer than two or more than
     `MAX_COMPARED_RUNS`, and the ticked runs; None when they are the runs ``shown``
     already (the table's refresh redraws the boxes every few seconds). A run that has gone
-    from the project is left out."""
+    from the project is left out.
+
+    ``boxes``: the ids of the boxes ``picked`` comes from. A run ticked before whose box
+    is not among them (a search or filter hides it now) stays ticked."""
     ticked = ticked_runs(picked)
+    if isinstance(boxes, list) and isinstance(shown, list):
+        visible = {b.get("run") for b in boxes if isinstance(b, Mapping)}
+        hidden = [r for r in shown if isinstance(r, str) and r not in visible]
+        ticked = list(dict.fromkeys([*hidden, *ticked]))
     if ticked == shown:
         return None
     return _action(data, who, ticked), ticked
@@ -146,26 +252,85 @@ def _action(data: RunsReader, who: Principal, ticked: list[str]) -> Any:
     return dcc.Link(f"compare {len(ids)} runs", href=href, id="compare-link", className="button")
 
 
-def refresh(data: RunsReader, who: Principal) -> Any:
-    """The runs table as it stands now (the page's periodic refresh)."""
-    return runs_table(data.runs(who))
-
-
 def register(app: dash.Dash, data: RunsReader) -> None:
     @app.callback(
-        Output("runs-table", "children"),
-        Input("runs-refresh", "n_intervals"),
+        Output("runs-view", "data"),
+        Output("runs-config-error", "children"),
+        Output("runs-sort", "value"),
+        *[Output(button, "children") for button in SORT_BUTTONS],
+        Input("runs-search", "value"),
+        Input("runs-tag", "value"),
+        Input("runs-state", "value"),
+        Input("runs-config", "value"),
+        Input("runs-sort", "value"),
+        *[Input(button, "n_clicks") for button in SORT_BUTTONS],
+        Input("runs-prev", "n_clicks"),
+        Input("runs-next", "n_clicks"),
+        State("runs-view", "data"),
         prevent_initial_call=True,
     )
-    async def on_refresh(_n: int | None) -> Any:
-        return await in_thread(refresh, data, viewer())
+    def on_view(
+        search: object, tags: object, states: object, config: object, sort: object, *rest: object
+    ) -> ViewChange:
+        controls = {"search": search, "tags": tags, "states": states, "config": config}
+        changed = update_view(rest[-1], triggered_id(), clicked(), sort=sort, **controls)
+        return or_prevent(changed)
+
+    @app.callback(
+        Output("runs-table", "children"),
+        Output("runs-count", "children"),
+        Output("runs-tag", "options"),
+        Output("runs-state", "options"),
+        Output("runs-prev", "disabled"),
+        Output("runs-next", "disabled"),
+        Output("runs-refresh", "interval"),
+        Input("runs-refresh", "n_intervals"),
+        Input("runs-view", "data"),
+        Input("runs-changed", "data"),
+        State("runs-tag", "options"),
+        State("runs-state", "options"),
+        State("runs-refresh", "interval"),
+        prevent_initial_call=True,
+    )
+    async def on_refresh(_n: object, store: object, _changed: object, *shown: object) -> Refreshed:
+        return await in_thread(refresh, data, viewer(), store, *shown)
 
     @app.callback(
         Output("compare-action", "children"),
         Output("compare-ticked", "data"),
         Input({"type": "compare-pick", "run": ALL}, "value"),
+        State({"type": "compare-pick", "run": ALL}, "id"),
         State("compare-ticked", "data"),
         prevent_initial_call=True,
     )
-    async def on_pick(picked: object, shown: object) -> tuple[Any, list[str]]:
-        return or_prevent(await in_thread(compare_action, data, viewer(), picked, shown))
+    async def on_pick(picked: object, boxes: object, shown: object) -> tuple[Any, list[str]]:
+        return or_prevent(await in_thread(compare_action, data, viewer(), picked, shown, boxes))
+
+    @app.callback(
+        Output("runs-tag-editing", "data"),
+        Output("runs-tag-message", "children"),
+        Output("runs-changed", "data"),
+        Output("runs-tag-editor", "hidden"),
+        Output("runs-tag-input", "value"),
+        Output("runs-tag-title", "children"),
+        Input({"type": "run-tag-edit", "run": ALL}, "n_clicks"),
+        Input({"type": "run-tag-remove", "run": ALL, "tag": ALL}, "n_clicks"),
+        Input("runs-tag-save", "n_clicks"),
+        Input("runs-tag-input", "n_submit"),
+        Input("runs-tag-cancel", "n_clicks"),
+        State("runs-tag-editing", "data"),
+        State("runs-tag-input", "value"),
+        State("runs-changed", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_tags(*values: object) -> TagChange:
+        editing, typed, changed = values[-3:]
+        return or_prevent(
+            await in_thread(
+                change_tags, data, viewer(), triggered_id(), clicked(), editing, typed, changed
+            )
+        )
+
+    app.clientside_callback(
+        URL_SYNC_JS, Output("runs-url-sync", "children"), Input("runs-view", "data")
+    )

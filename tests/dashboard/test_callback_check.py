@@ -29,6 +29,7 @@ CALLBACKS: dict[str, Any] = {
 }
 OUT = {"id": "runs-table", "property": "children"}
 TICK = {"id": "runs-refresh", "property": "n_intervals", "value": 1}
+TICK_INPUT = {"id": "runs-refresh", "property": "n_intervals"}
 EDIT = {"id": {"rule": 3, "type": "rule-edit"}, "property": "n_clicks", "value": 1}
 CHANGED = {"id": "rules-changed", "property": "data", "value": 0}
 
@@ -81,16 +82,17 @@ def test_crafted_callback_requests_are_400s_on_a_real_server(pg_server: ServerPr
         # Without a session the guard answers first, whatever the body.
         assert browser.post(url, content=b"not json").status_code == 401
         assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+        refresh = runs_refresh(browser.get("/_dash-dependencies").json())
         for body, said in (
             (b"not json", "the body is not JSON"),
             (b'{"output": "nope.children"}', "output: no callback of this dashboard"),
-            (b'{"output": "runs-table.children", "outputs": {}, "inputs": []}', "inputs: this"),
+            (orjson.dumps({**refresh, "inputs": []}), "inputs: this"),
             (b"{" * 5000, "the body is not JSON"),
         ):
             answer = browser.post(url, content=body, headers={"content-type": "application/json"})
             assert answer.status_code == 400, answer.text
             assert answer.json()["detail"].startswith(said)
-        fitting = {**request("runs-table.children", [TICK]), "state": []}
+        fitting = refresh
         # A body that fits, sent as something other than JSON (as a form or a script may):
         # refused naming the type, never passed to Dash to fail on.
         for kind in ("text/plain", "application/x-www-form-urlencoded", None):
@@ -101,6 +103,24 @@ def test_crafted_callback_requests_are_400s_on_a_real_server(pg_server: ServerPr
         fits = browser.post(url, json=fitting)
         assert fits.status_code == 200 and "No runs yet" in fits.text
     assert "Traceback" not in pg_server.log()
+
+
+def runs_refresh(dependencies: list[dict[str, Any]]) -> dict[str, Any]:
+    """The request a browser sends when the runs list refreshes on its tick, from the
+    callbacks the server lists (``/_dash-dependencies``): the view and the rest unset."""
+    found = next(d for d in dependencies if "runs-table.children" in d["output"])
+    outputs = [p.rpartition(".") for p in found["output"].strip(".").split("...")]
+
+    def values(specs: list[dict[str, str]]) -> list[dict[str, Any]]:
+        return [{**spec, "value": 1 if spec == TICK_INPUT else None} for spec in specs]
+
+    return {
+        "output": found["output"],
+        "outputs": [{"id": i, "property": prop} for i, _, prop in outputs],
+        "inputs": values(found["inputs"]),
+        "state": values(found["state"]),
+        "changedPropIds": ["runs-refresh.n_intervals"],
+    }
 
 
 def call(app: Any) -> tuple[list[Message], Any]:

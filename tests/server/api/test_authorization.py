@@ -265,6 +265,14 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK)),
     Row("runs.refresh", "refresh the runs list",
         own=(401, 401, 401, 401, OK, OK)),
+    Row("runs.update_view", "search, filter or sort the runs list",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("runs.tags", "open the target's run's tag editor",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("runs.tags", "replace the target's run's tags from the editor",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("runs.tags", "remove a tag from the target's run",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("run.update_view", "zoom on an event of the view's run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run.draw", "draw the view's run",
@@ -342,6 +350,8 @@ CALLBACK_KEYS = {
     "route": "page.children <- url.pathname",
     "runs.refresh": "runs-table.children <- runs-refresh.n_intervals",
     "runs.pick": 'compare-action.children <- {"run":["ALL"],"type":"compare-pick"}.value',
+    "runs.update_view": "runs-view.data <- runs-search.value",
+    "runs.tags": 'runs-tag-editing.data <- {"run":["ALL"],"type":"run-tag-edit"}.n_clicks',
     "run.update_view": "view.data <- left-metric.value",
     "run.draw": "overlay.figure <- view.data",
     "run.tick": "left-metric.options <- tick.n_intervals",
@@ -1118,6 +1128,76 @@ def _silences_refresh(w: World, t: str) -> Callback:
     return Callback("oncall.refresh", values, ["oncall-changed.data"], f"{t} fresh {w.counter}")
 
 
+def _pick(o: Objects) -> Callback:
+    box = {"run": o.run_id, "type": "compare-pick"}
+    values = {
+        '{"run":["ALL"],"type":"compare-pick"}.value': [(box, [o.run_id])],
+        '{"run":["ALL"],"type":"compare-pick"}.id': [(box, box)],
+        "compare-ticked.data": [],
+    }
+    return Callback("runs.pick", values, [], "Tick two or more runs")
+
+
+def _tag_values(**values: Any) -> dict[str, Any]:
+    """The runs list's tag controls as the browser sends them: no button clicked."""
+    return {
+        '{"run":["ALL"],"type":"run-tag-edit"}.n_clicks': [],
+        '{"run":["ALL"],"tag":["ALL"],"type":"run-tag-remove"}.n_clicks': [],
+        "runs-tag-save.n_clicks": 0,
+        "runs-tag-input.n_submit": None,
+        "runs-tag-cancel.n_clicks": 0,
+        "runs-tag-editing.data": None,
+        "runs-tag-input.value": "",
+        "runs-changed.data": 0,
+        **values,
+    }
+
+
+def _tag_click(
+    component: dict[str, Any], ok: str, effect: Callable[[State, State], bool] | None = None
+) -> Callback:
+    """A click on a run's "edit tags" button or on a tag's ×, in a table of that run alone."""
+    kind = component["type"]
+    pattern = _pattern_key({k: ["ALL"] if k != "type" else kind for k in component}, "n_clicks")
+    values = _tag_values(**{pattern: [(component, 1)]})
+    return Callback("runs.tags", values, [_pattern_key(component, "n_clicks")], ok, effect=effect)
+
+
+def _tag_save(w: World, o: Objects) -> Callback:
+    tags = [f"kept {w.next()}", "second"]
+    values = _tag_values(
+        **{
+            "runs-tag-save.n_clicks": 1,
+            "runs-tag-editing.data": o.run_id,
+            "runs-tag-input.value": ", ".join(tags),
+        }
+    )
+    return Callback(
+        "runs.tags",
+        values,
+        ["runs-tag-save.n_clicks"],
+        f"Tags of {o.run_name}: {', '.join(sorted(tags))}.",
+        effect=lambda b, a: a.runs[o.run_id][1] == sorted(tags),
+    )
+
+
+def _tag_removal(w: World, t: str, o: Objects) -> Callback:
+    """The × of a tag the target's run is given first (through the API)."""
+    tag = f"doomed {w.next()}"
+    given = httpx.patch(
+        f"{w.server.url}/api/v1/runs/{o.run_id}",
+        json={"tags": [tag]},
+        headers=w.tenant(t).headers("admin"),
+        timeout=30,
+    )
+    assert given.status_code == 200, given.text
+    return _tag_click(
+        {"run": o.run_id, "tag": tag, "type": "run-tag-remove"},
+        f"Removed tag {tag} from {o.run_name}.",
+        effect=lambda b, a: tag in b.runs[o.run_id][1] and tag not in a.runs[o.run_id][1],
+    )
+
+
 CallbackRequest = Callable[[World, str, Objects], Callback]
 CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "open / (the runs list)": lambda w, t, o: _route("/", "", o.run_name),
@@ -1131,6 +1211,17 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "refresh the runs list": lambda w, t, o: Callback(
         "runs.refresh", {"runs-refresh.n_intervals": 1}, ["runs-refresh.n_intervals"], o.run_name
     ),
+    "search, filter or sort the runs list": lambda w, t, o: Callback(
+        "runs.update_view",
+        {"runs-search.value": "run", "runs-view.data": {}},
+        ["runs-search.value"],
+        '"q":"run"',
+    ),
+    "open the target's run's tag editor": lambda w, t, o: _tag_click(
+        {"run": o.run_id, "type": "run-tag-edit"}, f"Tags of {o.run_name}"
+    ),
+    "replace the target's run's tags from the editor": lambda w, t, o: _tag_save(w, o),
+    "remove a tag from the target's run": lambda w, t, o: _tag_removal(w, t, o),
     "zoom on an event of the view's run": lambda w, t, o: _zoom(o),
     "draw the view's run": lambda w, t, o: Callback(
         "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text
@@ -1158,17 +1249,7 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         [],
         "layers.0",
     ),
-    "tick runs to compare": lambda w, t, o: Callback(
-        "runs.pick",
-        {
-            '{"run":["ALL"],"type":"compare-pick"}.value': [
-                ({"run": o.run_id, "type": "compare-pick"}, [o.run_id])
-            ],
-            "compare-ticked.data": [],
-        },
-        [],
-        "Tick two or more runs",
-    ),
+    "tick runs to compare": lambda w, t, o: _pick(o),
     "pin the depth profile by a click": lambda w, t, o: Callback(
         "run_layers.pin",
         {"layer-heatmap.clickData": {"points": [{"x": 3, "y": "layers.0"}]}},

@@ -1,0 +1,303 @@
+"""What the runs list shows: :class:`RunsView`, which runs (a search and filters by tag,
+state and config value), in which order, which page of them. Pure.
+
+The view lives in the page's ``dcc.Store`` (id ``runs-view``) and in the URL, so that a
+link reproduces it. Every parameter is optional, and one that is malformed is ignored:
+
+==========  =====================================================================
+``q``       a run's name contains it (in any case), or its id starts with it
+            (at least 4 characters)
+``tag``     repeated: the run carries every tag named
+``state``   repeated: the run is in one of these states (``running``...)
+``config``  repeated: every condition holds on the run's config
+            (:mod:`~normwatch.dashboard.config_filter`: ``optimizer.lr>=3e-4``)
+``sort``    a column, ``-`` in front for descending: ``name``, ``status``,
+            ``last_step``, ``last_seen``, ``created`` (default ``-last_seen``)
+``page``    which page of `PAGE_SIZE` runs, from 1
+==========  =====================================================================
+
+>>> view = RunsView.from_query({"q": "lr", "config": "optimizer.lr>=3e-4", "sort": "oops"})
+>>> view.to_url()
+'?q=lr&config=optimizer.lr%3E%3D3e-4'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+from urllib.parse import urlencode
+
+from normwatch.server.schemas import MAX_TAG, RunOut
+
+from ..config_filter import ConfigCondition, ConfigFilterError, parse_conditions
+
+__all__ = [
+    "DEFAULT_SORT",
+    "PAGE_SIZE",
+    "SORTS",
+    "STATES",
+    "URL_SYNC_JS",
+    "Listing",
+    "RunsView",
+    "sort_runs",
+    "toggled_sort",
+]
+
+PAGE_SIZE = 50
+"""Rows on one page of the table: a project of thousands of runs draws fast."""
+SORTS = ("name", "status", "last_step", "last_seen", "created")
+"""The columns the list sorts by, as ``sort=`` names them."""
+DESCENDING_FIRST = frozenset({"last_step", "last_seen", "created"})
+"""Columns whose first click sorts largest (newest) first."""
+DEFAULT_SORT = "-last_seen"
+STATES = ("running", "finished", "failed")
+"""The states a run may have; the filter offers these and any other it finds."""
+MAX_SEARCH = 256
+MAX_VALUES = 64
+"""Most tags, states or config conditions a view keeps."""
+
+URL_SYNC_JS = """
+function(view) {
+    if (!view || typeof view.url !== "string") { return window.dash_clientside.no_update; }
+    const target = window.location.pathname + view.url;
+    if (target !== window.location.pathname + window.location.search) {
+        window.history.replaceState(window.history.state, "", target);
+    }
+    return window.dash_clientside.no_update;
+}
+"""
+"""The browser side of :meth:`RunsView.from_query`: the address follows the view (without a
+reload), so that it is always a link to what the list shows."""
+
+
+class PageQuery(Protocol):
+    """A URL's query as routing passes it: the last value of a name (``get``), and every
+    value of a name (``every``, optional: a plain mapping gives the one value)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+
+# --- sorting --------------------------------------------------------------------------------
+
+
+def sort_runs(runs: Iterable[RunOut], sort: str) -> list[RunOut]:
+    """``runs`` by ``sort`` (a column of `SORTS`, ``-`` in front for descending); a run
+    without a last step comes last either way, and runs that tie stay newest first (by
+    creation, then id), so that the order holds still across refreshes.
+
+    >>> from datetime import UTC, datetime
+    >>> def run(name, step): return RunOut(id=name, project="p", name=name, status="running",
+    ...     segment=1, config={}, tags=[], last_step=step, last_seen=datetime.now(UTC),
+    ...     created_at=datetime(2025, 1, 1, tzinfo=UTC))
+    >>> [r.name for r in sort_runs([run("a", 5), run("b", None), run("c", 9)], "-last_step")]
+    ['c', 'a', 'b']
+    """
+    column = sort.removeprefix("-")
+    descending = sort.startswith("-")
+    ordered = sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)
+    if column == "last_step":
+        logged = [r for r in ordered if r.last_step is not None]
+        never = [r for r in ordered if r.last_step is None]
+        return sorted(logged, key=lambda r: r.last_step or 0, reverse=descending) + never
+    keys: dict[str, Callable[[RunOut], Any]] = {
+        "name": lambda r: (r.name.casefold(), r.name),
+        "status": lambda r: r.status,
+        "last_seen": lambda r: r.last_seen,
+        "created": lambda r: r.created_at,
+    }
+    return sorted(ordered, key=keys.get(column, keys["last_seen"]), reverse=descending)
+
+
+def toggled_sort(current: str, column: str) -> str:
+    """The sort after a click on ``column``'s header: the other direction when the list is
+    sorted by it already, else its natural first direction (newest, largest or A first).
+
+    >>> toggled_sort("-last_seen", "name"), toggled_sort("name", "name")
+    ('name', '-name')
+    """
+    if current.removeprefix("-") == column:
+        return column if current.startswith("-") else f"-{column}"
+    return f"-{column}" if column in DESCENDING_FIRST else column
+
+
+def valid_sort(value: object) -> str | None:
+    if isinstance(value, str) and value.removeprefix("-") in SORTS:
+        return value
+    return None
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One page of the runs a view selects: ``rows`` of ``matched`` runs, out of ``total``."""
+
+    rows: list[RunOut]
+    matched: int
+    total: int
+    page: int
+    pages: int
+
+
+@dataclass(frozen=True)
+class RunsView:
+    """The runs list's search, filters, sort and page."""
+
+    search: str = ""
+    tags: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    config: tuple[ConfigCondition, ...] = ()
+    sort: str = DEFAULT_SORT
+    page: int = 1
+
+    @classmethod
+    def from_query(cls, query: PageQuery | Mapping[str, str]) -> RunsView:
+        """The view a URL's query names; a malformed parameter is left out."""
+        every = getattr(query, "every", None)
+
+        def values(name: str) -> list[str]:
+            if callable(every):
+                return [v for v in every(name) if isinstance(v, str)]
+            one = query.get(name)
+            return [one] if isinstance(one, str) else []
+
+        conditions: list[ConfigCondition] = []
+        for text in values("config")[:MAX_VALUES]:
+            try:
+                conditions.extend(parse_conditions(text))
+            except ConfigFilterError:
+                continue
+        return cls(
+            search=_search(query.get("q")),
+            tags=_words(values("tag"), MAX_TAG),
+            states=_words(values("state"), 16),
+            config=tuple(dict.fromkeys(conditions))[:MAX_VALUES],
+            sort=valid_sort(query.get("sort")) or DEFAULT_SORT,
+            page=_page(query.get("page")),
+        )
+
+    @classmethod
+    def from_store(cls, store: object) -> RunsView:
+        """The view `to_store` wrote; anything malformed in it (a forged callback) is left
+        out, as in a URL."""
+        if not isinstance(store, Mapping):
+            return cls()
+        pairs: list[tuple[str, str]] = []
+        for name in ("q", "sort", "page"):
+            value = store.get(name)
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                pairs.append((name, str(value)))
+        for name in ("tag", "state", "config"):
+            items = store.get(name)
+            if isinstance(items, list):
+                pairs += [(name, v) for v in items[:MAX_VALUES] if isinstance(v, str)]
+        return cls.from_query(_Pairs(pairs))
+
+    def to_store(self) -> dict[str, Any]:
+        return {
+            "q": self.search,
+            "tag": list(self.tags),
+            "state": list(self.states),
+            "config": [c.text for c in self.config],
+            "sort": self.sort,
+            "page": self.page,
+            "url": self.to_url(),
+        }
+
+    def to_url(self) -> str:
+        """The query string that reproduces the view (``""`` for the default one)."""
+        pairs: list[tuple[str, str]] = []
+        if self.search:
+            pairs.append(("q", self.search))
+        pairs += [("tag", t) for t in self.tags]
+        pairs += [("state", s) for s in self.states]
+        pairs += [("config", c.text) for c in self.config]
+        if self.sort != DEFAULT_SORT:
+            pairs.append(("sort", self.sort))
+        if self.page > 1:
+            pairs.append(("page", str(self.page)))
+        return "?" + urlencode(pairs) if pairs else ""
+
+    @property
+    def config_text(self) -> str:
+        """The conditions as the config field shows them."""
+        return ", ".join(c.text for c in self.config)
+
+    def matches(self, run: RunOut) -> bool:
+        if self.search:
+            needle = self.search.casefold()
+            by_id = len(needle) >= 4 and run.id.casefold().startswith(needle)
+            if needle not in run.name.casefold() and not by_id:
+                return False
+        if self.tags and not set(self.tags).issubset(run.tags):
+            return False
+        if self.states and run.status not in self.states:
+            return False
+        return all(c.holds(run.config) for c in self.config)
+
+    def select(self, runs: Sequence[RunOut]) -> Listing:
+        """The page of ``runs`` the view shows, sorted; the page past the last shows the
+        last."""
+        matched = sort_runs((r for r in runs if self.matches(r)), self.sort)
+        pages = max(1, math.ceil(len(matched) / PAGE_SIZE))
+        page = min(self.page, pages)
+        rows = matched[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+        return Listing(rows, len(matched), len(runs), page, pages)
+
+    def with_controls(
+        self,
+        *,
+        search: object,
+        tags: object,
+        states: object,
+        config: tuple[ConfigCondition, ...] | None,
+        sort: object,
+    ) -> RunsView:
+        """The view with the controls' values (a malformed one keeps what the view had;
+        ``config`` None: the field cannot be read); back to the first page when what is
+        listed changed."""
+        new = replace(
+            self,
+            search=_search(search) if isinstance(search, str | None) else self.search,
+            tags=_words(tags, MAX_TAG) if isinstance(tags, list | None) else self.tags,
+            states=_words(states, 16) if isinstance(states, list | None) else self.states,
+            config=self.config if config is None else config,
+            sort=valid_sort(sort) or self.sort,
+        )
+        return self if new == self else replace(new, page=1)
+
+
+class _Pairs:
+    """Query pairs as routing's ``Query`` offers them."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = pairs
+
+    def get(self, key: str, /) -> str | None:
+        found = [v for k, v in self._pairs if k == key]
+        return found[-1] if found else None
+
+    def every(self, name: str, /) -> list[str]:
+        return [v for k, v in self._pairs if k == name]
+
+
+def _search(value: object) -> str:
+    return value.strip()[:MAX_SEARCH] if isinstance(value, str) else ""
+
+
+def _words(values: object, longest: int) -> tuple[str, ...]:
+    """Each distinct non-empty string of ``values`` once, in order, none longer than
+    ``longest``, at most `MAX_VALUES` of them."""
+    if not isinstance(values, list):
+        return ()
+    kept = (v for v in values if isinstance(v, str) and 0 < len(v) <= longest)
+    return tuple(dict.fromkeys(kept))[:MAX_VALUES]
+
+
+def _page(value: object) -> int:
+    if isinstance(value, str) and value.isdigit() and len(value) <= 6:
+        return max(1, int(value))
+    return 1
