@@ -19,6 +19,7 @@ __all__ = [
     "Floats",
     "ema",
     "interpolate_x",
+    "mean_band",
     "normalize",
     "outlier_range",
 ]
@@ -154,3 +155,54 @@ def outlier_range(
     low, high = (float(q) for q in np.quantile(values, [tail, 1.0 - tail]))
     pad = (high - low) / 10 if high > low else (abs(low) / 10 or 1.0)
     return round(low - pad, 12), round(high + pad, 12)
+
+
+def mean_band(
+    lines: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]], *, points: int = 4000
+) -> tuple[npt.NDArray[np.int64], Floats, Floats, Floats, npt.NDArray[np.int64]]:
+    """The mean of several lines (each a pair of integer steps and values, such as seeds
+    of one experiment) at each step of a common grid, with their minimum and maximum there
+    and how many of them count: ``(steps, mean, low, high, count)``.
+
+    The lines were downsampled apart, so their points lie at different steps. The grid is
+    the union of their steps (an evenly spaced ``points`` of them where the union is
+    longer); each line is interpolated linearly onto it between its own first and last
+    step, and counts nowhere else. Where no line counts, the mean and the band are NaN (a
+    gap). A non-finite value counts as a step the line did not log (the chart flags it on
+    its own).
+
+    >>> steps, mean, low, high, count = mean_band(
+    ...     [([0, 10, 20], [1.0, 2.0, 3.0]), ([5, 15], [4.0, 6.0])])
+    >>> steps.tolist(), mean.tolist(), count.tolist()
+    ([0, 5, 10, 15, 20], [1.0, 2.75, 3.5, 4.25, 3.0], [1, 2, 2, 2, 1])
+    >>> low.tolist(), high.tolist()
+    ([1.0, 1.5, 2.0, 2.5, 3.0], [1.0, 4.0, 5.0, 6.0, 3.0])
+    """
+    if points < 2:
+        raise ValueError(f"mean_band needs a grid of at least 2 points, got points={points}")
+    kept: list[tuple[Floats, Floats]] = []
+    for steps, values in lines:
+        xs = np.asarray(steps, dtype=np.float64)
+        ys = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(xs) & np.isfinite(ys)
+        order = np.argsort(xs[finite], kind="stable")
+        kept.append((xs[finite][order], ys[finite][order]))
+    logged = [xs for xs, _ in kept if len(xs)]
+    grid = np.unique(np.concatenate(logged)) if logged else np.empty(0)
+    if len(grid) > points:
+        grid = grid[np.unique(np.linspace(0, len(grid) - 1, points).round().astype(np.int64))]
+    stacked = np.full((len(kept), len(grid)), np.nan)
+    for row, (xs, ys) in zip(stacked, kept, strict=True):
+        if len(xs):
+            inside = (grid >= xs[0]) & (grid <= xs[-1])
+            row[inside] = np.interp(grid[inside], xs, ys)
+    counted = np.isfinite(stacked)
+    count = counted.sum(axis=0).astype(np.int64)
+    some = count > 0
+    total = np.where(counted, stacked, 0.0).sum(axis=0)
+    mean = np.full(len(grid), np.nan)
+    mean[some] = total[some] / count[some]
+    low = np.where(counted, stacked, np.inf).min(axis=0, initial=np.inf)
+    high = np.where(counted, stacked, -np.inf).max(axis=0, initial=-np.inf)
+    low[~some] = high[~some] = np.nan
+    return grid.round().astype(np.int64), mean, low, high, count

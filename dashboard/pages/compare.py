@@ -1,11 +1,13 @@
 """Runs side by side: one metric of several runs on one step axis, a summary of each, and
 the config keys whose values differ between them.
 
-The view (:class:`~.compare_view.CompareView`: runs, metric, step range) lives in a store
-and in the URL (``?run=&run=&metric=&start=&end=``), so a deep link reproduces it. The
-metric is a stored name or a derived expression (``share(grad/norm/lm_head*,
-grad/norm/total)``). Zooming re-reads the range, as on the run page: the summary's largest
-and final values and slope follow it, its spikes are those of the whole run.
+The view (:class:`~.compare_view.CompareView`: runs, metric, step range, and how the chart
+draws them) lives in a store and in the URL
+(``?run=&run=&metric=&start=&end=&log=1&smooth=0.9&robust=1&group=mean``), so a deep link
+reproduces it. The metric is a stored name or a derived expression
+(``share(grad/norm/lm_head*, grad/norm/total)``). Zooming re-reads the range, as on the run
+page: the summary's largest and final values and slope follow it, its spikes are those of
+the whole run. The chart's toggles and smoothing shape what was read (`.compare_figure`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.schemas.analytics import CompareOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
+from ..compare_figure import compare_figure
 from ..data import MetricRefused, RunNotFound
-from ..figures import compare_figure, empty_figure
+from ..figures import empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
 from ..session import viewer
 from ..wiring import in_thread, or_prevent, triggered_id
+from .compare_controls import controls
 from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table, swatch
-from .compare_view import URL_SYNC_JS, CompareView, metric_options, picker_state, update_view
+from .compare_view import URL_SYNC_JS, CompareView, chart_options, picker_state, update_view
 from .run_overlay import POINTS
 from .run_view import RUN_ID, ZOOM_JS
 
@@ -35,7 +39,6 @@ NO_RUNS = "Tick two or more runs on the runs page, then follow “compare”."
 TOO_MANY = f"Compare at most {MAX_COMPARED_RUNS} runs at once."
 NO_METRIC = "These runs share no metric: pick one, or type an expression."
 SUMMARY_NOTE = "Max, final and slope over the steps shown; spikes over the whole run."
-EXPRESSION_HINT = "share(grad/norm/lm_head*, grad/norm/total)"
 
 Drawn = tuple[Any, str, Any, Any]
 """The chart, the text under it, the summary table and the config diff table."""
@@ -82,8 +85,8 @@ def cannot_compare(message: str) -> html.Div:
 
 def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
     """The comparison the URL's ``query`` names (``run`` repeated, ``metric``, ``start``,
-    ``end``): a message instead when it names no run, too many, or one that is no run of
-    the viewer's project."""
+    ``end``, and the chart's ``log``, ``smooth``, ``robust``, ``group``): a message instead
+    when it names no run, too many, or one that is no run of the viewer's project."""
     ids = list(dict.fromkeys(query.every("run")))
     if not ids:
         return cannot_compare(NO_RUNS)
@@ -103,46 +106,24 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
     if missing:
         return cannot_compare(f"No run {', '.join(missing)} in your project.")
     view = CompareView.from_query(
-        ids, names, metric=query.get("metric"), start=query.get("start"), end=query.get("end")
+        ids,
+        names,
+        metric=query.get("metric"),
+        start=query.get("start"),
+        end=query.get("end"),
+        log=query.get("log"),
+        smooth=query.get("smooth"),
+        robust=query.get("robust"),
+        group=query.get("group"),
     )
-    logged = set().union(*names)
     title = [
         html.Span([swatch(i), label], className="compared-run")
         for i, label in enumerate(run_labels(runs))
     ]
-    controls = [
-        html.Label(
-            [
-                "metric",
-                dcc.Dropdown(
-                    id="compare-metric",
-                    options=metric_options(names, view.metric),
-                    value=view.metric,
-                    clearable=False,
-                ),
-            ],
-            className="picker",
-        ),
-        html.Label(
-            [
-                "or an expression (Enter draws it)",
-                dcc.Input(
-                    id="compare-expression",
-                    type="text",
-                    value=view.metric if view.metric and view.metric not in logged else "",
-                    placeholder=EXPRESSION_HINT,
-                    className="expression",
-                ),
-            ],
-            className="picker",
-        ),
-        html.Button("draw", id="compare-apply", n_clicks=0),
-        html.Button("full range", id="compare-reset", n_clicks=0),
-    ]
     return html.Div(
         [
             html.Div([html.H1("Compare runs"), *title], className="run-title"),
-            html.Div(controls, className="controls"),
+            *controls(names, view),
             dcc.Graph(
                 id="compare-chart",
                 config=ZOOMABLE_GRAPH_CONFIG,
@@ -181,9 +162,20 @@ def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
     labels = run_labels(compared.runs)
     lines = [(label, line_of(r)) for label, r in zip(labels, compared.runs, strict=True)]
     if any(line.steps for _, line in lines):
-        # Plotly keeps the user's zoom until this changes: other runs or another metric.
-        uirevision = "|".join([*view.runs, view.metric])
-        fig = compare_figure(lines, x_range=view.x_range, uirevision=uirevision)
+        # Plotly keeps the user's zoom until this changes: other runs or another metric, or
+        # a y axis of another kind.
+        uirevision = "|".join([*view.runs, view.metric]) + "".join(
+            f"|{flag}" for flag in chart_options(view)
+        )
+        fig = compare_figure(
+            lines,
+            x_range=view.x_range,
+            uirevision=uirevision,
+            log_y=view.log,
+            smooth=view.smooth,
+            robust=view.robust,
+            mean=view.group == "mean",
+        )
     else:
         fig = empty_figure(f"None of these runs logged {view.metric} in this range.")
     return fig, range_text(lines), summary_table(compared, labels), diff_table(compared, labels)
@@ -203,6 +195,8 @@ def register(app: dash.Dash, data: CompareReads) -> None:
         Input("compare-apply", "n_clicks"),
         Input("compare-zoom", "data"),
         Input("compare-reset", "n_clicks"),
+        Input("compare-options", "value"),
+        Input("compare-smoothing", "value"),
         State("compare-expression", "value"),
         State("compare-metric", "options"),
         State("compare-view", "data"),
@@ -214,6 +208,8 @@ def register(app: dash.Dash, data: CompareReads) -> None:
         _apply: object,
         relayout: object,
         _reset: object,
+        flags: object,
+        smooth: object,
         expression: object,
         options: object,
         store: object,
@@ -224,6 +220,8 @@ def register(app: dash.Dash, data: CompareReads) -> None:
             expression=expression,
             relayout=relayout,
             trigger=triggered_id(),
+            flags=flags,
+            smooth=smooth,
         )
         view = or_prevent(new)
         return (view.to_store(), *picker_state(view, options))

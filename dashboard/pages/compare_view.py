@@ -1,7 +1,8 @@
 """What the compare page shows: :class:`CompareView` and how its controls change it. Pure.
 
 The view lives in the page's ``dcc.Store`` (id ``compare-view``) as JSON, and in the URL as
-``?run=&run=&metric=&start=&end=``, so that a link reproduces it.
+``?run=&run=&metric=&start=&end=&log=1&smooth=0.9&robust=1&group=mean``, so that a link
+reproduces it; a parameter left out or malformed takes its default.
 """
 
 from __future__ import annotations
@@ -14,12 +15,24 @@ from urllib.parse import urlencode
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
 from ..wiring import TriggerId
-from .run_view import DEFAULT_LEFT, RUN_ID, RunView, is_step, view_from_relayout
+from .run_view import (
+    DEFAULT_LEFT,
+    MAX_SMOOTHING,
+    RUN_ID,
+    RunView,
+    is_step,
+    smoothing,
+    view_from_relayout,
+)
 
 __all__ = [
+    "CHART_OPTIONS",
+    "GROUPS",
     "MAX_METRIC",
+    "MAX_SMOOTHING",
     "URL_SYNC_JS",
     "CompareView",
+    "chart_options",
     "compare_href",
     "default_metric",
     "metric_options",
@@ -29,6 +42,16 @@ __all__ = [
 
 MAX_METRIC = 512
 """The longest metric name or expression (the API's bound)."""
+GROUPS = ("mean",)
+"""How the runs can be drawn as one: their mean, with a band from their minimum to maximum."""
+CHART_OPTIONS = [
+    {"label": " log scale", "value": "log"},
+    {"label": " ignore outliers", "value": "robust"},
+    {"label": " mean of the runs ± min–max", "value": "mean"},
+]
+"""The chart's toggles: a log y axis; a y axis fitted to the lines without their most
+extreme 2 % of points; the runs' mean with a band from their minimum to their maximum."""
+_TRUE = ("1", "true", "yes")
 URL_SYNC_JS = """
 function(view) {
     if (!view) { return window.dash_clientside.no_update; }
@@ -38,6 +61,10 @@ function(view) {
         const v = view[key];
         if (v !== null && v !== undefined && v !== "") { params.set(key, String(v)); }
     }
+    if (view.log) { params.set("log", "1"); }
+    if (view.smooth) { params.set("smooth", String(view.smooth)); }
+    if (view.robust) { params.set("robust", "1"); }
+    if (view.group) { params.set("group", view.group); }
     const target = window.location.pathname + "?" + params.toString();
     if (target !== window.location.pathname + window.location.search) {
         window.history.replaceState(window.history.state, "", target);
@@ -52,12 +79,19 @@ function(view) {
 @dataclass(frozen=True)
 class CompareView:
     """Which runs (1 to `MAX_COMPARED_RUNS`, each once), which metric (a name or a derived
-    expression; None: the runs share none to start with), which steps (None: all)."""
+    expression; None: the runs share none to start with), which steps (None: all), and how
+    the chart draws them: ``log`` y axis, ``smooth`` (the EMA weight, 0 to `MAX_SMOOTHING`;
+    0: raw), ``robust`` (a y range that ignores the extremes), ``group`` (one of `GROUPS`:
+    the runs drawn as one; None: a line a run)."""
 
     runs: tuple[str, ...]
     metric: str | None = None
     start: int | None = None
     end: int | None = None
+    log: bool = False
+    smooth: float = 0.0
+    robust: bool = False
+    group: str | None = None
 
     @property
     def x_range(self) -> tuple[int, int] | None:
@@ -67,24 +101,31 @@ class CompareView:
     def to_store(self) -> dict[str, Any]:
         """The view as the page's store holds it (JSON).
 
-        >>> CompareView(("a", "b"), "m", None, 10).to_store()
-        {'runs': ['a', 'b'], 'metric': 'm', 'start': None, 'end': 10}
+        >>> store = CompareView(("a", "b"), "m", None, 10, smooth=0.9).to_store()
+        >>> store["runs"], store["start"], store["end"], store["smooth"], store["group"]
+        (['a', 'b'], None, 10, 0.9, None)
         """
         return {
             "runs": list(self.runs),
             "metric": self.metric,
             "start": self.start,
             "end": self.end,
+            "log": self.log,
+            "smooth": self.smooth,
+            "robust": self.robust,
+            "group": self.group,
         }
 
     @classmethod
     def from_store(cls, data: object) -> CompareView | None:
         """The view a store holds, or None for anything :meth:`to_store` cannot have written
         (the store comes back from the browser, so a crafted request can put anything in
-        it: run ids that are no ids, a run twice, a range that ends before it starts).
+        it: run ids that are no ids, a run twice, a range that ends before it starts). A
+        key left out takes its default.
 
-        >>> CompareView.from_store({"runs": ["a", "b"], "metric": "m", "start": 5, "end": 9})
-        CompareView(runs=('a', 'b'), metric='m', start=5, end=9)
+        >>> view = CompareView.from_store({"runs": ["a", "b"], "metric": "m", "log": True})
+        >>> view == CompareView(("a", "b"), "m", log=True)
+        True
         >>> CompareView.from_store({"runs": ["a", "a"]}) is None
         True
         """
@@ -104,7 +145,15 @@ class CompareView:
             return None
         if isinstance(start, int) and isinstance(end, int) and end < start:
             return None
-        return cls(tuple(runs), metric, start, end)
+        log, robust = data.get("log", False), data.get("robust", False)
+        smooth, group = data.get("smooth", 0.0), data.get("group")
+        if not (isinstance(log, bool) and isinstance(robust, bool)):
+            return None
+        if smoothing(smooth) != smooth or isinstance(smooth, bool):
+            return None
+        if not (group is None or group in GROUPS):
+            return None
+        return cls(tuple(runs), metric, start, end, log, float(smooth), robust, group)
 
     @classmethod
     def from_query(
@@ -115,14 +164,29 @@ class CompareView:
         metric: str | None = None,
         start: str | None = None,
         end: str | None = None,
+        log: str | None = None,
+        smooth: str | None = None,
+        robust: str | None = None,
+        group: str | None = None,
     ) -> CompareView:
         """The view of a page URL's query; ``names`` are each run's metrics, for the
-        default of :func:`default_metric`. ``start`` and ``end`` read as on the run page
-        (:meth:`RunView.from_query`): one that is no step is left out, a range that ends
-        before it starts is dropped whole."""
-        bounds = RunView.from_query("", [], start=start, end=end)
+        default of :func:`default_metric`. ``start``, ``end``, ``log``, ``smooth`` and
+        ``robust`` read as on the run page (:meth:`RunView.from_query`): a step that is no
+        step is left out, a range that ends before it starts is dropped whole, ``log`` and
+        ``robust`` are on for ``1``, ``true`` or ``yes``, ``smooth`` is a weight from 0 to
+        `MAX_SMOOTHING`. ``group`` is one of `GROUPS`. Anything else takes the default."""
+        read = RunView.from_query("", [], start=start, end=end, smooth=smooth)
         picked = (metric or "")[:MAX_METRIC] or default_metric(names)
-        return cls(tuple(runs), picked, bounds.start, bounds.end)
+        return cls(
+            tuple(runs),
+            picked,
+            read.start,
+            read.end,
+            log=log in _TRUE,
+            smooth=read.smooth,
+            robust=robust in _TRUE,
+            group=group if group in GROUPS else None,
+        )
 
 
 def compare_href(run_ids: Sequence[str], metric: str | None = None) -> str:
@@ -170,14 +234,18 @@ def update_view(
     expression: object,
     relayout: object,
     trigger: TriggerId,
+    flags: object = None,
+    smooth: object = None,
 ) -> CompareView | None:
     """The view after a change of the page's controls; None when it stays as it is.
 
     ``trigger`` says what moved: the metric picker (its value ``picked``), the expression field
     (Enter in it, or its ``draw`` button: ``expression``; a blank one changes nothing), the
     chart (``"compare-zoom"``, with ``relayout`` a zoom or pan, read as on the run page by
-    :func:`view_from_relayout`), or the "full range" button. ``view`` None (a store that holds
-    no view) changes nothing.
+    :func:`view_from_relayout`), the "full range" button, the chart's toggles
+    (``"compare-options"``, ``flags`` the values of `CHART_OPTIONS` ticked) or the smoothing
+    slider (``smooth``, read by :func:`.run_view.smoothing`). ``view`` None (a store that
+    holds no view) changes nothing.
     """
     if view is None:
         return None
@@ -192,7 +260,23 @@ def update_view(
         new = replace(view, start=moved.start, end=moved.end)
     elif trigger == "compare-reset":
         new = replace(view, start=None, end=None)
+    elif trigger == "compare-options" and isinstance(flags, list):
+        ticked = {f for f in flags if isinstance(f, str)}
+        group = next((g for g in GROUPS if g in ticked), None)
+        new = replace(view, log="log" in ticked, robust="robust" in ticked, group=group)
+    elif trigger == "compare-smoothing":
+        new = replace(view, smooth=smoothing(smooth))
     return None if new == view else new
+
+
+def chart_options(view: CompareView) -> list[str]:
+    """The chart's toggles ticked for ``view`` (values of `CHART_OPTIONS`).
+
+    >>> chart_options(CompareView(("a",), log=True, group="mean"))
+    ['log', 'mean']
+    """
+    ticked = [("log", view.log), ("robust", view.robust), ("mean", view.group == "mean")]
+    return [value for value, on in ticked if on]
 
 
 def picker_state(view: CompareView, options: object) -> tuple[list[Any], str | None]:

@@ -5,13 +5,15 @@ dashboard's real reads on Postgres, where another project's run is no run at all
 from __future__ import annotations
 
 import doctest
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from normwatch.dashboard import compare_figure as compare_figure_module
+from normwatch.dashboard.compare_figure import compare_figure
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
-from normwatch.dashboard.figures import RUN_COLORS, compare_figure, empty_figure
+from normwatch.dashboard.figures import RUN_COLORS, empty_figure
 from normwatch.dashboard.pages import compare_tables, compare_view, runs
 from normwatch.dashboard.pages.compare import (
     NO_METRIC,
@@ -25,6 +27,7 @@ from normwatch.dashboard.pages.compare import (
 from normwatch.dashboard.pages.compare_tables import NO_DIFFERENCES, run_labels
 from normwatch.dashboard.pages.compare_view import (
     CompareView,
+    chart_options,
     compare_href,
     default_metric,
     metric_options,
@@ -48,6 +51,7 @@ NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 WHO = Principal(token_id=1, project_id=1, project="marin", scope="read")
 TOTAL, LOSS, HEAD = "grad/norm/total", "train/loss", "grad/norm/lm_head"
 SHARE = f"share({HEAD}, {TOTAL})"
+MEAN = "mean of 2 runs (band: min–max)"
 
 
 def run_out(run_id: str, name: str) -> RunOut:
@@ -172,7 +176,7 @@ def store_of(page: Any) -> Any:
 
 
 def test_doctests() -> None:
-    for module in (compare_view, compare_tables, runs):
+    for module in (compare_view, compare_tables, compare_figure_module, runs):
         failed, tried = doctest.testmod(module)
         assert (failed, tried > 0) == (0, True), module.__name__
 
@@ -243,9 +247,45 @@ def test_view_from_query() -> None:
 
 def test_view_store_round_trip() -> None:
     view = CompareView(("r1", "r2"), SHARE, 5, 9)
-    assert view.to_store() == {"runs": ["r1", "r2"], "metric": SHARE, "start": 5, "end": 9}
+    assert view.to_store() == {
+        "runs": ["r1", "r2"],
+        "metric": SHARE,
+        "start": 5,
+        "end": 9,
+        "log": False,
+        "smooth": 0.0,
+        "robust": False,
+        "group": None,
+    }
     assert CompareView.from_store(view.to_store()) == view
     assert CompareView.from_store({"runs": ["r1"]}) == CompareView(("r1",))
+    shaped = CompareView(("r1",), TOTAL, log=True, smooth=0.9, robust=True, group="mean")
+    assert CompareView.from_store(shaped.to_store()) == shaped
+    assert CompareView.from_store({"runs": ["r1"], "smooth": 0}) == CompareView(("r1",))
+
+
+def test_view_from_query_reads_the_charts_shape() -> None:
+    names = [[TOTAL], [TOTAL]]
+    view = CompareView.from_query(
+        ["a", "b"], names, log="1", smooth="0.9", robust="true", group="mean"
+    )
+    assert view == CompareView(("a", "b"), TOTAL, log=True, smooth=0.9, robust=True, group="mean")
+    assert CompareView.from_query(["a"], names, smooth="0.123").smooth == 0.12
+    assert CompareView.from_query(["a"], names, smooth="5").smooth == 0.99
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    [
+        {"log": "2", "smooth": "x", "robust": "no", "group": "median"},
+        {"log": "", "smooth": "nan", "robust": "", "group": ""},
+        {"smooth": "-0.5", "group": "MEAN"},
+        {"smooth": "inf"},
+    ],
+)
+def test_a_malformed_shape_in_the_query_is_ignored(malformed: dict[str, str]) -> None:
+    view = CompareView.from_query(["a"], [[TOTAL]], start="5", **malformed)
+    assert view == CompareView(("a",), TOTAL, start=5)
 
 
 @pytest.mark.parametrize(
@@ -265,6 +305,14 @@ def test_view_store_round_trip() -> None:
         {"runs": ["r1"], "start": True},
         {"runs": ["r1"], "start": 2**70},
         {"runs": ["r1"], "start": 9, "end": 5},
+        {"runs": ["r1"], "log": 1},
+        {"runs": ["r1"], "robust": "yes"},
+        {"runs": ["r1"], "smooth": 0.995},
+        {"runs": ["r1"], "smooth": 0.123},
+        {"runs": ["r1"], "smooth": True},
+        {"runs": ["r1"], "smooth": "0.9"},
+        {"runs": ["r1"], "smooth": float("nan")},
+        {"runs": ["r1"], "group": "median"},
     ],
 )
 def test_a_crafted_store_holds_no_view(crafted: Any) -> None:
@@ -299,6 +347,17 @@ def test_update_view_follows_picker_expression_chart_and_full_range() -> None:
     assert changed(VIEW, trigger="compare-reset") == CompareView(("r1", "r2"), TOTAL)
 
 
+def test_update_view_follows_the_charts_toggles_and_smoothing() -> None:
+    ticked = changed(VIEW, flags=["log", "mean", "robust"], trigger="compare-options")
+    assert ticked == replace(VIEW, log=True, robust=True, group="mean")
+    assert changed(ticked, flags=[], trigger="compare-options") == VIEW
+    assert changed(VIEW, smooth=0.9, trigger="compare-smoothing") == replace(VIEW, smooth=0.9)
+    smoothed = replace(VIEW, smooth=0.9)
+    assert changed(smoothed, smooth=0, trigger="compare-smoothing") == VIEW
+    assert changed(VIEW, smooth=1.5, trigger="compare-smoothing") == replace(VIEW, smooth=0.99)
+    assert chart_options(ticked) == ["log", "robust", "mean"]
+
+
 @pytest.mark.parametrize(
     "inputs",
     [
@@ -312,6 +371,12 @@ def test_update_view_follows_picker_expression_chart_and_full_range() -> None:
         {"relayout": "zoom", "trigger": "compare-zoom"},
         {"trigger": "something-else"},
         {"trigger": None},
+        {"flags": [], "trigger": "compare-options"},  # none ticked already
+        {"flags": "log", "trigger": "compare-options"},
+        {"flags": [{"x": 1}, "other"], "trigger": "compare-options"},
+        {"smooth": 0, "trigger": "compare-smoothing"},
+        {"smooth": "0.9", "trigger": "compare-smoothing"},
+        {"smooth": None, "trigger": "compare-smoothing"},
     ],
 )
 def test_update_view_changes_nothing(inputs: dict[str, Any]) -> None:
@@ -348,6 +413,22 @@ def test_layout_compares_the_runs_of_the_url() -> None:
     (expression,) = find(page, "Input", id="compare-expression")
     assert expression["value"] == ""
     assert find(page, "Graph", id="compare-chart")[0]["config"]["scrollZoom"] is True
+    (toggles,) = find(page, "Checklist", id="compare-options")
+    assert ([o["value"] for o in toggles["options"]], toggles["value"]) == (
+        ["log", "robust", "mean"],
+        [],
+    )
+    assert find(page, "Slider", id="compare-smoothing")[0]["value"] == 0.0
+
+
+def test_layout_of_a_shaped_chart_sets_its_controls() -> None:
+    page = layout(fake(), WHO, query_of("?run=r1&run=r2&log=1&smooth=0.6&group=mean&robust=x"))
+    assert (
+        store_of(page)
+        == CompareView(("r1", "r2"), TOTAL, log=True, smooth=0.6, group="mean").to_store()
+    )
+    assert find(page, "Checklist", id="compare-options")[0]["value"] == ["log", "mean"]
+    assert find(page, "Slider", id="compare-smoothing")[0]["value"] == 0.6
 
 
 def test_layout_of_an_expression_shows_it_in_both_fields() -> None:
@@ -417,6 +498,21 @@ def test_draw_a_line_a_run_and_the_tables() -> None:
     assert [link["href"] for link in find(summary_table, "Link")] == ["/runs/r1", "/runs/r2"]
     assert header(diff_table) == ["key", "qk-off", "qk-on"]
     assert rows(diff_table) == [["model.qk_norm", "false", "true"], ["optimizer.lr", "0.0003", "—"]]
+
+
+def test_draw_of_a_shaped_view_draws_the_mean_smoothed_on_a_log_axis() -> None:
+    view = replace(VIEW, log=True, smooth=0.5, robust=True, group="mean")
+    fig, info, *_ = draw(fake(), WHO, view)
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["qk-off (raw)", "qk-on (raw)", "min", "max", MEAN, "non-finite"]
+    assert fig["layout"]["uirevision"] == f"r1|r2|{TOTAL}|log|robust|mean"
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    assert fig["layout"]["yaxis"]["autorange"] is False
+    # The grid is the union of steps 0-3; qk-off's NaN at 2 counts as not logged.
+    mean = fig["data"][4]
+    assert mean["x"] == [0, 1, 2, 3]
+    assert [c[0] for c in mean["customdata"]] == [2, 2, 2, 1]
+    assert "qk-off: 4 points" in info
 
 
 def test_draw_without_config_differences() -> None:

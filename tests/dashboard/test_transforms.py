@@ -1,6 +1,6 @@
 """The chart's transforms against independent references: TensorBoard's smoothing on evenly
-spaced points, the same window on points read sparser, normalizing, another x axis, and a
-y range that leaves the extremes out."""
+spaced points, the same window on points read sparser, normalizing, another x axis, a
+y range that leaves the extremes out, and the mean of several lines with its band."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from normwatch.dashboard.transforms import ema, interpolate_x, normalize, outlier_range
+from normwatch.dashboard.transforms import ema, interpolate_x, mean_band, normalize, outlier_range
 
 
 def tensorboard_smoothing(values: list[float], weight: float) -> list[float]:
@@ -70,3 +70,69 @@ def test_outlier_range_ignores_a_spike_and_reads_log_axes_in_decades() -> None:
     log_low, log_high = outlier_range([[0.01, 0.1, 1.0, 10.0, 100.0] * 20], log=True)  # type: ignore[misc]
     assert (round(log_low, 6), round(log_high, 6)) == (-2.4, 2.4)
     assert outlier_range([[math.nan]]) is None
+
+
+def mean_band_reference(
+    lines: list[tuple[list[int], list[float]]],
+) -> list[tuple[int, float, float, float, int]]:
+    """At each step any line logged a finite value: the lines that span it (linear between
+    their two nearest finite points, exact at their own), their mean, least, greatest and
+    count, written out point by point."""
+    finite = [[(s, v) for s, v in zip(xs, ys, strict=True) if math.isfinite(v)] for xs, ys in lines]
+    grid = sorted({s for points in finite for s, _ in points})
+    out = []
+    for step in grid:
+        at = []
+        for points in finite:
+            before = [(s, v) for s, v in points if s <= step]
+            after = [(s, v) for s, v in points if s >= step]
+            if before and after:
+                (s0, v0), (s1, v1) = before[-1], after[0]
+                at.append(v0 if s1 == s0 else v0 + (v1 - v0) * (step - s0) / (s1 - s0))
+        out.append((step, sum(at) / len(at), min(at), max(at), len(at)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("runs", [1, 3, 8])
+def test_mean_band_against_a_point_by_point_reference(seed: int, runs: int) -> None:
+    """Seeds downsampled apart: each line logs a random subset of its own span of steps,
+    with a NaN now and then."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(runs):
+        first, last = sorted(rng.integers(0, 500, size=2).tolist())
+        steps = sorted({first, last, *rng.integers(first, last + 1, size=40).tolist()})
+        values = rng.lognormal(size=len(steps))
+        values[rng.random(len(steps)) < 0.05] = math.nan
+        lines.append((steps, values.tolist()))
+    steps, mean, low, high, count = mean_band(lines)
+    want = mean_band_reference(lines)
+    assert steps.tolist() == [w[0] for w in want]
+    assert count.tolist() == [w[4] for w in want]
+    np.testing.assert_allclose(mean, [w[1] for w in want], rtol=1e-12)
+    np.testing.assert_allclose(low, [w[2] for w in want], rtol=1e-12)
+    np.testing.assert_allclose(high, [w[3] for w in want], rtol=1e-12)
+
+
+def test_mean_band_of_lines_logged_at_the_same_steps_is_their_plain_mean() -> None:
+    steps, mean, low, high, count = mean_band(
+        [([0, 1, 2], [1.0, 2.0, 3.0]), ([0, 1, 2], [3.0, 2.0, 7.0]), ([0, 1, 2], [2.0, 5.0, 2.0])]
+    )
+    assert steps.tolist() == [0, 1, 2]
+    assert mean.tolist() == [2.0, 3.0, 4.0]
+    assert (low.tolist(), high.tolist(), count.tolist()) == ([1, 2, 2], [3, 5, 7], [3, 3, 3])
+
+
+def test_mean_band_thins_a_long_grid_evenly_and_keeps_its_ends() -> None:
+    steps, mean, *_ = mean_band([(list(range(0, 10_001, 2)), [1.0] * 5001)], points=11)
+    assert steps.tolist() == list(range(0, 10_001, 1000))
+    assert mean.tolist() == [1.0] * 11
+
+
+def test_mean_band_of_nothing_and_of_no_finite_value() -> None:
+    for lines in ([], [([], [])], [([0, 1], [math.nan, math.inf])]):
+        steps, mean, low, high, count = mean_band(lines)
+        assert [len(a) for a in (steps, mean, low, high, count)] == [0] * 5
+    with pytest.raises(ValueError, match="at least 2 points"):
+        mean_band([([0], [1.0])], points=1)
