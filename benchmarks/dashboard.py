@@ -21,7 +21,9 @@ Each interaction is timed in the page, from just before the action to the moment
 callback it set off has answered and been drawn (its response received, then two animation
 frames). The page's 1 s refresh tick is left running, as a user has it; callbacks the tick
 alone set off are not counted. ``--repeat`` times each (7), after one warm-up; the report
-gives p50 and p95.
+gives p50 and p95, and the warm-up's time apart ("1st try"): the server keeps what it
+answered for a run whose data has not changed since (`normwatch.server.services.kept`), so
+the tries after the first are a returning user's, the first one a new question's.
 
 Then one run page is left open on the large run for 10 s: the requests its refresh tick
 sends each second and the server CPU they cost, what every open tab adds.
@@ -40,6 +42,14 @@ Run (from the repository root; Chromium from Debian's ``chromium`` package)::
 ``--profile PATH`` samples the server process with ``py-spy`` (``pip install py-spy``) while
 the interactions run and writes a flame graph there (``.svg``), or the collapsed stacks
 (``.txt``).
+
+Loading the runs takes most of a quick run's minutes. ``--keep`` leaves the scratch database
+in place and prints its URL; ``--database URL`` then measures on it again without loading
+(the runs are found by name), so that a change can be measured before and after on the same
+data within minutes::
+
+    .venv/bin/python benchmarks/dashboard.py --quick --only zoom --keep
+    .venv/bin/python benchmarks/dashboard.py --quick --only zoom --database postgresql+psycopg://…
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +69,9 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
+import sqlalchemy
 from _harness import (
+    base_pg_url,
     make_tokens,
     percentile,
     process_cpu_seconds,
@@ -73,6 +85,7 @@ from normwatch.server.storage.policy import Policy
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from normwatch.demo import DEMO_RULES, HISTORY_END, LIVE_END, PROJECT, RUN_NAME
+from normwatch.scratch import create_database
 from normwatch.simulate import SimulatedRun
 from normwatch.testing import running_server
 
@@ -111,7 +124,10 @@ TRACKER_JS = """
       const body = JSON.parse((init && init.body) || '{}');
       changed = body.changedPropIds || []; output = body.output || '';
     } catch (e) {}
-    if (changed.length && changed.every(p => p.endsWith('.n_intervals'))) {
+    // The refresh tick, what it sets off through the page's tick stores (draw-tick...), and
+    // the live channel's pokes of the tick.
+    const refresh = p => p.endsWith('.n_intervals') || /tick\.data$|^live-poke\.data$/.test(p);
+    if (changed.length && changed.every(refresh)) {
       st.ticks += 1;
       return fetch0.apply(this, arguments);
     }
@@ -144,6 +160,9 @@ class Measure:
     api_ms: list[float] = field(default_factory=list)
     requests: list[int] = field(default_factory=list)
     kib: list[float] = field(default_factory=list)
+    first_ms: float = float("nan")
+    """The warm-up: the first try since the server started, so the one whose answers the
+    server has not kept yet (`normwatch.server.services.kept`)."""
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -222,12 +241,45 @@ def load_big(api: httpx.Client, ingest: dict[str, str], steps_total: int) -> str
     return run_id
 
 
+def loaded_runs(api: httpx.Client, read: dict[str, str], steps_total: int) -> tuple[str, str]:
+    """The demo run and the large one of a database loaded before (``--keep``)."""
+    answer = api.get("/api/v1/runs", headers=read)
+    answer.raise_for_status()
+    by_name = {run["name"]: str(run["id"]) for run in answer.json()}
+    big = f"{BIG_LAYERS}L-{steps_total // 1000}k"
+    if RUN_NAME not in by_name or big not in by_name:
+        raise SystemExit(f"--database holds no runs {RUN_NAME!r} and {big!r}: load it with --keep")
+    return by_name[RUN_NAME], by_name[big]
+
+
+@contextmanager
+def kept_postgres(prefix: str) -> Iterator[str]:
+    """A freshly created and migrated database, left in place for ``--database``."""
+    url = create_database(base_pg_url(), prefix)
+    yield url
+    say(f"kept {url}: measure on it again with --database {url}")
+
+
 def compact(database_url: str) -> None:
     engine = build_engine(database_url, pool_size=2)
     try:
         started = time.perf_counter()
         report = schedule.compact_everything(session_factory(engine), Policy())
         say(f"  compacted {report.points:,} points in {time.perf_counter() - started:.1f} s")
+    finally:
+        engine.dispose()
+
+
+def analyze(database_url: str) -> None:
+    """Table statistics, as autovacuum keeps them on a served database: the scratch cluster
+    runs without it, and without statistics Postgres read every chunk of a run to find a
+    zoom's (the planner guessed a few dozen rows where there were 100,000)."""
+    engine = build_engine(database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sqlalchemy.text("ANALYZE"))
+                conn.commit()
     finally:
         engine.dispose()
 
@@ -306,6 +358,7 @@ def run_page(which: str) -> Callable[[Page, Scene], tuple[float, int, float]]:
 def zoom(page: Page, s: Scene) -> tuple[float, int, float]:
     page.goto(f"{s.base}/runs/{s.big}", wait_until="commit")
     settle(page, 0.0)
+    page.wait_for_selector("#overlay .js-plotly-plot")
     lo = s.big_last // 2
     hi = lo + s.big_last // 10
     return timed_action(
@@ -480,6 +533,7 @@ def measure(
             baseline(api, scene)
             api_ms = (time.perf_counter() - started) * 1000
             if i == 0:
+                m.first_ms = ms
                 continue  # warm-up
             if timeline:
                 say(f"  {name}, try {i}: sent / answered / drawn (ms), KiB, outputs")
@@ -495,7 +549,7 @@ def measure(
         say(
             f"  {name}: p50 {percentile(p, 50):,.0f} ms, p95 {percentile(p, 95):,.0f} ms "
             f"({np.median(m.requests):.0f} callbacks, {np.median(m.kib):,.0f} KiB); "
-            f"API {np.median(m.api_ms):,.1f} ms"
+            f"API {np.median(m.api_ms):,.1f} ms; first try {m.first_ms:,.0f} ms"
         )
         results.append(m)
     return results
@@ -540,6 +594,7 @@ def report(results: list[Measure]) -> None:
                 f"{np.median(m.kib):,.0f}",
                 f"{percentile(a, 50):,.1f}",
                 f"{percentile(b, 50) / percentile(a, 50):,.0f}x",
+                f"{m.first_ms:,.0f}",
             ]
         )
     headers = [
@@ -552,6 +607,7 @@ def report(results: list[Measure]) -> None:
         "KiB",
         "API p50 ms",
         "ratio",
+        "1st try ms",
     ]
     print()
     print(table(headers, rows))
@@ -588,19 +644,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeline", action="store_true", help="print each interaction's callbacks as timed"
     )
+    parser.add_argument("--keep", action="store_true", help="leave the loaded database in place")
+    parser.add_argument("--database", help="measure on a database --keep left, without loading")
     args = parser.parse_args(argv)
     steps = 100_000 if args.quick else args.steps
 
-    with scratch_postgres("dash") as url, tempfile.TemporaryDirectory() as logs:
+    database: AbstractContextManager[str]
+    if args.database:
+        database = nullcontext(args.database)
+    else:
+        database = kept_postgres("dash") if args.keep else scratch_postgres("dash")
+    with database as url, tempfile.TemporaryDirectory() as logs:
         ingest_token, admin_token, read_token = make_tokens(url, PROJECT, "ingest", "admin", "read")
         with running_server(url, Path(logs)) as server:
-            say(f"loading into {url}")
             ingest = {"Authorization": f"Bearer {ingest_token}"}
             admin = {"Authorization": f"Bearer {admin_token}"}
-            with httpx.Client(base_url=server.url, timeout=300) as api:
-                demo = load_demo(api, ingest, admin)
-                big = load_big(api, ingest, steps)
-            compact(url)
+            if args.database:
+                with httpx.Client(base_url=server.url, timeout=60) as api:
+                    demo, big = loaded_runs(api, admin, steps)
+            else:
+                say(f"loading into {url}")
+                with httpx.Client(base_url=server.url, timeout=300) as api:
+                    demo = load_demo(api, ingest, admin)
+                    big = load_big(api, ingest, steps)
+                compact(url)
+            analyze(url)
             with httpx.Client(base_url=server.url, timeout=60) as api:
                 rules = api.get("/api/v1/alert-rules", headers=admin).json()
                 scene = Scene(
