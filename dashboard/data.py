@@ -312,9 +312,7 @@ class DashboardData(OnCallData, ControlData):
             if step is None:
                 return None
             try:
-                return layers.layer_grid(
-                    session, run, prefix, start=step - radius, end=step + radius, points=1, at=step
-                )
+                return layers.layer_profile(session, run, prefix, at=step, radius=radius)
             except Invalid as exc:
                 raise MetricRefused(str(exc)) from None
 

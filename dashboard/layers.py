@@ -20,12 +20,21 @@ import numpy.typing as npt
 from normwatch.server.analytics.hierarchy import outermost
 from normwatch.server.analytics.layers import u_index
 
-from .figures import WHITE_TEMPLATE, Figure, empty_figure, plot_text, typed_array
+from .figures import (
+    GRAD_RED,
+    PARAM_BLUE,
+    WHITE_TEMPLATE,
+    Figure,
+    empty_figure,
+    plot_text,
+    typed_array,
+)
 
 __all__ = [
     "FAMILIES",
     "LayerHeatmap",
     "colour_ticks",
+    "depth_profile_figure",
     "families_with_layers",
     "family_of",
     "layer_heatmap_figure",
@@ -331,6 +340,38 @@ def u_index_figure(
         "yaxis": {"title": {"text": "ends / middle"}, "rangemode": "tozero"},
         "shapes": u_index_shapes(pinned),
         "uirevision": uirevision,
+    }
+    return {"data": [trace], "layout": layout}
+
+
+def depth_profile_figure(
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    family: str,
+    step: int | None,
+    log_y: bool = False,
+) -> Figure:
+    """One family's per-layer values against depth at one step: the U across depth at a
+    glance. A plain dict, as `layer_heatmap_figure`: built through plotly's figure objects
+    it took 30-80 ms of validating its template on each draw."""
+    trace = {
+        "type": "bar",
+        "x": [plot_text(label) for label in labels],
+        "y": [v if math.isfinite(v) else None for v in values],
+        "marker": {"color": GRAD_RED if family.startswith("grad") else PARAM_BLUE},
+        "hovertemplate": "%{x}<br>%{y:.6g}<extra></extra>",
+        "name": plot_text(family),
+    }
+    at = f" at step {step:,}" if step is not None else ""
+    layout = {
+        "template": WHITE_TEMPLATE,
+        "height": 320,
+        "margin": {"l": 70, "r": 30, "t": 40, "b": 80},
+        "title": {"text": f"{plot_text(family)} by depth{at}", "font": {"size": 14}},
+        "xaxis": {"title": {"text": "depth (embedding → lm_head)"}, "tickangle": -45},
+        "yaxis": {"type": "log" if log_y else "linear"},
+        "uirevision": family,
     }
     return {"data": [trace], "layout": layout}
 

@@ -216,8 +216,9 @@ def with_aids(fig: Figure, view: OverlayView, aids: Aids) -> Figure:
         style = styles[found.metric]
         traces.append(_forecast_trace(found, style))
         notes.append(_note(plot_text(forecast_text(found)), style.color, 0.02, x=0.99))
-        if view.x_range is not None and span is not None:
-            # A range that ends at the last point drawn would hide the forecast.
+        if span is not None and "range" in fig["layout"]["xaxis"]:
+            # A range that ends at the last point drawn (the view's, or the data's own
+            # ends that an unzoomed chart is drawn to) would hide the forecast.
             fig["layout"]["xaxis"]["range"] = list(span)
     fig["data"] = [*fig["data"], *traces]
     fig["layout"]["annotations"] = [*fig["layout"].get("annotations", []), *notes]

@@ -11,9 +11,10 @@ from normwatch.server.auth import Principal
 from normwatch.server.services.layers import LayerGrid
 
 from ..data import MetricRefused, RunNotFound
-from ..figures import Figure, depth_figure, empty_figure
+from ..figures import Figure, empty_figure
 from ..layers import (
     LayerHeatmap,
+    depth_profile_figure,
     families_with_layers,
     layer_heatmap_figure,
     layer_rows,
@@ -30,9 +31,9 @@ NO_LAYERS = (
 HEATMAP_COLUMNS = 600
 """Columns of the heatmap: about its width in pixels (each a bucket's largest value)."""
 
-PROFILE_RADIUS = 500
-"""A pinned step's profile takes each layer's logged step nearest it within about this many
-steps (per-layer norms are often logged every few steps)."""
+PROFILE_RADIUS = 1000
+"""A pinned step's profile takes each layer's logged step nearest it within this many steps
+(per-layer norms are often logged every few steps)."""
 
 DrawnDepth = tuple[Any, str, list[dict[str, str]], str | None]
 """The depth chart, its text, the family picker's options and its value."""
@@ -194,7 +195,7 @@ def draw_depth(
         if values
         else None
     )
-    fig = depth_figure(
+    fig = depth_profile_figure(
         [grid.layers[i] for i in keep],
         [math.nan if v is None else v for v in values],
         family=picked,

@@ -20,9 +20,11 @@ from ..analytics import spikes as spike_finder
 from ..analytics.summary import config_diff, summarize
 from ..errors import Invalid
 from ..models import Run
+from ..storage.versions import data_version
 from . import query
 from .aliases import project_aliases
 from .full_resolution import Budget, Reader
+from .kept_spikes import found_spikes
 
 StepArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -74,15 +76,28 @@ def spike_report(
     if not 1 <= max_lag <= MAX_LAG:
         raise Invalid(f"max_lag must be between 1 and {MAX_LAG}, got {max_lag}")
     reader = Reader(session, run, None, None, aliases=project_aliases(session, run.project_id))
+    version = data_version(session, run.key)
+    ranged = start is not None or end is not None
     found: dict[str, list[spike_finder.Spike]] = {}
     listed: list[dict[str, object]] = []
     whole: dict[str, float] = {}
     window: dict[str, float] = {}
     for metric in dict.fromkeys(metrics):
-        steps, values = full_series(reader, metric)
-        found[metric] = spike_finder.find_spikes(steps, values)
-        whole[metric] = spike_finder.fraction_in_spikes(steps, found[metric])
-        window[metric] = spike_finder.fraction_in_spikes(steps, found[metric], start, end)
+        if derived.is_derived(metric) or version is None:
+            steps, values = full_series(reader, metric)
+            found[metric] = spike_finder.find_spikes(steps, values)
+            whole[metric] = spike_finder.fraction_in_spikes(steps, found[metric])
+        else:
+            # A stored metric's spikes over the whole run, kept while the run's data stays
+            # the same: a zoom or another look at the page finds them at once.
+            name = metric
+            if reader.aliases:
+                name = reader.aliases.resolve(metric, set(reader.names())) or metric
+            kept = found_spikes(reader, name, version)
+            found[metric], whole[metric] = kept.spikes, kept.fraction
+            steps = kept.steps_between(start, end) if ranged else np.empty(0, np.int64)
+        if ranged:
+            window[metric] = spike_finder.fraction_in_spikes(steps, found[metric], start, end)
         listed += [
             {**asdict(spike), "metric": metric, "magnitude": query.encode_value(spike.magnitude)}
             for spike in found[metric]
@@ -93,7 +108,6 @@ def spike_report(
         spike_finder.lead_lag(a, found[a], b, found[b], max_lag=max_lag)
         for a, b in itertools.permutations(found, 2)
     ]
-    ranged = start is not None or end is not None
     return SpikeReport(listed, whole, window if ranged else None, pairs)
 
 

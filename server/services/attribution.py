@@ -29,6 +29,8 @@ from ..storage import across, pyramid
 from ..storage.chunks import Points
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
+from ..storage.versions import data_version
+from .kept import kept
 from .layers import MAX_COLUMNS, MAX_LAYERS, cells
 
 TOLERANCE = 0.01
@@ -71,6 +73,25 @@ def attribution(
         raise Invalid(f"by must be 'group' or 'part', got {by!r}")
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
+    # A finished run's page asks for the same shares on every load: kept (`.kept`).
+    return kept(
+        data_version(session, run.key),
+        ("attribution", prefix, start, end, points, by),
+        lambda: _shares(session, run, prefix, start, end, points, by),
+        lambda got: 4096 + 32 * (len(got.groups) + 3) * (len(got.steps) + 4),
+    )
+
+
+def _shares(
+    session: Session,
+    run: Run,
+    prefix: str,
+    start: int | None,
+    end: int | None,
+    points: int,
+    by: str,
+) -> Attribution:
+    """`attribution`, read."""
     stem = prefix.rstrip("/") + "/"
     # The outermost parts only (the hierarchy rule): a layer and its leaves would count
     # the layer twice, and the sum check would find the parts adding up to 150 %.

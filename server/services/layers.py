@@ -37,6 +37,8 @@ from ..storage.chunks import Points
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
 from ..storage.runs import Lineage
+from ..storage.versions import data_version
+from .kept import kept
 
 MAX_LAYERS = 2048
 """Rows a grid may have: every per-parameter norm of a large model under one prefix."""
@@ -116,22 +118,29 @@ def layer_grid(
         raise Invalid(f"points must be between 1 and {MAX_COLUMNS}, got {points}")
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
-    stem = prefix.rstrip("/") + "/"
-    # Layers, never their leaves: a layer's norm already holds its leaves' (the hierarchy
-    # rule), and a row a leaf would count each layer twice in the U-index.
-    parts = outermost(
-        name[len(stem) :]
-        for name in metric_names(session, run.key)
-        if name.startswith(stem) and name[len(stem) :] != "total"
+    # A finished run's page asks for the same grid on every load: kept (`.kept`).
+    question = ("layer_grid", prefix, start, end, points, at, relative_to, baseline_end)
+    return kept(
+        data_version(session, run.key),
+        question,
+        lambda: _grid(session, run, prefix, start, end, points, at, relative_to, baseline_end),
+        _grid_bytes,
     )
-    if len(parts) > MAX_LAYERS:
-        raise Invalid(
-            f"{len(parts)} metrics sit under {stem!r}, more than the {MAX_LAYERS} a grid "
-            "may have: name a longer prefix"
-        )
-    layers = depth_order(parts)
-    lineage, ids = series_keys(session, run.key, [stem + part for part in layers])
-    keys = [ids[stem + part] for part in layers]
+
+
+def _grid(
+    session: Session,
+    run: Run,
+    prefix: str,
+    start: int | None,
+    end: int | None,
+    points: int,
+    at: int | None,
+    relative_to: str | None,
+    baseline_end: int | None,
+) -> LayerGrid:
+    """`layer_grid`, read."""
+    stem, layers, lineage, keys = _layer_series(session, run, prefix)
     span = across.extent(session, run.key, keys, lineage)
     if span is None:
         return LayerGrid(stem.rstrip("/"), layers, [], [[] for _ in layers], [], False, None)
@@ -174,6 +183,53 @@ def layer_grid(
         bucketed,
         profile,
     )
+
+
+def layer_profile(session: Session, run: Run, prefix: str, *, at: int, radius: int) -> LayerGrid:
+    """``prefix``'s layers with their depth profile at ``at`` alone (no columns): each
+    layer's value at its logged step nearest ``at`` within ``radius`` steps, as
+    `layer_grid` gives it with ``at``, without reading a grid; no profile where the layers
+    have no point at all."""
+    if radius < 0:
+        raise Invalid(f"radius must not be negative, got {radius}")
+
+    def read() -> LayerGrid:
+        stem, layers, lineage, keys = _layer_series(session, run, prefix)
+        profile = None
+        if across.extent(session, run.key, keys, lineage) is not None:
+            profile = _profile(session, run, keys, lineage, at, radius)
+        return LayerGrid(stem.rstrip("/"), layers, [], [[] for _ in layers], [], False, profile)
+
+    question = ("layer_profile", prefix, at, radius)
+    return kept(data_version(session, run.key), question, read, _grid_bytes)
+
+
+def _grid_bytes(grid: LayerGrid) -> int:
+    """About what a grid takes in memory: Python floats in lists, 32 bytes a cell."""
+    return 4096 + 32 * (len(grid.layers) + 2) * (len(grid.steps) + 4)
+
+
+def _layer_series(
+    session: Session, run: Run, prefix: str
+) -> tuple[str, list[str], Lineage, list[int]]:
+    """``prefix`` as a stem (``grad/norm/``), its layers in depth order, the run's lineage
+    and the layers' metric ids."""
+    stem = prefix.rstrip("/") + "/"
+    # Layers, never their leaves: a layer's norm already holds its leaves' (the hierarchy
+    # rule), and a row a leaf would count each layer twice in the U-index.
+    parts = outermost(
+        name[len(stem) :]
+        for name in metric_names(session, run.key)
+        if name.startswith(stem) and name[len(stem) :] != "total"
+    )
+    if len(parts) > MAX_LAYERS:
+        raise Invalid(
+            f"{len(parts)} metrics sit under {stem!r}, more than the {MAX_LAYERS} a grid "
+            "may have: name a longer prefix"
+        )
+    layers = depth_order(parts)
+    lineage, ids = series_keys(session, run.key, [stem + part for part in layers])
+    return stem, layers, lineage, [ids[stem + part] for part in layers]
 
 
 def _profile(

@@ -19,12 +19,15 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from ..analytics import transitions as fitting
+from ..analytics.derived import is_derived
 from ..errors import Invalid
 from ..models import Run
 from ..storage.runs import events_of
+from ..storage.versions import data_version
 from .aliases import project_aliases
 from .analytics import FloatArray, StepArray, full_series
 from .full_resolution import Reader
+from .kept import kept
 
 MAX_METRICS = 16
 
@@ -76,6 +79,32 @@ def run_transitions(
     if window is not None and window < 1:
         raise Invalid(f"window must be at least 1 step, got {window}")
     reader = Reader(session, run, start, end, aliases=project_aliases(session, run.project_id))
+    if any(is_derived(metric) for metric in metrics):
+        return _transitions(session, run, reader, metrics, start, end, window)
+    # A finished run's page asks for the same transitions on every load: kept (`.kept`), by
+    # the stored series the names read (a project's aliases may change what they read).
+    stored = set(reader.names())
+    sources = tuple(
+        (m, reader.aliases.resolve(m, stored) if reader.aliases else m) for m in metrics
+    )
+    return kept(
+        data_version(session, run.key),
+        ("transitions", sources, start, end, window),
+        lambda: _transitions(session, run, reader, metrics, start, end, window),
+        lambda found: 4096 + 512 * len(found["transitions"]) * (1 + len(metrics)),
+    )
+
+
+def _transitions(
+    session: Session,
+    run: Run,
+    reader: Reader,
+    metrics: list[str],
+    start: int | None,
+    end: int | None,
+    window: int | None,
+) -> dict[str, Any]:
+    """`run_transitions`, read."""
     series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
     if window is None:
         spans = [int(s[-1] - s[0]) for s, _ in series.values() if len(s) > 1]

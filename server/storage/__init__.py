@@ -6,8 +6,8 @@ Lowest first:
 - ``blocks``, ``pgcopy``: hot points, a row a series and batch, written by binary COPY.
 - ``chunks``, ``m4``: compacted points with their summaries (the pyramid's levels), and the
   M4 selection a chart read ends with.
-- ``runs``, ``metric_ids``, ``points``: a run's lock, segments, lineage and events; metric
-  names to ids; hot points in and out.
+- ``runs``, ``metric_ids``, ``points``, ``versions``: a run's lock, segments, lineage and
+  events; metric names to ids; hot points in and out; what a read of them depends on.
 - ``pyramid``: chart reads over hot points, chunks and summaries.
 - ``policy``, ``placement``, ``compaction``, ``schedule``, ``vacuum``, ``retention``: moving
   hot points into chunks, when, and forgetting old runs.

@@ -184,7 +184,8 @@ def test_the_forecast_line_and_its_eta_note() -> None:
     )
     (note,) = fig["layout"]["annotations"]
     assert note["text"].endswith("reaches 5.0 in ~200 steps")
-    assert "range" not in fig["layout"]["xaxis"]
+    # The chart, drawn to its data's ends (0-200), stretches to take the forecast in.
+    assert fig["layout"]["xaxis"]["range"] == [0, 400]
     # A range shown that ends at the last point is stretched to show the forecast.
     zoomed = OverlayView(left=GRAD, right=PARAM, x_range=(0, 200))
     fig = with_aids(overlay_figure(zoomed), zoomed, aids)

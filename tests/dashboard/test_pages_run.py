@@ -468,18 +468,18 @@ def test_draw_depth_orders_the_layers(world: World, dashboard_data: DashboardDat
         fig, info, options, value = draw_depth(
             dashboard_data, world.mine.read, full_view(world), family, []
         )
-        (bar,) = fig.data
-        assert list(bar.x) == ["embed", "layers.0", "layers.1", "layers.2", "layers.3", "lm_head"]
-        assert list(bar.y) == [6.0, 1.0, 1.5, 2.0, 2.5, 9.0]
-        assert fig.layout.title.text == "grad/norm by depth at step 1,999"
-        assert fig.layout.yaxis.type == "linear"
+        (bar,) = fig["data"]
+        assert bar["x"] == ["embed", "layers.0", "layers.1", "layers.2", "layers.3", "lm_head"]
+        assert bar["y"] == [6.0, 1.0, 1.5, 2.0, 2.5, 9.0]
+        assert fig["layout"]["title"]["text"] == "grad/norm by depth at step 1,999"
+        assert fig["layout"]["yaxis"]["type"] == "linear"
         # (6 + 9) / 2 over the median of the middle layers (1.5, 2.0, 2.5, 1.0 → 1.75).
         assert info == "ends / middle: 4.3×"
         assert (options, value) == ([{"label": "grad/norm", "value": "grad/norm"}], "grad/norm")
     log_fig, *_ = draw_depth(
         dashboard_data, world.mine.read, full_view(world), "grad/norm", ["log"]
     )
-    assert log_fig.layout.yaxis.type == "log"
+    assert log_fig["layout"]["yaxis"]["type"] == "log"
 
 
 def test_draw_depth_without_layers(world: World, dashboard_data: DashboardData) -> None:

@@ -304,10 +304,10 @@ def test_draw_depth_at_the_latest_step_and_at_a_pinned_one() -> None:
     assert data.calls == [
         ("profile", {"prefix": "grad/norm", "at": None, "radius": PROFILE_RADIUS})
     ]
-    (bars,) = fig.data
-    assert list(bars.x) == LAYERS and list(bars.y) == values
-    assert fig.layout.title.text == "grad/norm by depth at step 1,999"
-    assert fig.layout.yaxis.type == "log"
+    (bars,) = fig["data"]
+    assert bars["x"] == LAYERS and bars["y"] == values
+    assert fig["layout"]["title"]["text"] == "grad/norm by depth at step 1,999"
+    assert fig["layout"]["yaxis"]["type"] == "log"
     assert info == "ends / middle: 4.3×"
     assert (options, value) == (
         [
@@ -328,8 +328,8 @@ def test_draw_depth_says_where_the_values_were_logged() -> None:
     steps: list[int | None] = [1200, None, 1210, 1210, 1210, 1200]
     data = FakeLayers(profile=profile_grid(values, steps, 1208, None))
     fig, info, _, _ = draw_depth(data, WHO, RunView(RUN), "grad/norm", [], pinned=1208)
-    assert list(fig.data[0].y) == [6.0, None, 1.5, 2.0, 2.5, 9.0]
-    assert fig.layout.title.text == "grad/norm by depth at step 1,208"
+    assert list(fig["data"][0]["y"]) == [6.0, None, 1.5, 2.0, 2.5, 9.0]
+    assert fig["layout"]["title"]["text"] == "grad/norm by depth at step 1,208"
     assert info == "values logged at steps 1,200–1,210"
 
 
@@ -338,7 +338,7 @@ def test_draw_depth_of_layers_and_leaves_draws_the_layers() -> None:
     profile = Profile(5, [5] * 5, [6.0, 1.0, 50.0, 3.0, 10.0], 99.0)
     data = FakeLayers(profile=grid_of(layers, [5], profile=profile))
     fig, info, _, _ = draw_depth(data, WHO, RunView(RUN), None, [])
-    assert list(fig.data[0].x) == ["embed", "layers.0", "layers.1", "lm_head"]
+    assert list(fig["data"][0]["x"]) == ["embed", "layers.0", "layers.1", "lm_head"]
     assert info == "ends / middle: 4.0×"  # (6 + 10) / 2 over the median of 1 and 3
 
 
@@ -426,13 +426,13 @@ def test_the_real_profile_at_the_latest_and_at_a_pinned_step(
 ) -> None:
     view = RunView(world.run)
     fig, info, options, value = draw_depth(dashboard_data, world.mine.read, view, None, [])
-    assert fig.layout.title.text == "grad/norm by depth at step 2,999"
-    assert list(fig.data[0].y) == pytest.approx([v * 3.99 for v in REAL_VALUES.values()])
+    assert fig["layout"]["title"]["text"] == "grad/norm by depth at step 2,999"
+    assert list(fig["data"][0]["y"]) == pytest.approx([v * 3.99 for v in REAL_VALUES.values()])
     assert info == "ends / middle: 5.0× · values logged at step 2,990"
     assert (options, value) == ([{"label": "grad/norm", "value": "grad/norm"}], "grad/norm")
     fig, info, _, _ = draw_depth(dashboard_data, world.mine.read, view, None, [], pinned=1204)
-    assert fig.layout.title.text == "grad/norm by depth at step 1,204"
-    assert list(fig.data[0].y) == pytest.approx([v * 2.2 for v in REAL_VALUES.values()])
+    assert fig["layout"]["title"]["text"] == "grad/norm by depth at step 1,204"
+    assert list(fig["data"][0]["y"]) == pytest.approx([v * 2.2 for v in REAL_VALUES.values()])
     assert info == "ends / middle: 5.0× · values logged at step 1,200"
 
 

@@ -1,0 +1,80 @@
+"""The depth profile alone (`layer_profile`) is the profile the layer grid gives with ``at``:
+the same logged steps and values, hot and compacted, on both backends, without the grid."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.errors import Invalid
+from normwatch.server.services.layers import layer_grid, layer_profile
+
+from tests.helpers.committed import Sessions, compact, new_run, post, the_run
+from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+
+LAYERS = ["embed", "layers.0", "layers.1", "layers.1.mlp", "layers.2", "lm_head"]
+
+
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+def sessions(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Sessions]:
+    if request.param == "sqlite":
+        url = migrated_sqlite(tmp_path_factory.mktemp("profile") / "normwatch.db")
+    else:
+        url = create_scratch_pg("profile")
+    engine = build_engine(url, pool_size=2)
+    yield session_factory(engine)
+    engine.dispose()
+    if request.param == "postgresql":
+        drop_scratch_pg(url)
+
+
+def logged_run(sessions: Sessions) -> str:
+    """Grad norms of six parts every 2 steps to 5,000; ``layers.1`` every 10th step only."""
+    run = new_run(sessions)
+    steps = np.arange(0, 5000, 2)
+    rng = np.random.default_rng(5)
+    metrics = {f"grad/norm/{n}": 0.1 + rng.random(len(steps)) for n in LAYERS if n != "layers.1"}
+    post(sessions, run, steps, **metrics)
+    tenth = steps[steps % 10 == 0]
+    post(sessions, run, tenth, **{"grad/norm/layers.1": 0.1 + rng.random(len(tenth))})
+    return run
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["hot", "compacted"])
+def test_the_profile_alone_is_the_grids_profile(sessions: Sessions, compacted: bool) -> None:
+    run_id = logged_run(sessions)
+    if compacted:
+        compact(sessions, run_id)
+    with session_scope(sessions) as session:
+        run = the_run(session, run_id)
+        for at, radius in [(0, 1), (1001, 1), (1001, 3), (2500, 0), (4998, 10), (7000, 5)]:
+            # The grid's profile looks as far as a column is wide: 2r + 1 steps for one column.
+            r = (radius - 1) // 2
+            wide = radius % 2 == 1
+            alone = layer_profile(session, run, "grad/norm", at=at, radius=radius)
+            if wide:
+                grid = layer_grid(
+                    session, run, "grad/norm", start=at - r, end=at + r, points=1, at=at
+                )
+                assert alone.profile == grid.profile
+                assert alone.layers == grid.layers
+            assert alone.layers == ["embed", "layers.0", "layers.1", "layers.2", "lm_head"]
+            assert alone.steps == [] and alone.values == [[]] * 5
+            assert alone.profile is not None and alone.profile.step == at
+        # The earlier of two steps as near; layers.1 has no step within 1 of 1,005.
+        near = layer_profile(session, run, "grad/norm", at=1005, radius=1).profile
+        assert near is not None and near.steps == [1004, 1004, None, 1004, 1004]
+        assert near.values[2] is None
+        none = layer_profile(session, run, "params/norm", at=10, radius=5)
+        assert none.layers == [] and none.profile is None
+
+
+def test_a_negative_radius_is_refused(sessions: Sessions) -> None:
+    run_id = logged_run(sessions)
+    with session_scope(sessions) as session:
+        with pytest.raises(Invalid, match="radius must not be negative"):
+            layer_profile(session, the_run(session, run_id), "grad/norm", at=10, radius=-1)
