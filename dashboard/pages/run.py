@@ -199,9 +199,12 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             # The view the overlay last drew: the sections below follow it rather than the
             # view itself, so that a zoom's overlay request runs first and alone.
             dcc.Store(id="view-drawn", data=view.to_store()),
+            html.Div(id="view-drawn-sync", hidden=True),
             dcc.Store(id="overlay-shape", data=None),
             dcc.Store(id="overlay-zoom"),  # the chart's moves of its x axis (`ZOOM_JS`)
-            dcc.Store(id="overlay-aids", data=None),
+            # The aids come with the page, so that the chart's first draw need not wait for
+            # them (`run_aids` reads them again as the view changes).
+            dcc.Store(id="overlay-aids", data=run_aids.read_aids(data, who, view)),
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
             dcc.Store(id="draw-tick"),
@@ -448,6 +451,20 @@ def _name(value: object) -> str | None:
     return value if isinstance(value, str) and len(value) <= MAX_METRIC else None
 
 
+VIEW_DRAWN_JS = """
+function(_figure, view, drawn) {
+    if (view && JSON.stringify(view) !== JSON.stringify(drawn)) {
+        window.dash_clientside.set_props("view-drawn", {data: view});
+    }
+    return window.dash_clientside.no_update;
+}
+"""
+"""The view the chart has drawn, into ``view-drawn`` (a tick or new aids leave it be). Set
+with ``set_props``, not as the callback's output: Dash holds a callback whose input some
+pending callback's outputs lead to, through any chain of callbacks, so on a page load the
+sections' first reads waited for the chart to be drawn."""
+
+
 def register(app: dash.Dash, data: RunReads) -> None:
     run_layers.register(app, data)
     run_spikes.register(app, data)
@@ -512,24 +529,26 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("overlay-shape", "data"),
         Output("range-info", "children"),
         Output("event-list", "children"),
-        Output("view-drawn", "data"),
         Input("view", "data"),
         Input("draw-tick", "data"),
         Input("overlay-aids", "data"),
         State("overlay-shape", "data"),
-        State("view-drawn", "data"),
     )
-    async def on_draw(
-        store: object, _tick: object, aids: object, shape: object, handed: object
-    ) -> tuple[Any, Any, str, Any, Any]:
+    async def on_draw(store: object, _tick: object, aids: object, shape: object) -> Drawn:
         view = RunView.from_store(store)
         # A redraw the tick asked for: `draw` patches the data of a chart of the same shape.
         trigger = "tick" if triggered_id() == "draw-tick" else triggered_id()
-        drawn = await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
-        # Once drawn, a changed view moves the sections below; a tick or new aids, with the
-        # view as it was, leave them be.
-        follow = None if view is None else view.to_store()
-        return (*drawn, dash.no_update if follow is None or follow == handed else follow)
+        return await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
+
+    # Once drawn, a changed view moves the sections below (`VIEW_DRAWN_JS`).
+    app.clientside_callback(
+        VIEW_DRAWN_JS,
+        Output("view-drawn-sync", "children"),
+        Input("overlay", "figure"),
+        State("view", "data"),
+        State("view-drawn", "data"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output("left-metric", "options"),

@@ -9,10 +9,10 @@
 - **Forecast**: the left metric's trend over the last points drawn, ahead of the latest
   step, and when it reaches the nearest threshold (`normwatch.dashboard.forecast`).
 
-Rules and fits are read when the view changes (and rules every `AIDS_EVERY` ticks, so a new
-rule shows up) into the ``overlay-aids`` store; the chart's callback takes them from there,
-so its one-second tick reads nothing more. The store comes back from the browser, so
-:func:`aids_of` takes from it only what it could have written.
+Rules and fits come with the page and are read again when the view changes (and rules every
+`AIDS_EVERY` ticks, so a new rule shows up) into the ``overlay-aids`` store; the chart's
+callback takes them from there, so its one-second tick reads nothing more. The store comes
+back from the browser, so :func:`aids_of` takes from it only what it could have written.
 """
 
 from __future__ import annotations
@@ -338,6 +338,8 @@ def register(app: dash.Dash, data: AidReads) -> None:
         Input("view", "data"),
         Input("aids-tick", "data"),
         State("overlay-aids", "data"),
+        # The page comes with the aids of its first view (`.run.layout`).
+        prevent_initial_call=True,
     )
     async def on_aids(store: object, _n: object, held: object) -> dict[str, Any] | None:
         found = await in_thread(read_aids, data, viewer(), RunView.from_store(store))

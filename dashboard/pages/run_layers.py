@@ -253,7 +253,6 @@ def register(app: dash.Dash, data: LayerReads) -> None:
         Output("depth", "figure"),
         Output("depth-info", "children"),
         Output("depth-family", "options"),
-        Output("depth-family", "value"),
         Input("layers-pin", "data"),
         Input("depth-family", "value"),
         Input("depth-log", "value"),
@@ -263,18 +262,17 @@ def register(app: dash.Dash, data: LayerReads) -> None:
     )
     async def on_depth(
         pin: object, family: object, log: object, _n: object, store: object, options: object
-    ) -> tuple[Any, Any, Any, Any]:
+    ) -> tuple[Any, Any, Any]:
         view = RunView.from_store(store)
         fig, info, new_options, value = await in_thread(
             draw_depth, data, viewer(), view, family, log, pinned_of(pin)
         )
-        # Unchanged picker props are left alone: setting them would redraw the heatmap.
-        return (
-            fig,
-            info,
-            dash.no_update if new_options == options else new_options,
-            dash.no_update if value == family else value,
-        )
+        # Unchanged picker props are left alone: setting them would redraw the heatmap. The
+        # family goes by `set_props`, not as an output: Dash holds a callback whose input is
+        # a pending callback's output, and the heatmap's first read waited for this one.
+        if value != family:
+            dash.set_props("depth-family", {"value": value})
+        return fig, info, dash.no_update if new_options == options else new_options
 
     app.clientside_callback(
         PIN_SYNC_JS, Output("pin-sync", "children"), Input("layers-pin", "data")

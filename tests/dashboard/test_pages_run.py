@@ -497,7 +497,6 @@ DRAW_OUTPUTS = [
     "overlay-shape.data",
     "range-info.children",
     "event-list.children",
-    "view-drawn.data",
 ]
 CRAFTED = [
     ["not", "a", "view"],
@@ -537,7 +536,7 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             json=callback_request(
                 DRAW_OUTPUTS,
                 {"view.data": store, "draw-tick.data": 3, "overlay-aids.data": None},
-                {"overlay-shape.data": None, "view-drawn.data": None},
+                {"overlay-shape.data": None},
                 ["view.data"],
             ),
         )
