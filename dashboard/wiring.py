@@ -17,7 +17,15 @@ import anyio
 from dash import ctx
 from dash.exceptions import PreventUpdate
 
-__all__ = ["TriggerId", "clicked", "in_thread", "or_prevent", "triggered_id"]
+__all__ = [
+    "ROW_CLICK_JS",
+    "TriggerId",
+    "clicked",
+    "clicked_row",
+    "in_thread",
+    "or_prevent",
+    "triggered_id",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -48,3 +56,37 @@ def triggered_id() -> TriggerId:
 def clicked() -> bool:
     """Whether a real click fired the running callback, not a button appearing with 0 clicks."""
     return any(t.get("value") for t in ctx.triggered)
+
+
+ROW_CLICK_JS = """
+function() {
+    const triggered = window.dash_clientside.callback_context.triggered || [];
+    const hit = triggered.find(t => typeof t.value === "number" && t.value > 0);
+    if (!hit) { return window.dash_clientside.no_update; }
+    const id = hit.prop_id.slice(0, hit.prop_id.lastIndexOf("."));
+    return {row: JSON.parse(id), clicks: hit.value};
+}
+"""
+"""The browser side of a table's clickable rows (``n_clicks`` of a pattern id): a real click
+goes into the table's click store as ``{"row": <the row's id>, "clicks": n}`` (`clicked_row`
+reads it), and a table drawn anew, whose rows all appear with 0 clicks, sends nothing. A
+server callback on the rows themselves was a round trip each time a table was drawn, at the
+end of every page load and zoom."""
+
+
+def clicked_row(store: object) -> tuple[TriggerId, bool]:
+    """The row id a click store (`ROW_CLICK_JS`) holds, and whether it says a real click;
+    ``(None, False)`` for anything else, as the store comes from the browser.
+
+    >>> clicked_row({"row": {"type": "spike-row", "start": 5}, "clicks": 1})
+    ({'type': 'spike-row', 'start': 5}, True)
+    >>> clicked_row({"row": "spike-table", "clicks": 0}), clicked_row(None)
+    (('spike-table', False), (None, False))
+    """
+    if not isinstance(store, Mapping):
+        return None, False
+    row = store.get("row")
+    clicks = store.get("clicks")
+    trigger: TriggerId = row if isinstance(row, str | Mapping) else None
+    real = isinstance(clicks, int) and not isinstance(clicks, bool) and clicks > 0
+    return trigger, real

@@ -24,7 +24,7 @@ from normwatch.server.services.analytics import SpikeReport
 from ..data import MetricRefused, RunNotFound
 from ..layers import family_of
 from ..session import viewer
-from ..wiring import TriggerId, clicked, in_thread, triggered_id
+from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread
 from .run_layers import pin_store
 from .run_view import MAX_STEP, RunView, is_step
 
@@ -99,6 +99,7 @@ def section() -> html.Div:
                 style={"display": "flex", "gap": "1.5rem", "flexWrap": "wrap"},
             ),
             dcc.Store(id="spikes-tick"),
+            dcc.Store(id="spike-click"),  # a real click on a row (`ROW_CLICK_JS`)
         ],
         className="spikes-section",
     )
@@ -344,18 +345,20 @@ def register(app: dash.Dash, data: SpikeReads) -> None:
         return await in_thread(draw_spikes, data, viewer(), RunView.from_store(store))
 
     row = {"type": SPIKE_ROW, "metric": ALL, "start": ALL, "peak": ALL, "end": ALL}
+    app.clientside_callback(ROW_CLICK_JS, Output("spike-click", "data"), Input(row, "n_clicks"))
 
     @app.callback(
         Output("view", "data", allow_duplicate=True),
         Output("layers-pin", "data", allow_duplicate=True),
         Output("depth-family", "value", allow_duplicate=True),
-        Input(row, "n_clicks"),
+        Input("spike-click", "data"),
         State("view", "data"),
         State("depth-family", "options"),
         prevent_initial_call=True,
     )
-    async def on_row(_clicks: object, store: object, families: object) -> tuple[Any, Any, Any]:
-        zoom = zoom_to_spike(RunView.from_store(store), triggered_id(), clicked(), families)
+    async def on_row(click: object, store: object, families: object) -> tuple[Any, Any, Any]:
+        trigger, was_clicked = clicked_row(click)
+        zoom = zoom_to_spike(RunView.from_store(store), trigger, was_clicked, families)
         if zoom is None:
             raise PreventUpdate
         return zoom.view.to_store(), zoom.pin, zoom.family or dash.no_update

@@ -25,7 +25,7 @@ from normwatch.server.schemas import RunOut
 from ..data import MetricRefused, RunNotFound
 from ..overlay_aids import number_text
 from ..session import viewer
-from ..wiring import TriggerId, clicked, in_thread, triggered_id
+from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread
 from .run_aids import fit_window
 from .run_view import RunView, event_window, is_step
 
@@ -82,6 +82,7 @@ def section() -> html.Div:
             ),
             html.Div(id="transition-table", style={"maxHeight": "22rem", "overflowY": "auto"}),
             dcc.Store(id="transitions-tick"),
+            dcc.Store(id="transition-click"),  # a real click on a row (`ROW_CLICK_JS`)
         ],
         className="transitions-section",
     )
@@ -230,20 +231,22 @@ def register(app: dash.Dash, data: TransitionReads) -> None:
     async def on_transitions(store: object, _n: object) -> Any:
         return await in_thread(draw_transitions, data, viewer(), RunView.from_store(store))
 
+    app.clientside_callback(
+        ROW_CLICK_JS,
+        Output("transition-click", "data"),
+        Input({"type": TRANSITION_ROW, "step": ALL}, "n_clicks"),
+    )
+
     @app.callback(
         Output("view", "data", allow_duplicate=True),
-        Input({"type": TRANSITION_ROW, "step": ALL}, "n_clicks"),
+        Input("transition-click", "data"),
         State("view", "data"),
         prevent_initial_call=True,
     )
-    async def on_row(_clicks: object, store: object) -> Any:
+    async def on_row(click: object, store: object) -> Any:
+        trigger, was_clicked = clicked_row(click)
         zoomed = await in_thread(
-            zoom_to_transition,
-            data,
-            viewer(),
-            RunView.from_store(store),
-            triggered_id(),
-            clicked(),
+            zoom_to_transition, data, viewer(), RunView.from_store(store), trigger, was_clicked
         )
         if zoomed is None:
             raise PreventUpdate

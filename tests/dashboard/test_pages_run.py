@@ -3,7 +3,6 @@ Postgres: the viewer's own run is drawn, another project's run looks like no run
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -638,16 +637,19 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
             "right-metric": {"options": []},
             "run-last-step": {"children": ""},
         }
-        row = {"type": "transition-row", "step": 5}
-        request = callback_request(["view.data"], {}, {"view.data": store}, [])
+        click = {"row": {"type": "transition-row", "step": 5}, "clicks": 1}
+        request = callback_request(
+            ["view.data"], {"transition-click.data": click}, {"view.data": store}, []
+        )
         (zoom,) = [
             d["output"]
             for d in browser.get("/_dash-dependencies").json()
-            if "transition-row" in json.dumps(d["inputs"][0]["id"])
+            if d["inputs"][0]["id"] == "transition-click"
         ]
         request["output"] = zoom  # the view again (allow_duplicate): `view.data@<hash>`
-        request["inputs"] = [[{"id": row, "property": "n_clicks", "value": 1}]]
-        request["changedPropIds"] = ['{"step":5,"type":"transition-row"}.n_clicks']
+        request["changedPropIds"] = ["transition-click.data"]
+        assert browser.post(CALLBACK, json=request).status_code == 204
+        request["inputs"][0]["value"] = store  # a crafted click
         assert browser.post(CALLBACK, json=request).status_code == 204
         add = callback_request(
             ["add-series.value", "add-series.options", "expression-info.children"],

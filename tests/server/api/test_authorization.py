@@ -360,12 +360,9 @@ CALLBACK_KEYS = {
     "run_layers.pin_text": "pin-info.children <- layers-pin.data",
     "run_layers.draw_depth": "depth.figure <- layers-pin.data",
     "run_spikes.draw": "spike-table.children <- view-drawn.data",
-    "run_spikes.zoom": (
-        'view.data <- {"end":["ALL"],"metric":["ALL"],"peak":["ALL"],"start":["ALL"],'
-        '"type":"spike-row"}.n_clicks'
-    ),
+    "run_spikes.zoom": "view.data <- spike-click.data",
     "run_transitions.draw": "transition-table.children <- view-drawn.data",
-    "run_transitions.zoom": 'view.data <- {"step":["ALL"],"type":"transition-row"}.n_clicks',
+    "run_transitions.zoom": "view.data <- transition-click.data",
     "run_attribution.draw": "attribution-chart.figure <- view-drawn.data",
     "run_aids.read": "overlay-aids.data <- view.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
@@ -991,22 +988,20 @@ def _zoom(o: Objects) -> Callback:
 
 
 def _transition_zoom(o: Objects) -> Callback:
-    component = {"step": 2, "type": "transition-row"}
-    key = _pattern_key({"step": ["ALL"], "type": "transition-row"}, "n_clicks")
-    values = {key: [(component, 1)], "view.data": _view(o.run_id)}
-    return Callback(
-        "run_transitions.zoom", values, [_pattern_key(component, "n_clicks")], '"focus":2'
-    )
+    # The row's click as the browser's filter (`ROW_CLICK_JS`) puts it in the table's store.
+    click = {"row": {"step": 2, "type": "transition-row"}, "clicks": 1}
+    values = {"transition-click.data": click, "view.data": _view(o.run_id)}
+    return Callback("run_transitions.zoom", values, ["transition-click.data"], '"focus":2')
 
 
 def _spike_zoom(o: Objects) -> Callback:
-    component = {"end": 3, "metric": "grad/norm/total", "peak": 1, "start": 1, "type": "spike-row"}
-    key = _pattern_key(
-        {"end": ["ALL"], "metric": ["ALL"], "peak": ["ALL"], "start": ["ALL"], "type": "spike-row"},
-        "n_clicks",
-    )
-    values = {key: [(component, 1)], "view.data": _view(o.run_id), "depth-family.options": []}
-    return Callback("run_spikes.zoom", values, [_pattern_key(component, "n_clicks")], '{"step":1}')
+    row = {"end": 3, "metric": "grad/norm/total", "peak": 1, "start": 1, "type": "spike-row"}
+    values = {
+        "spike-click.data": {"row": row, "clicks": 1},
+        "view.data": _view(o.run_id),
+        "depth-family.options": [],
+    }
+    return Callback("run_spikes.zoom", values, ["spike-click.data"], '{"step":1}')
 
 
 def _submit(w: World, t: str, o: Objects, editing: bool) -> Callback:
