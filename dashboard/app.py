@@ -22,6 +22,7 @@ from .callback_check import CallbackCheck, CallbackErrors
 from .dash_internals import callback_map, disable_catchall, render_index
 from .data import DashboardData
 from .login import install_login
+from .scripts import ScriptCache
 from .security import BrowserSecurity, origin_of
 from .session import SessionSigner
 
@@ -36,6 +37,9 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
         webhook_allow=context.webhook_allow,
         base_url=settings.base_url,
     )
+    # Innermost: Dash's scripts from memory, compressed (`ScriptCache`), still with every
+    # header the middlewares outside add.
+    server.add_middleware(ScriptCache)
     # Added before Dash's middleware, so inside it: a failing callback is logged and
     # answered here rather than by Dash's anonymous 500.
     server.add_middleware(CallbackErrors)

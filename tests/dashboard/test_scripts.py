@@ -1,0 +1,99 @@
+"""Dash's scripts from memory: gzip for a browser that takes it, the file as it is for one
+that does not, 304 for an ETag that still matches, each file read from Dash once; and on the
+real server, plotly.js compressed."""
+
+from __future__ import annotations
+
+import gzip
+
+import httpx
+from normwatch.dashboard.scripts import SCRIPTS_PREFIX, ScriptCache
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from normwatch.testing import ServerProcess
+from tests.helpers.coroutines import run_async
+from tests.helpers.tenants import make_tenant
+
+SCRIPT = b"function draw(figure) { return figure; }\n" * 400
+
+
+def dash_like() -> tuple[Starlette, list[str]]:
+    """Scripts served as Dash serves them (an ETag, no encoding), and every request seen."""
+    seen: list[str] = []
+
+    async def script(request: Request) -> Response:
+        seen.append(request.url.path)
+        name = request.path_params["name"]
+        if name == "missing.js":
+            return PlainTextResponse("no such file", status_code=404)
+        body = b"x" if name == "tiny.js" else SCRIPT
+        return Response(body, media_type="application/javascript", headers={"ETag": '"abc"'})
+
+    async def other(request: Request) -> Response:
+        seen.append(request.url.path)
+        return PlainTextResponse("page " * 400)
+
+    routes = [Route(SCRIPTS_PREFIX + "dash/{name}", script), Route("/runs", other)]
+    return Starlette(routes=routes), seen
+
+
+def test_scripts_are_compressed_once_and_answered_from_memory() -> None:
+    app, seen = dash_like()
+
+    async def call() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=ScriptCache(app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            path = SCRIPTS_PREFIX + "dash/graph.js"
+            return [
+                await client.get(path, headers={"Accept-Encoding": "gzip"}),
+                await client.get(path, headers={"Accept-Encoding": "gzip, deflate"}),
+                await client.get(path, headers={"Accept-Encoding": "identity"}),
+                await client.get(path, headers={"If-None-Match": '"abc"'}),
+                await client.get(path, headers={"If-None-Match": '"old"'}),
+                await client.get(SCRIPTS_PREFIX + "dash/tiny.js"),
+                await client.get(SCRIPTS_PREFIX + "dash/missing.js"),
+                await client.get(SCRIPTS_PREFIX + "dash/missing.js"),
+                await client.get("/runs", headers={"Accept-Encoding": "gzip"}),
+            ]
+
+    first, again, plain, unchanged, changed, tiny, missing, still, page = run_async(call())
+    for answer in (first, again):
+        assert answer.headers["content-encoding"] == "gzip"
+        assert answer.content == SCRIPT  # httpx inflates it
+        assert int(answer.headers["content-length"]) < len(SCRIPT) // 10
+        assert answer.headers["vary"] == "Accept-Encoding"
+        assert answer.headers["etag"] == '"abc"'
+    assert "content-encoding" not in plain.headers and plain.content == SCRIPT
+    assert unchanged.status_code == 304 and unchanged.content == b""
+    assert changed.status_code == 200 and changed.content == SCRIPT
+    assert "content-encoding" not in tiny.headers and tiny.content == b"x"
+    assert missing.status_code == still.status_code == 404
+    assert "content-encoding" not in page.headers
+    # Each script read from Dash once; a missing one and other pages every time.
+    assert seen == [
+        SCRIPTS_PREFIX + "dash/graph.js",
+        SCRIPTS_PREFIX + "dash/tiny.js",
+        SCRIPTS_PREFIX + "dash/missing.js",
+        SCRIPTS_PREFIX + "dash/missing.js",
+        "/runs",
+    ]
+
+
+def test_the_servers_plotly_js_comes_compressed(pg_server: ServerProcess) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+        path = "/_dash-component-suites/plotly/package_data/plotly.min.js"
+        raw = browser.get(path, headers={"Accept-Encoding": "identity"})
+        packed = browser.stream("GET", path, headers={"Accept-Encoding": "gzip"})
+        with packed as answer:
+            body = b"".join(answer.iter_raw())
+            assert answer.headers["content-encoding"] == "gzip"
+        assert raw.status_code == 200 and len(raw.content) > 3_000_000
+        assert len(body) < len(raw.content) // 2
+        assert gzip.decompress(body) == raw.content
+        # The security headers still come with it.
+        assert answer.headers["x-content-type-options"] == "nosniff"
