@@ -8,7 +8,7 @@ import statistics
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from normwatch.server.analytics import layers
 from normwatch.server.analytics.layers import bucket_edges, bucket_max, depth_order, u_index
@@ -85,6 +85,7 @@ def test_bucket_edges_are_exact_across_the_whole_int64_range(
     assert bucket_edges(lo, hi, buckets).tolist() == sorted(set(expected))
 
 
+@settings(deadline=None)  # a property, not a timing: a busy machine must not fail it
 @given(
     points=st.dictionaries(
         st.integers(-50, 250),
