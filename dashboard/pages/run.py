@@ -205,6 +205,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             # The aids come with the page, so that the chart's first draw need not wait for
             # them (`run_aids` reads them again as the view changes).
             dcc.Store(id="overlay-aids", data=run_aids.read_aids(data, who, view)),
+            dcc.Store(id="aids-key", data=run_aids.aids_key(view)),
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
             dcc.Store(id="draw-tick"),

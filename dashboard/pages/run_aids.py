@@ -9,10 +9,11 @@
 - **Forecast**: the left metric's trend over the last points drawn, ahead of the latest
   step, and when it reaches the nearest threshold (`normwatch.dashboard.forecast`).
 
-Rules and fits come with the page and are read again when the view changes (and rules every
-`AIDS_EVERY` ticks, so a new rule shows up) into the ``overlay-aids`` store; the chart's
-callback takes them from there, so its one-second tick reads nothing more. The store comes
-back from the browser, so :func:`aids_of` takes from it only what it could have written.
+Rules and fits come with the page and are read again when what they depend on changes
+(`aids_key`: the run, or the view while it has a focus), and rules every `AIDS_EVERY` ticks
+so that a new rule shows up, into the ``overlay-aids`` store; the chart's callback takes
+them from there, so its one-second tick reads nothing more. The store comes back from the
+browser, so :func:`aids_of` takes from it only what it could have written.
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ from .run_view import RunView
 
 __all__ = [
     "AIDS_EVERY",
+    "AIDS_KEY_JS",
     "ATTRIBUTION_EVERY",
     "TRANSITIONS_EVERY",
     "AidReads",
     "RuleLine",
     "SectionTicks",
+    "aids_key",
     "aids_of",
     "fit_window",
     "read_aids",
@@ -332,16 +335,53 @@ def sections_due(view: RunView | None, n_intervals: object) -> SectionTicks:
 # --- wiring -------------------------------------------------------------------------------
 
 
+def aids_key(view: RunView | None) -> dict[str, Any] | None:
+    """What the aids of ``view`` depend on: its run, and the whole view while it has a focus
+    (the fits follow its range and metrics). `AIDS_KEY_JS` works it out in the browser.
+
+    >>> aids_key(RunView("r", "a", start=5, end=9))
+    {'run': 'r'}
+    >>> aids_key(RunView("r", "a", start=5, end=9, focus=7))["focus"]
+    7
+    """
+    if view is None:
+        return None
+    return {"run": view.run} if view.focus is None else view.to_store()
+
+
+AIDS_KEY_JS = """
+function(view, held) {
+    if (!view) { return window.dash_clientside.no_update; }
+    const key = (view.focus === null || view.focus === undefined) ? {run: view.run} : view;
+    return JSON.stringify(key) === JSON.stringify(held) ? window.dash_clientside.no_update : key;
+}
+"""
+"""`aids_key` of the view, into the ``aids-key`` store only when it changes: a zoom or a
+change of metric without a focus leaves the aids as they are, and the chart's callback, which
+Dash holds while the aids' callback is due, no longer waits a round trip for them."""
+
+
 def register(app: dash.Dash, data: AidReads) -> None:
+    app.clientside_callback(
+        AIDS_KEY_JS,
+        Output("aids-key", "data"),
+        Input("view", "data"),
+        State("aids-key", "data"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(
         Output("overlay-aids", "data"),
-        Input("view", "data"),
+        Input("aids-key", "data"),
         Input("aids-tick", "data"),
+        State("view", "data"),
         State("overlay-aids", "data"),
         # The page comes with the aids of its first view (`.run.layout`).
         prevent_initial_call=True,
     )
-    async def on_aids(store: object, _n: object, held: object) -> dict[str, Any] | None:
+    async def on_aids(
+        _key: object, _n: object, store: object, held: object
+    ) -> dict[str, Any] | None:
         found = await in_thread(read_aids, data, viewer(), RunView.from_store(store))
         # The same aids again would only redraw the chart for nothing.
         if found == held:

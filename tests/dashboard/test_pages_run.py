@@ -605,8 +605,8 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
 
         aids = post(
             ["overlay-aids.data"],
-            {"view.data": store, "aids-tick.data": None},
-            {"overlay-aids.data": {"run": "x"}},
+            {"aids-key.data": store, "aids-tick.data": None},
+            {"view.data": store, "overlay-aids.data": {"run": "x"}},
         )
         assert aids == {"overlay-aids": {"data": None}}
         table = post(

@@ -364,7 +364,7 @@ CALLBACK_KEYS = {
     "run_transitions.draw": "transition-table.children <- view-drawn.data",
     "run_transitions.zoom": "view.data <- transition-click.data",
     "run_attribution.draw": "attribution-chart.figure <- view-drawn.data",
-    "run_aids.read": "overlay-aids.data <- view.data",
+    "run_aids.read": "overlay-aids.data <- aids-key.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
     "run_download.on_download": "csv-file.data <- download-csv.n_clicks",
     "run_control.act": "control-message.children <- control-checkpoint.n_clicks",
@@ -1284,7 +1284,12 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     ),
     "read the view's run's thresholds": lambda w, t, o: Callback(
         "run_aids.read",
-        {"view.data": _view(o.run_id), "aids-tick.data": None, "overlay-aids.data": None},
+        {
+            "aids-key.data": {"run": o.run_id},
+            "aids-tick.data": None,
+            "view.data": _view(o.run_id),
+            "overlay-aids.data": None,
+        },
         [],
         o.rule_name,
     ),
