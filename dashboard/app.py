@@ -21,6 +21,7 @@ from . import routing
 from .callback_check import CallbackCheck, CallbackErrors
 from .dash_internals import callback_map, disable_catchall, render_index
 from .data import DashboardData
+from .live import install_live
 from .login import install_login
 from .scripts import ScriptCache
 from .security import BrowserSecurity, origin_of
@@ -66,6 +67,9 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     for page in routing.PAGES:
         for route_path in page.ROUTES:
             server.add_api_route(route_path, serve_index, methods=["GET"], include_in_schema=False)
+    public_origin = origin_of(settings.public_url) if settings.public_url else None
+    trusted_origins = [public_origin] if public_origin else []
+    install_live(server, data, context.changes, trusted_origins)
 
     with sessions() as session, session.begin():
         secret = (
@@ -83,10 +87,7 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     # Added after the login guard, so outside it: its redirects and 401s carry the headers
     # too, and a cross-site write is refused before any session is looked up. The hashes are
     # taken once every page has registered its clientside callbacks (inline scripts).
-    public_origin = origin_of(settings.public_url) if settings.public_url else None
     server.add_middleware(
-        BrowserSecurity,
-        script_hashes=app.csp_hashes(),
-        trusted_origins=[public_origin] if public_origin else [],
+        BrowserSecurity, script_hashes=app.csp_hashes(), trusted_origins=trusted_origins
     )
     return app

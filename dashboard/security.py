@@ -41,6 +41,7 @@ __all__ = [
     "cross_site_reason",
     "docs_content_security_policy",
     "origin_of",
+    "sent_from_elsewhere",
 ]
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -134,7 +135,10 @@ def _own_origin(scope: Scope, headers: Headers) -> str | None:
         if not server:
             return None
         host = f"{server[0]}:{server[1]}"
-    return origin_of(f"{scope.get('scheme', 'http')}://{host}")
+    scheme = scope.get("scheme", "http")
+    # A WebSocket handshake's scheme is ws(s); the page that opened it was served over http(s).
+    scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
+    return origin_of(f"{scheme}://{host}")
 
 
 def cross_site_reason(scope: Scope, trusted_origins: Iterable[str] = ()) -> str | None:
@@ -149,6 +153,12 @@ def cross_site_reason(scope: Scope, trusted_origins: Iterable[str] = ()) -> str 
     path: str = scope["path"]
     if path in UNCHECKED_PATHS or path.startswith(UNCHECKED_PREFIXES):
         return None
+    return sent_from_elsewhere(scope, trusted_origins)
+
+
+def sent_from_elsewhere(scope: Scope, trusted_origins: Iterable[str] = ()) -> str | None:
+    """Why a request (any method, a WebSocket handshake too) is one a browser marks as sent
+    from another site, or None: as :func:`cross_site_reason`, whatever its method and path."""
     headers = Headers(scope=scope)
     fetch_site = headers.get("sec-fetch-site", "").lower()
     if fetch_site in ("cross-site", "same-site"):

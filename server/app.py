@@ -37,6 +37,7 @@ from .storage.health import DatabaseProbe
 from .telemetry import Telemetry
 from .workers.compactor import Compactor
 from .workers.dispatcher import Dispatcher
+from .workers.live import RunChanges
 
 log = logging.getLogger("normwatch.server")
 
@@ -137,6 +138,7 @@ def create_app(
         read_slots=Slots(settings.read_concurrency, settings.read_wait_s, settings.admission_queue),
         reads_first=reads_first,
         webhook_allow=webhook_allow,
+        changes=RunChanges(sessions, max_watches=settings.live_max_watches),
     )
     install_context(app, context)
 

@@ -139,6 +139,12 @@ class Settings(BaseSettings):
         "uploads; 0 turns this off.",
     )
     session_max_age_s: int = 14 * 24 * 3600
+    live_max_watches: int = Field(
+        default=1000,
+        ge=1,
+        description="Run pages a worker keeps told of their run's changes at once (each an "
+        "open WebSocket); one more is refused 503 with Retry-After and polls instead.",
+    )
     token_cache_s: float = Field(
         default=5.0,
         ge=0,

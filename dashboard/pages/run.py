@@ -35,12 +35,14 @@ from . import (
     run_download,
     run_layers,
     run_layers_draw,
+    run_live,
     run_series,
     run_shaping,
     run_spikes,
     run_transitions,
 )
 from .run_config import config_section
+from .run_live import TICK_MS, Pace, Poke
 from .run_overlay import (
     POINTS,
     chart_shape,
@@ -66,12 +68,11 @@ from .run_view import (
 
 ROUTES = ("/runs/{run_id}",)
 _PATH = re.compile(r"^/runs/([0-9A-Za-z_-]+)/?$")
-TICK_MS = 1000
 RUN_NOT_FOUND = "No such run in your project"
 OPTIONS_EVERY = 5
-"""The metric pickers' options are read again every this many ticks."""
+"""The metric pickers' options are read again every this many beats (`.run_live`)."""
 DRAW_EVERY = 3
-"""The chart is redrawn every this many ticks even when the run logged nothing new: events
+"""The chart is redrawn every this many beats even when the run logged nothing new: events
 and alerts come without new points."""
 
 Drawn = tuple[Any, Any, str, Any]
@@ -208,9 +209,10 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             dcc.Store(id="aids-key", data=run_aids.aids_key(view)),
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
+            *run_live.channel(run_id),
             dcc.Store(id="draw-tick"),
             # The data versions `tick` last gave each part: this page's, as it was drawn.
-            dcc.Store(id="ticks-seen", data=dict.fromkeys(TICK_PARTS, data_version(metrics))),
+            dcc.Store(id="ticks-seen", data=first_seen(metrics)),
             html.Div(id="url-sync", hidden=True),
         ],
         className="card run-page",
@@ -352,13 +354,14 @@ def refresh_options(
         metrics = data.metrics(who, view.run)
     except RunNotFound:
         return [], [], "", dash.no_update, dash.no_update
-    return options_of(view, metrics, n_intervals)
+    due = not isinstance(n_intervals, int) or n_intervals % OPTIONS_EVERY == 0
+    return options_of(view, metrics, due=due)
 
 
 def options_of(
-    view: RunView, metrics: list[MetricOut], n_intervals: object
+    view: RunView, metrics: list[MetricOut], *, due: bool
 ) -> tuple[Any, Any, str, Any, Any]:
-    """`refresh_options` for the run's ``metrics``, as read."""
+    """`refresh_options` for the run's ``metrics``, as read; the options only when ``due``."""
     last = max((m.last_step for m in metrics if m.last_step is not None), default=None)
     label = "" if last is None else f"last step {last:,}"
     names = [m.name for m in metrics]
@@ -370,7 +373,7 @@ def options_of(
         picked = replace(view, left=left, right=right)
         options = run_series.options_with(names, picked)
         return options, options, label, left or dash.no_update, right or dash.no_update
-    if isinstance(n_intervals, int) and n_intervals % OPTIONS_EVERY and not waiting:
+    if not due and not waiting:
         return dash.no_update, dash.no_update, label, dash.no_update, dash.no_update
     options = run_series.options_with(names, view)
     return options, options, label, dash.no_update, dash.no_update
@@ -385,9 +388,16 @@ def data_version(metrics: list[MetricOut]) -> int:
 
 TICK_PARTS = ("draw", "transitions", "attribution", "grid", "profile", "spikes")
 """What `tick` sets off only when the run changed since it last did."""
-TICK_OUTPUTS = 13
+TICK_OUTPUTS = 14
 """What `tick` answers: the pickers' options, the last step, the pickers' values, the chart's
-draw tick, the versions seen, and the sections' six ticks."""
+draw tick, the versions seen, the sections' six ticks, and the interval of the next tick."""
+
+
+def first_seen(metrics: list[MetricOut]) -> dict[str, Any]:
+    """The ``ticks-seen`` store of a page just built from ``metrics``: every part has seen
+    them, so that the first tick sets off only what the run logs after."""
+    version = data_version(metrics)
+    return {**dict.fromkeys(TICK_PARTS, version), "pace": Pace().to_store()}
 
 
 def tick(
@@ -397,50 +407,64 @@ def tick(
     n_intervals: object,
     pinned: int | None,
     seen: object,
+    poke: object = None,
 ) -> tuple[Any, ...]:
     """What one refresh tick of the page sets off, from one read of the run's metrics.
 
     One callback a tick, where the chart and each section had one of their own: the
     pickers (`refresh_options`); the chart, when the run logged anything since it was
-    drawn, and every `DRAW_EVERY` ticks regardless (events and alerts come without new
-    points); the sections each at its own pace (`run_aids.sections_due`,
-    `run_layers.refreshes_due`, `run_spikes.spikes_due`), and those that read the run's
-    points only when it logged something since they last did. ``seen`` is the store of the
-    versions (`data_version`) each of them was last given; the new one goes back into it.
-    A page left open on a finished run then reads its metrics once a second and redraws its
-    chart every few seconds, and nothing else.
+    drawn, and every `DRAW_EVERY` beats regardless (events and alerts come without new
+    points); the sections each at its own pace in beats (`run_aids.sections_due`,
+    `run_layers.refreshes_due`, `run_spikes.spikes_due`, given each beat that passed since
+    the last tick, `.run_live.Pace`), and those that read the run's points only when it
+    logged something since they last did; and the interval to the next tick
+    (`.run_live.interval_for`). ``seen`` is the store of the versions (`data_version`) each
+    of them was last given, and of the pace; the new ones go back into it. ``poke`` is the
+    store the page's live channel pokes (`.run_live.Poke`): a poke that says the run changed
+    redraws the chart (events come without new points); in a hidden tab the callback reads
+    nothing, and when it shows again the chart is redrawn and every section reads what it
+    missed. A page left open on a quiet run then reads its metrics every few seconds,
+    redraws its chart as often, and nothing else.
     """
     skip = dash.no_update
     if view is None:
         return ([], [], "", skip, skip, *[skip] * (TICK_OUTPUTS - 5))
+    given = dict(seen) if isinstance(seen, dict) else {}
+    told = Poke.from_store(poke)
+    turn = Pace.from_store(given.get("pace")).advance(n_intervals, poke=told)
+    interval = run_live.interval_for(told)
+    given["pace"] = replace(turn.pace, every=interval).to_store()
+    new_interval = skip if interval == turn.pace.every else interval
+    if told.hidden:  # the tab rests until it shows
+        return (*[skip] * 6, given, *[skip] * 6, new_interval)
     try:
         metrics = data.metrics(who, view.run)
     except RunNotFound:
         return ([], [], "", skip, skip, *[skip] * (TICK_OUTPUTS - 5))
-    pickers = options_of(view, metrics, n_intervals)
-    n = n_intervals if isinstance(n_intervals, int) else 0
     version = data_version(metrics)
-    given = dict(seen) if isinstance(seen, dict) else {}
+    beats, shown = turn.beats, turn.shown
+    pickers = options_of(view, metrics, due=shown or any(b % OPTIONS_EVERY == 0 for b in beats))
 
     def fresh(part: str, due: bool, *, every: bool = False) -> Any:
-        """``n`` for a part that is due and has not seen this version (or ``every``)."""
-        if not due or (given.get(part) == version and not every):
+        """A new value for a part that is due and has not seen this version (or ``every``)."""
+        if not (due or shown) or (given.get(part) == version and not every):
             return skip
         given[part] = version
-        return n
+        return turn.pace.seq
 
-    sections = run_aids.sections_due(view, n)
-    layers = run_layers.refreshes_due(view, pinned, n)
+    sections = [run_aids.sections_due(view, b) for b in beats]
+    layers = [run_layers.refreshes_due(view, pinned, b) for b in beats]
     outputs = (
-        fresh("draw", True, every=n % DRAW_EVERY == 0),
-        fresh("aids", sections.aids, every=True),  # the rules' lines: no points read
-        fresh("transitions", sections.transitions),
-        fresh("attribution", sections.attribution),
-        fresh("grid", layers.grid),
-        fresh("profile", layers.profile),
-        fresh("spikes", run_spikes.spikes_due(view, n)),
+        fresh("draw", True, every=turn.redraw or any(b % DRAW_EVERY == 0 for b in beats)),
+        # the rules' lines: no points read
+        fresh("aids", any(s.aids for s in sections), every=True),
+        fresh("transitions", any(s.transitions for s in sections)),
+        fresh("attribution", any(s.attribution for s in sections)),
+        fresh("grid", any(r.grid for r in layers)),
+        fresh("profile", any(r.profile for r in layers)),
+        fresh("spikes", any(run_spikes.spikes_due(view, b) for b in beats)),
     )
-    return (*pickers, outputs[0], given, *outputs[1:])
+    return (*pickers, outputs[0], given, *outputs[1:], new_interval)
 
 
 def not_found_drawn() -> Drawn:
@@ -475,6 +499,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_control.register(app, data)
     run_series.register(app, data)
     run_download.register(app, data)
+    run_live.register(app)
 
     @app.callback(
         Output("view", "data"),
@@ -567,16 +592,20 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("layers-grid-tick", "data"),
         Output("layers-profile-tick", "data"),
         Output("spikes-tick", "data"),
+        Output("tick", "interval"),
         Input("tick", "n_intervals"),
+        Input("live-poke", "data"),
         State("view", "data"),
         State("layers-pin", "data"),
         State("ticks-seen", "data"),
         prevent_initial_call=True,
     )
-    async def on_tick(n: object, store: object, pin: object, seen: object) -> tuple[Any, ...]:
+    async def on_tick(
+        n: object, poke: object, store: object, pin: object, seen: object
+    ) -> tuple[Any, ...]:
         view = RunView.from_store(store)
         pinned = run_layers.pinned_of(pin)
-        return await in_thread(tick, data, viewer(), view, n, pinned, seen)
+        return await in_thread(tick, data, viewer(), view, n, pinned, seen, poke)
 
     app.clientside_callback(URL_SYNC_JS, Output("url-sync", "children"), Input("view", "data"))
     app.clientside_callback(

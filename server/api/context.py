@@ -21,6 +21,7 @@ from ..storage.health import DatabaseProbe
 from ..telemetry import Telemetry
 from ..workers.compactor import Compactor
 from ..workers.dispatcher import Dispatcher
+from ..workers.live import RunChanges
 from .admission import ReadsFirst, Slots
 
 __all__ = ["ContextDep", "ServiceContext", "context_of", "get_context", "install_context"]
@@ -46,6 +47,8 @@ class ServiceContext:
     reads_first: ReadsFirst
     webhook_allow: AllowList
     """Hosts alert channels may target although private (``NORMWATCH_WEBHOOK_ALLOW``)."""
+    changes: RunChanges
+    """Tells open run pages that their run changed (`.workers.live`)."""
 
 
 def install_context(app: FastAPI, context: ServiceContext) -> None:

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 
 from ..schemas import EventCreate, EventOut
 from ..services import ingest, query
+from .context import ContextDep
 from .deps import Reader, SessionDep, Writer, owned_run
 from .errors import API, documented
 
@@ -15,10 +16,13 @@ router = APIRouter(
 
 
 @router.post("", status_code=201, response_model=EventOut, responses=documented(409))
-def post_event(run_id: str, body: EventCreate, session: SessionDep, who: Writer) -> EventOut:
+def post_event(
+    run_id: str, body: EventCreate, session: SessionDep, who: Writer, context: ContextDep
+) -> EventOut:
     run, _ = owned_run(session, who, run_id)
     out = ingest.add_event(session, run, body)
     session.commit()
+    context.changes.changed(run_id)  # open pages of the run draw it now
     return out
 
 

@@ -68,6 +68,7 @@ async def post_metrics(
     body = await read_limited_body(request, context.settings.max_body_bytes)
     small = bool(request.scope.get("state", {}).get("small_batch"))  # see admission.py
     result = await run_in_threadpool(_store, context, who, run_id, body, small, control_read)
+    context.changes.changed(run_id)  # open pages of the run draw it now
     answer: dict[str, object] = {"accepted": result.points, "segment": result.segment}
     if result.control is not None:
         answer["control"] = result.control

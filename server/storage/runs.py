@@ -185,6 +185,23 @@ def event_count(session: Session, run_key: int) -> int:
     )
 
 
+def run_marks(session: Session, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """What moves whenever a run logs anything, by run id, for those of ``run_ids`` that
+    exist: its last step, segment and status, when a batch last came, and how many events
+    it has."""
+    if not run_ids:
+        return {}
+    rows = session.connection().execute(
+        text(
+            "SELECT r.id, r.last_step, r.segment, r.status, r.last_seen, "
+            "(SELECT count(*) FROM events e WHERE e.run_key = r.key) "
+            "FROM runs r WHERE r.id IN :ids"
+        ).bindparams(bindparam("ids", expanding=True)),
+        {"ids": list(run_ids)},
+    )
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
 def run_exists(session: Session, run_id: str) -> bool:
     return (
         session.connection()

@@ -23,6 +23,7 @@ from normwatch.dashboard.pages.run import (
 )
 from normwatch.dashboard.pages.run_config import NO_CONFIG
 from normwatch.dashboard.pages.run_layers_draw import NO_LAYERS, draw_depth
+from normwatch.dashboard.pages.run_live import PUSHED_MS, TICK_MS
 from normwatch.dashboard.pages.run_overlay import NO_METRICS
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.dashboard.routing import query_of
@@ -69,6 +70,7 @@ TICK_OUTPUTS = [
     "layers-grid-tick.data",
     "layers-profile-tick.data",
     "spikes-tick.data",
+    "tick.interval",
 ]
 ZOOM = {"type": "event-zoom", "step": 1000}
 CALLBACK = "/_dash-update-component"
@@ -568,7 +570,7 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             CALLBACK,
             json=callback_request(
                 TICK_OUTPUTS,
-                {"tick.n_intervals": 5},
+                {"tick.n_intervals": 5, "live-poke.data": None},
                 {"view.data": store, "layers-pin.data": None, "ticks-seen.data": None},
                 ["tick.n_intervals"],
             ),
@@ -628,7 +630,7 @@ def test_crafted_stores_read_no_aids_and_fail_nothing(pg_server: ServerProcess, 
         assert shares["attribution-info"]["children"] == ""
         ticks = post(
             TICK_OUTPUTS,
-            {"tick.n_intervals": 20},
+            {"tick.n_intervals": 20, "live-poke.data": None},
             {"view.data": store, "layers-pin.data": None, "ticks-seen.data": None},
         )
         # A store that holds no view, or a view of no run of the viewer's, asks for nothing.
@@ -751,9 +753,11 @@ def test_a_tick_redraws_and_refreshes_what_the_run_changed(
     dashboard_data: DashboardData,
     dashboard_sessions: sessionmaker[Session],
 ) -> None:
-    """One tick callback for the page: the chart is redrawn when the run logged something
-    and every third tick regardless; the sections that read points, only when due and when
-    the run changed since they last read it."""
+    """One tick callback for the page: the chart is redrawn when the run logged something,
+    when the live channel says it changed, and every third beat regardless; the sections
+    that read points, only when due and when the run changed since they last read it; each
+    beat (second) counted once whatever the interval, which stretches while the channel is
+    open."""
     tenant = make_tenant(pg_server.database_url)
     who = viewers(dashboard_sessions, tenant).read
     run = create_run(pg_server, tenant, "ticking")
@@ -761,15 +765,15 @@ def test_a_tick_redraws_and_refreshes_what_the_run_changed(
     view = RunView(run, LEFT)  # the latest steps: every section follows them
     skip = dash.no_update
 
-    def ticked(n: int, seen: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        out = tick(dashboard_data, who, view, n, None, seen)
+    def ticked(n: int, seen: Any, poke: Any = None) -> tuple[Any, dict[str, Any], set[str], Any]:
+        out = tick(dashboard_data, who, view, n, None, seen, poke)
         assert len(out) == len(TICK_OUTPUTS)
-        named = dict(zip(TICK_OUTPUTS[7:], out[7:], strict=True))
-        return out[5], out[6], {k: v for k, v in named.items() if v is not skip}
+        named = dict(zip(TICK_OUTPUTS[7:13], out[7:13], strict=True))
+        return out[5], out[6], {k for k, v in named.items() if v is not skip}, out[13]
 
-    draw_tick, seen, sections = ticked(20, None)  # every section is due at tick 20
-    assert draw_tick == 20
-    assert set(sections) == {
+    draw_tick, seen, sections, interval = ticked(20, None)  # beats 1-20: every section due
+    assert draw_tick != skip and interval is skip  # no channel: the interval stays 1 s
+    assert sections == {
         "aids-tick.data",
         "transitions-tick.data",
         "attribution-tick.data",
@@ -777,15 +781,51 @@ def test_a_tick_redraws_and_refreshes_what_the_run_changed(
         "layers-profile-tick.data",
         "spikes-tick.data",
     }
-    # Nothing logged since: no redraw (41 is no multiple of 3), and at tick 40 only the
-    # rules' lines, which read no points.
-    assert ticked(41, seen)[0] is skip
-    assert ticked(40, seen)[2] == {"aids-tick.data": 40}
-    assert ticked(42, seen)[0] == 42  # every third tick regardless
+    # Nothing logged since: a redraw only when a third beat passed (21, 24), and at beat 30
+    # only the rules' lines, which read no points; a section due (layers at 25) but with
+    # nothing new to read is not set off.
+    draw_tick, seen, sections, _ = ticked(22, seen)
+    assert draw_tick != skip and sections == set()
+    draw_tick, seen, sections, _ = ticked(23, seen)
+    assert (draw_tick, sections) == (skip, set())
+    draw_tick, seen, sections, _ = ticked(25, seen)
+    assert draw_tick != skip and sections == set()
+    draw_tick, seen, sections, interval = ticked(30, seen)
+    assert sections == {"aids-tick.data"} and interval is skip
+
     post_points(pg_server, tenant, run, [2], {LEFT: [3.0]})
-    draw_tick, seen, sections = ticked(41, seen)
-    assert draw_tick == 41 and sections == {}  # the chart at once; the sections when due
-    assert "transitions-tick.data" in ticked(60, seen)[2]
+    draw_tick, seen, sections, _ = ticked(31, seen)
+    assert draw_tick != skip and sections == set()  # the chart at once; the sections when due
+
+    # The live channel opens: the interval stretches, the server says when to look. Its
+    # word that the run changed redraws the chart (an event brings no new points), once.
+    opened = {"n": 1, "on": True, "changed": False, "hidden": False}
+    draw_tick, seen, sections, interval = ticked(31, seen, opened)
+    assert (draw_tick, sections, interval) == (skip, set(), PUSHED_MS)
+    told = {"n": 2, "on": True, "changed": True, "hidden": False}
+    draw_tick, seen, sections, interval = ticked(31, seen, told)
+    assert draw_tick != skip and (sections, interval) == (set(), skip)
+    assert ticked(31, seen, told)[0] is skip
+    # Two five-second ticks later it is beat 41: every section that reads points is due
+    # again (40), and the run changed since they last read it.
+    draw_tick, seen, sections, interval = ticked(33, seen, told)
+    assert len(sections) == 6 and interval is skip
+    closed = {"n": 3, "on": False, "changed": False, "hidden": False}
+    draw_tick, seen, sections, interval = ticked(34, seen, closed)
+    assert interval == TICK_MS  # the channel closed: look every second
+
+    # A hidden tab rests: nothing read, nothing set off, whatever the run logs or is due.
+    hidden = {"n": 4, "on": False, "changed": False, "hidden": True}
+    post_points(pg_server, tenant, run, [3], {LEFT: [4.0]})
+    out = tick(dashboard_data, who, view, 34, None, seen, hidden)
+    assert [i for i, v in enumerate(out) if v is not skip] == [6, 13] and out[13] == PUSHED_MS
+    out = tick(dashboard_data, who, view, 38, None, out[6], hidden)  # beats 35-54 pass
+    assert [i for i, v in enumerate(out) if v is not skip] == [6]
+    # Shown again: the chart is redrawn and every section reads what it missed, due or not.
+    shown = {"n": 5, "on": False, "changed": True, "hidden": False}
+    draw_tick, seen, sections, interval = ticked(38, out[6], shown)
+    assert draw_tick != skip and len(sections) == 6 and interval == TICK_MS
+
     # Of another project's run: the pickers emptied, nothing set off.
     out = tick(dashboard_data, who, RunView(world.their_run, LEFT), 20, None, None)
     assert out[:3] == ([], [], "") and all(v is skip for v in out[3:])

@@ -22,6 +22,7 @@ from normwatch.dashboard.security import (
     cross_site_reason,
     docs_content_security_policy,
     origin_of,
+    sent_from_elsewhere,
 )
 from playwright.sync_api import Page
 from playwright.sync_api import Route as BrowserRoute
@@ -130,6 +131,27 @@ def test_cross_site_reason_accepts_the_public_origin() -> None:
     assert cross_site_reason(behind_proxy, trusted) is None
     assert cross_site_reason(behind_proxy) == (
         "Origin 'https://normwatch.example.org' is not this service"
+    )
+
+
+def test_a_websocket_handshake_is_checked_like_a_write() -> None:
+    """A run page's live channel (any method, ws or wss): from its own page, or from a
+    client that sends no Origin, it goes on; a page of another site is refused."""
+
+    def handshake(scheme: str, **headers: str) -> dict[str, Any]:
+        return {**scope("GET", "/runs/r/live", **headers), "type": "websocket", "scheme": scheme}
+
+    assert sent_from_elsewhere(handshake("ws", origin="http://127.0.0.1:8000")) is None
+    assert sent_from_elsewhere(handshake("wss", origin="https://127.0.0.1:8000")) is None
+    assert sent_from_elsewhere(handshake("ws")) is None
+    assert sent_from_elsewhere(handshake("ws", origin=EVIL)) == (
+        "Origin 'http://evil.example' is not this service"
+    )
+    assert sent_from_elsewhere(handshake("wss", origin="http://127.0.0.1:8000")) == (
+        "Origin 'http://127.0.0.1:8000' is not this service"
+    )
+    assert sent_from_elsewhere(handshake("ws", sec_fetch_site="cross-site")) == (
+        "Sec-Fetch-Site: cross-site"
     )
 
 
@@ -386,6 +408,11 @@ def test_pages_run_under_the_policy_without_violations(
     assert page.evaluate(f"document.querySelector('{GRAPH}').layout.xaxis.range") == [500, 1500]
     assert page.locator("#overlay .scatterlayer path.js-line").count() == 2
     assert page.locator("#overlay .shapelayer path").count() == 1
+    # Its live channel opens under the policy (connect-src 'self' takes ws: of the service).
+    page.wait_for_function(
+        "() => window.normwatchLive && window.normwatchLive.socket && "
+        "window.normwatchLive.socket.readyState === WebSocket.OPEN"
+    )
     page.wait_for_selector("#depth .barlayer .point path")
     # A heatmap draws too (plotly.js paints it on a canvas and shows it as a data: image).
     page.evaluate(

@@ -251,6 +251,9 @@ SITE = [
         own=(200, 200, 200, 200, 200, 200)),
     Row("WS /_dash-ws-callback", "open Dash's websocket (same origin); 101: opened",
         own=(403, 403, 403, 403, 101, 101)),
+    Row("WS /runs/{run_id}/live", "open a run page's live channel (same origin); 101: opened",
+        own=(403, 403, 403, 403, 101, 101), other=(403, 403, 403, 403, 404, 404),
+        unknown=(403, 403, 403, 403, 404, 404)),
 ]
 
 # POST /_dash-update-component, by callback (each known by `callback_key`: CALLBACK_KEYS).
@@ -815,9 +818,15 @@ def send(w: World, request: Request, caller: str, *, bearer: bool, cookie: bool)
     )
 
 
-def websocket_status(w: World, caller: str) -> int:
+WEBSOCKET_PATHS: dict[str, Callable[[Objects], str]] = {
+    "open Dash's websocket (same origin); 101: opened": lambda o: "/_dash-ws-callback",
+    "open a run page's live channel (same origin); 101: opened": lambda o: f"/runs/{o.run_id}/live",
+}
+
+
+def websocket_status(w: World, caller: str, path: str) -> int:
     """101 when the handshake succeeds, else the status it was refused with."""
-    url = w.server.url.replace("http://", "ws://") + "/_dash-ws-callback"
+    url = w.server.url.replace("http://", "ws://") + path
     w.requests += 1
     try:
         with connect(
@@ -1484,7 +1493,9 @@ def site_cell(
     w: World, findings: Findings, row: Row, caller: str, target: str, want: Expect
 ) -> None:
     if row.route.startswith("WS "):
-        findings.check(row, caller, target, want, websocket_status(w, caller), "")
+        objects = UNKNOWN if target == "unknown" else w.objects[target]
+        path = WEBSOCKET_PATHS[row.what](objects)
+        findings.check(row, caller, target, want, websocket_status(w, caller, path), "")
         return
     request = SITE_REQUESTS[row.what](w, caller, w.objects[target])
     bearer = request.path.startswith(BEARER_PATHS)
@@ -1557,6 +1568,7 @@ def test_authorization_matrix(world: World, fresh_pg_url: str) -> None:
     assert tabled == app_routes(fresh_pg_url)
     assert set(API_REQUESTS) == {row.what for row in API}
     assert set(SITE_REQUESTS) == {row.what for row in SITE if not row.route.startswith("WS ")}
+    assert set(WEBSOCKET_PATHS) == {row.what for row in SITE if row.route.startswith("WS ")}
     assert set(CALLBACK_REQUESTS) == {row.what for row in CALLBACKS}
     assert {row.route for row in CALLBACKS} == set(CALLBACK_KEYS)
     assert set(CALLBACK_KEYS.values()) == set(w.callbacks)
