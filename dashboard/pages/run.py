@@ -388,9 +388,10 @@ def data_version(metrics: list[MetricOut]) -> int:
 
 TICK_PARTS = ("draw", "transitions", "attribution", "grid", "profile", "spikes")
 """What `tick` sets off only when the run changed since it last did."""
-TICK_OUTPUTS = 14
+TICK_OUTPUTS = 15
 """What `tick` answers: the pickers' options, the last step, the pickers' values, the chart's
-draw tick, the versions seen, the sections' six ticks, and the interval of the next tick."""
+draw tick, the versions seen, the sections' six ticks, the interval of the next tick, and
+the x axis choices (tokens offered once the run logs a tokens metric)."""
 
 
 def first_seen(metrics: list[MetricOut]) -> dict[str, Any]:
@@ -436,7 +437,7 @@ def tick(
     given["pace"] = replace(turn.pace, every=interval).to_store()
     new_interval = skip if interval == turn.pace.every else interval
     if told.hidden:  # the tab rests until it shows
-        return (*[skip] * 6, given, *[skip] * 6, new_interval)
+        return (*[skip] * 6, given, *[skip] * 6, new_interval, skip)
     try:
         metrics = data.metrics(who, view.run)
     except RunNotFound:
@@ -464,7 +465,9 @@ def tick(
         fresh("profile", any(r.profile for r in layers)),
         fresh("spikes", any(run_spikes.spikes_due(view, b) for b in beats)),
     )
-    return (*pickers, outputs[0], given, *outputs[1:], new_interval)
+    # The x axis choices change with the metrics, so they come with the pickers' options.
+    x_choices = skip if pickers[0] is skip else run_shaping.x_options([m.name for m in metrics])
+    return (*pickers, outputs[0], given, *outputs[1:], new_interval, x_choices)
 
 
 def not_found_drawn() -> Drawn:
@@ -593,6 +596,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("layers-profile-tick", "data"),
         Output("spikes-tick", "data"),
         Output("tick", "interval"),
+        Output("x-axis", "options"),
         Input("tick", "n_intervals"),
         Input("live-poke", "data"),
         State("view", "data"),

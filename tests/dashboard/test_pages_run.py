@@ -71,6 +71,7 @@ TICK_OUTPUTS = [
     "layers-profile-tick.data",
     "spikes-tick.data",
     "tick.interval",
+    "x-axis.options",
 ]
 ZOOM = {"type": "event-zoom", "step": 1000}
 CALLBACK = "/_dash-update-component"
@@ -829,3 +830,20 @@ def test_a_tick_redraws_and_refreshes_what_the_run_changed(
     # Of another project's run: the pickers emptied, nothing set off.
     out = tick(dashboard_data, who, RunView(world.their_run, LEFT), 20, None, None)
     assert out[:3] == ([], [], "") and all(v is skip for v in out[3:])
+
+    # The x axis choices come with the pickers' options: tokens are offered once the run
+    # logs a tokens metric, on the next beat the options are read.
+    def tokens_choice(out: tuple[Any, ...]) -> Any:
+        assert out[14] is not skip
+        return next(o for o in out[14] if o["value"] == "tokens")
+
+    out = tick(dashboard_data, who, view, 5, None, None)  # beats 1-5: the options are due
+    assert tokens_choice(out)["disabled"] is True
+    post_points(pg_server, tenant, run, [4], {"throughput/total_tokens": [4096.0]})
+    assert tick(dashboard_data, who, view, 6, None, out[6])[14] is skip  # beat 6: not due
+    out = tick(dashboard_data, who, view, 10, None, out[6])
+    assert tokens_choice(out) == {
+        "label": " tokens (throughput/total_tokens)",
+        "value": "tokens",
+        "disabled": False,
+    }
