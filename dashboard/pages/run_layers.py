@@ -19,11 +19,14 @@ from typing import Any
 
 import dash
 from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 
 from ..graph_config import GRAPH_CONFIG
 from ..layers import (
     families_with_layers,
+    pin_shapes,
     small_empty,
+    u_index_shapes,
 )
 from ..session import viewer
 from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
@@ -40,6 +43,7 @@ __all__ = [
     "LAYERS_EVERY",
     "PIN_SYNC_JS",
     "Refreshes",
+    "pin_moved",
     "pin_store",
     "pin_text",
     "pinned_of",
@@ -150,6 +154,24 @@ def pin_text(step: int | None) -> str:
     return f"profile pinned to step {step:,}"
 
 
+def pin_moved(pinned: int | None, *, grid_drawn: bool) -> tuple[str, Any, Any]:
+    """What a new pin changes: the pin row's text, and the pinned step's line on the
+    heatmap and the U-index, as patches of their shapes (their data stays where it is: the
+    heatmap of a long run is hundreds of KiB, read and drawn again for one line). Nothing
+    is drawn on charts that show no layers (``grid_drawn``: the grid's text is empty).
+
+    >>> text, heatmap, u_index = pin_moved(1208, grid_drawn=True)
+    >>> text, [s["x0"] for s in heatmap.to_plotly_json()["operations"][0]["params"]["value"]]
+    ('profile pinned to step 1,208', [1208])
+    """
+    if not grid_drawn:
+        return pin_text(pinned), dash.no_update, dash.no_update
+    heatmap, u_index = dash.Patch(), dash.Patch()
+    heatmap["layout"]["shapes"] = pin_shapes(pinned)
+    u_index["layout"]["shapes"] = u_index_shapes(pinned)
+    return pin_text(pinned), heatmap, u_index
+
+
 def step_of_click(click: object) -> int | None:
     """The step of the first point of a graph's ``clickData`` (its x, rounded), or None.
 
@@ -234,20 +256,30 @@ def register(app: dash.Dash, data: LayerReads) -> None:
         Output("heatmap-info", "children"),
         Input("view-drawn", "data"),
         Input("depth-family", "value"),
-        Input("layers-pin", "data"),
         Input("layers-grid-tick", "data"),
+        State("layers-pin", "data"),
+        State("view", "data"),
     )
-    async def on_grid(store: object, family: object, pin: object, _n: object) -> DrawnGrid:
+    async def on_grid(
+        store: object, family: object, _n: object, pin: object, wanted: object
+    ) -> DrawnGrid:
+        # A family picked along with a new view (a spike's click picks the family that
+        # spiked first) waits for the view to be drawn: the grid is read once, for both.
+        if triggered_id() == "depth-family" and wanted != store:
+            raise PreventUpdate
         view = RunView.from_store(store)
         return await in_thread(draw_grid, data, viewer(), view, family, pinned_of(pin))
 
     @app.callback(
         Output("pin-info", "children"),
+        Output("layer-heatmap", "figure", allow_duplicate=True),
+        Output("u-index", "figure", allow_duplicate=True),
         Input("layers-pin", "data"),
+        State("heatmap-info", "children"),
         prevent_initial_call=True,
     )
-    async def on_pin(pin: object) -> str:
-        return pin_text(pinned_of(pin))
+    async def on_pin(pin: object, drawn: object) -> tuple[str, Any, Any]:
+        return pin_moved(pinned_of(pin), grid_drawn=bool(drawn))
 
     @app.callback(
         Output("depth", "figure"),

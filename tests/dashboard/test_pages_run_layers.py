@@ -464,14 +464,25 @@ def test_crafted_pins_and_clicks_fail_nothing(pg_server: ServerProcess, pin: Any
     tenant = make_tenant(pg_server.database_url)
     with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
         assert browser.get("/login", params={"token": tenant.read}).status_code == 303
-        info = browser.post(
-            CALLBACK,
-            json=callback_request(
-                ["pin-info.children"], {"layers-pin.data": pin}, {}, ["layers-pin.data"]
-            ),
+        request = callback_request(
+            ["pin-info.children", "layer-heatmap.figure", "u-index.figure"],
+            {"layers-pin.data": pin},
+            {"heatmap-info.children": "83 layers"},
+            ["layers-pin.data"],
         )
+        (request["output"],) = [  # the charts' figures again (allow_duplicate): `...@<hash>`
+            d["output"]
+            for d in browser.get("/_dash-dependencies").json()
+            if "pin-info.children" in d["output"]
+        ]
+        info = browser.post(CALLBACK, json=request)
         assert info.status_code == 200, info.text
-        assert info.json()["response"] == {"pin-info": {"children": pin_text(None)}}
+        answer = info.json()["response"]
+        assert answer["pin-info"] == {"children": pin_text(None)}
+        # No pin: the line goes, the U-index keeps its line at 1.
+        assert answer["layer-heatmap"]["figure"]["operations"][0]["params"]["value"] == []
+        (flat,) = answer["u-index"]["figure"]["operations"][0]["params"]["value"]
+        assert flat["name"] == "flat"
         clicks = {
             "layer-heatmap.clickData": {"points": [{"x": pin}]},
             "u-index.clickData": None,
