@@ -27,7 +27,7 @@ from ..figures import AlertMark, Line, Marker, empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
 from ..session import viewer
 from ..transforms import NORMALIZE_MODES
-from ..wiring import TriggerId, in_thread, or_prevent, triggered_id
+from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread, or_prevent, triggered_id
 from . import (
     run_aids,
     run_attribution,
@@ -195,6 +195,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             run_attribution.section(names),
             html.H3("Events"),
             html.Div(id="event-list"),
+            dcc.Store(id="event-click"),  # a real click on an event's zoom (`ROW_CLICK_JS`)
             run_control.section(who),
             dcc.Store(id="view", data=view.to_store()),
             # The view the overlay last drew: the sections below follow it rather than the
@@ -511,7 +512,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Input("log-scale", "value"),
         Input("overlay-zoom", "data"),
         Input("reset-range", "n_clicks"),
-        Input({"type": "event-zoom", "step": ALL}, "n_clicks"),
+        Input("event-click", "data"),
         Input("add-series", "value"),
         Input("chart-options", "value"),
         Input("smoothing", "value"),
@@ -526,7 +527,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         log: object,
         relayout: object,
         _reset: object,
-        zooms: object,
+        event_click: object,
         extra: object,
         options: object,
         smooth: object,
@@ -534,6 +535,11 @@ def register(app: dash.Dash, data: RunReads) -> None:
         norm: object,
         store: object,
     ) -> dict[str, Any]:
+        trigger = triggered_id()
+        zooms: list[int] = []
+        if trigger == "event-click":  # the event's button (`update_view`'s event-zoom)
+            trigger, clicked = clicked_row(event_click)
+            zooms = [1 if clicked else 0]
         new = await in_thread(
             update_view,
             data,
@@ -544,7 +550,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
             log=log,
             relayout=relayout,
             zooms=zooms,
-            trigger=triggered_id(),
+            trigger=trigger,
             extra=extra,
             options=options,
             smooth=smooth,
@@ -611,6 +617,13 @@ def register(app: dash.Dash, data: RunReads) -> None:
         pinned = run_layers.pinned_of(pin)
         return await in_thread(tick, data, viewer(), view, n, pinned, seen, poke)
 
+    # The events' zoom buttons reach the view through a click store, filled only by a real
+    # click: on their own n_clicks, the view's callback ran each time the list was redrawn.
+    app.clientside_callback(
+        ROW_CLICK_JS,
+        Output("event-click", "data"),
+        Input({"type": "event-zoom", "step": ALL}, "n_clicks"),
+    )
     app.clientside_callback(URL_SYNC_JS, Output("url-sync", "children"), Input("view", "data"))
     app.clientside_callback(
         ZOOM_JS, Output("overlay-zoom", "data"), Input("overlay", "relayoutData")

@@ -361,4 +361,5 @@ def register(app: dash.Dash, data: SpikeReads) -> None:
         zoom = zoom_to_spike(RunView.from_store(store), trigger, was_clicked, families)
         if zoom is None:
             raise PreventUpdate
+        dash.set_props("view-drawn", {"data": zoom.view.to_store()})
         return zoom.view.to_store(), zoom.pin, zoom.family or dash.no_update

@@ -127,6 +127,18 @@ def test_live_refresh_zoom_and_deep_link(
     )
     page.wait_for_selector("#event-list :text('resumed from checkpoint')", timeout=5000)
 
+    # The event's zoom button: the chart zooms around it and focuses it (the list drawn anew
+    # with the chart's redraws, its buttons at 0 clicks, moves nothing).
+    page.locator("#event-list li:has-text('resumed from checkpoint') button").click()
+    page.wait_for_function("() => location.search.includes('focus=1500')")
+    query = parse_qs(urlsplit(page.url).query)
+    assert (query["start"], query["end"]) == (["1300"], ["1700"])
+    page.wait_for_function(
+        f"() => {{ const f = ({FIGURE_JS})(); return f && f.data[0].x[0] === 1300; }}"
+    )
+    page.wait_for_timeout(1500)  # a redraw of the list (a tick) leaves the view as it is
+    assert parse_qs(urlsplit(page.url).query)["focus"] == ["1500"]
+
     # Zoom: the range lands in the URL and the series is re-queried at full detail.
     page.evaluate(
         f"Plotly.relayout(document.querySelector('{GRAPH}'), "

@@ -554,9 +554,9 @@ def test_crafted_stores_draw_nothing_and_fail_nothing(pg_server: ServerProcess, 
             "log-scale.value": ["log"],
             "overlay-zoom.data": None,
             "reset-range.n_clicks": 1,
+            "event-click.data": store,
         }
         request = callback_request(["view.data"], controls, {"view.data": store}, [])
-        request["inputs"].append([])  # no event-zoom buttons
         request["inputs"] += [
             {"id": "add-series", "property": "value", "value": ["train/loss"]},
             {"id": "chart-options", "property": "value", "value": ["forecast"]},

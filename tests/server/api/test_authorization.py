@@ -982,18 +982,16 @@ def _route(path: str, search: str, ok: str, hidden: str | None = None) -> Callba
 
 
 def _zoom(o: Objects) -> Callback:
-    component = {"step": 2, "type": "event-zoom"}
+    # The event's zoom button as the browser's filter (`ROW_CLICK_JS`) puts it in the store.
     values = {
         "left-metric.value": "grad/norm/total",
         "right-metric.value": "params/norm/final_norm.weight",
         "log-scale.value": [],
         "reset-range.n_clicks": 0,
-        '{"step":["ALL"],"type":"event-zoom"}.n_clicks': [(component, 1)],
+        "event-click.data": {"row": {"step": 2, "type": "event-zoom"}, "clicks": 1},
         "view.data": _view(o.run_id),
     }
-    return Callback(
-        "run.update_view", values, [_pattern_key(component, "n_clicks")], '"start":0,"end":202'
-    )
+    return Callback("run.update_view", values, ["event-click.data"], '"start":0,"end":202')
 
 
 def _transition_zoom(o: Objects) -> Callback:
