@@ -250,4 +250,6 @@ def register(app: dash.Dash, data: TransitionReads) -> None:
         )
         if zoomed is None:
             raise PreventUpdate
+        # A click's view is final: the sections read it beside the chart, not after it.
+        dash.set_props("view-drawn", {"data": zoomed.to_store()})
         return zoomed.to_store()
