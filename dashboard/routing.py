@@ -71,22 +71,27 @@ class Query(dict[str, str]):
             self._every.setdefault(name, []).append(value)
 
     def every(self, name: str) -> list[str]:
-        """Every value of ``name``, in the URL's order (``[]`` when it has none).
+        """Every value of ``name`` that is not empty, in the URL's order (``[]`` when it
+        has none).
 
-        >>> query_of("?run=a&metric=m&run=b").every("run")
+        >>> query_of("?run=a&metric=m&run=&run=b").every("run")
         ['a', 'b']
         """
-        return list(self._every.get(name, ()))
+        return [value for value in self._every.get(name, ()) if value]
 
 
 def query_of(search: object) -> Query:
     """``?a=1&b=2`` as ``{"a": "1", "b": "2"}`` (the last value of a repeated name; all of
     them from :meth:`Query.every`).
 
-    >>> query_of("?left=grad%2Fnorm%2Ftotal&log=1&log=0")
-    {'left': 'grad/norm/total', 'log': '0'}
+    A name with no value is kept, as ``""`` (``right=``: the right axis left empty).
+
+    >>> query_of("?left=grad%2Fnorm%2Ftotal&log=1&log=0&right=")
+    {'left': 'grad/norm/total', 'log': '0', 'right': ''}
     """
-    return Query(parse_qsl(search.lstrip("?"))) if isinstance(search, str) else Query()
+    if not isinstance(search, str):
+        return Query()
+    return Query(parse_qsl(search.lstrip("?"), keep_blank_values=True))
 
 
 def not_found(path: str) -> html.Div:

@@ -78,7 +78,7 @@ def match(path: str) -> dict[str, str] | None:
 
 def layout(data: AlertsReader, who: Principal, query: Mapping[str, str]) -> html.Div:
     """The project's alerts, or one run's with ``?run=`` (`RunNotFound` outside it)."""
-    shown = AlertsFilter(query.get("run"))
+    shown = AlertsFilter(query.get("run") or None)
     firing, recent = read(data, who, shown)
     admin = who.can("admin")
     title = f"Alerts in {who.project}" + (f" for run {shown.run}" if shown.run else "")

@@ -52,7 +52,10 @@ function(view) {
     const params = new URLSearchParams(window.location.search);
     for (const key of ["left", "right", "start", "end", "focus"]) {
         const v = view[key];
-        if (v === null || v === undefined || v === "") { params.delete(key); }
+        if (v === null || v === undefined || v === "") {
+            // An empty right axis is said (`right=`): left out, the link would draw the default.
+            if (key === "right") { params.set(key, ""); } else { params.delete(key); }
+        }
         else { params.set(key, String(v)); }
     }
     if (view.log) { params.set("log", "1"); } else { params.delete("log"); }

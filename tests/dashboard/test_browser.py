@@ -166,6 +166,15 @@ def test_live_refresh_zoom_and_deep_link(
     assert page.evaluate(f"document.querySelector('{GRAPH}').layout.yaxis.type") == "log"
     page.screenshot(path=str(artifacts / "deep-link.png"), full_page=True)
 
+    # The right axis cleared: the URL says so (`right=`), and the link draws it empty again.
+    page.locator("#right-metric .dash-dropdown-clear").click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('right') === ''")
+    page.wait_for_function(f"() => ({FIGURE_JS})().data.length === 1")
+    page.goto(page.url)
+    page.wait_for_function(f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.length; }}")
+    page.wait_for_timeout(500)
+    assert [t["name"] for t in page.evaluate(f"({FIGURE_JS})()")["data"]] == ["train/loss"]
+
 
 def test_login_required_and_projects_isolated(page: Page, pg_server: ServerProcess) -> None:
     mine = make_tenant(pg_server.database_url)

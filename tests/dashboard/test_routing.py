@@ -40,7 +40,7 @@ def world(pg_server: ServerProcess, dashboard_sessions: sessionmaker[Session]) -
     [
         ("?left=grad%2Fnorm%2Ftotal&start=100", {"left": "grad/norm/total", "start": "100"}),
         ("left=a&left=b", {"left": "b"}),
-        ("?log=1&right=", {"log": "1"}),  # a blank value is no value
+        ("?log=1&right=", {"log": "1", "right": ""}),  # said empty: the right axis
         ("", {}),
         (None, {}),
         (["?left=a"], {}),
