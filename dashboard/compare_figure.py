@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .figures import RAW_OPACITY, WHITE_TEMPLATE, Figure, Line, plot_text, run_color
+from .figures import RAW_OPACITY, WHITE_TEMPLATE, Figure, Line, log_ticks, plot_text, run_color
 from .transforms import ema, mean_band, outlier_range
 
 __all__ = ["BAND_FILL", "MEAN_COLOR", "compare_figure", "legend_title", "mean_name"]
@@ -94,9 +94,9 @@ def compare_figure(
         xaxis["autorange"] = False
     yaxis: dict[str, object] = {"title": {"text": plot_text(runs[0][1].metric) if runs else ""}}
     if log_y:
-        # Every tick labelled with its full value: plotly's own labels of a log axis give
-        # the first digit alone (2, 5, 100, 2, 5).
-        yaxis |= {"type": "log", "tickformat": "~g"}
+        # Ticks that read, as on the run page (`log_ticks`): plotly's own labels of a log
+        # axis give the first digit alone (2, 5, 100, 2, 5).
+        yaxis |= {"type": "log", "tickformat": "~g", **log_ticks(True, [line for _, line in runs])}
     shown_range = outlier_range(drawn, log=log_y) if robust else None
     if shown_range is not None:
         yaxis |= {"range": list(shown_range), "autorange": False}

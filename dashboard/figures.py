@@ -335,7 +335,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "tickfont": {"color": left_color},
             "type": axis_type,
             **_y_range(left_range),
-            **_log_ticks(view.log_y, _drawn_on("y", styles, view)),
+            **log_ticks(view.log_y, _drawn_on("y", styles, view)),
         },
         "yaxis2": {
             "title": {"text": right_title, "font": {"color": PARAM_BLUE}},
@@ -348,7 +348,7 @@ def overlay_figure(view: OverlayView) -> Figure:
             "tickmode": "auto",
             "showgrid": False,
             **_y_range(right_range),
-            **_log_ticks(view.log_y, _drawn_on("y2", styles, view)),
+            **log_ticks(view.log_y, _drawn_on("y2", styles, view)),
             **({"visible": False} if view.one_axis else {}),
         },
         "yaxis3": {"overlaying": "y", "range": [0, 1.05], "visible": False, "fixedrange": True},
@@ -388,7 +388,7 @@ def _y_range(shown: tuple[float, float] | None) -> dict[str, object]:
     return {} if shown is None else {"range": list(shown), "autorange": False}
 
 
-def _log_ticks(log: bool, lines: Iterable[Line]) -> dict[str, object]:
+def log_ticks(log: bool, lines: Iterable[Line]) -> dict[str, object]:
     """A log axis that reads. Across a decade or more: a labelled tick at each power of ten
     (``0.001``, ``1``, ``1000``, ``1e+06``) and unlabelled minor grid lines at 2-9 times it.
     Within a decade: ticks at round values a linear step apart (``0.4, 0.6, 0.8, 1, 1.2``).

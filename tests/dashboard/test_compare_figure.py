@@ -139,9 +139,14 @@ def test_the_mean_counts_only_runs_with_a_value() -> None:
 
 
 def test_log_scale_labels_its_ticks_in_full() -> None:
+    """Within a decade, round values a linear step apart; across decades, the powers of ten
+    labelled and the 2-9 times them as unlabelled grid lines (not 0.6 0.7 0.8 0.9 crowded)."""
     yaxis = compare_figure([A, B], log_y=True)["layout"]["yaxis"]
     assert (yaxis["type"], yaxis["tickformat"]) == ("log", "~g")
-    assert "range" not in yaxis
+    assert yaxis["dtick"] == "L1" and "range" not in yaxis  # 1 to 6: 1, 2, 3 ...
+    wide = ("wide", Line(M, [0, 1, 2], [0.2, 1.0, 12.0]))
+    yaxis = compare_figure([A, wide], log_y=True)["layout"]["yaxis"]
+    assert (yaxis["dtick"], yaxis["minor"]["dtick"]) == (1, "D1")
 
 
 def test_ignoring_outliers_fits_the_y_axis_to_all_but_the_extremes() -> None:
