@@ -396,7 +396,12 @@ def log_ticks(log: bool, lines: Iterable[Line]) -> dict[str, object]:
     2, 10``; ``3, 4, 5, 1, 2``)."""
     if not log:
         return {}
-    values = np.array([v for line in lines for v in line.values], dtype=np.float64)
+    return log_ticks_of([v for line in lines for v in line.values])
+
+
+def log_ticks_of(drawn: Iterable[float | None]) -> dict[str, object]:
+    """`log_ticks` for a log axis that draws the values ``drawn`` (None: a gap)."""
+    values = np.array([v for v in drawn if v is not None], dtype=np.float64)
     values = values[np.isfinite(values) & (values > 0)]
     if len(values) == 0:
         return {}

@@ -26,6 +26,7 @@ from .figures import (
     WHITE_TEMPLATE,
     Figure,
     empty_figure,
+    log_ticks_of,
     plot_text,
     typed_array,
 )
@@ -355,10 +356,11 @@ def depth_profile_figure(
     """One family's per-layer values against depth at one step: the U across depth at a
     glance. A plain dict, as `layer_heatmap_figure`: built through plotly's figure objects
     it took 30-80 ms of validating its template on each draw."""
+    heights = [v if math.isfinite(v) else None for v in values]
     trace = {
         "type": "bar",
         "x": [plot_text(label) for label in labels],
-        "y": [v if math.isfinite(v) else None for v in values],
+        "y": heights,
         "marker": {"color": GRAD_RED if family.startswith("grad") else PARAM_BLUE},
         "hovertemplate": "%{x}<br>%{y:.6g}<extra></extra>",
         "name": plot_text(family),
@@ -370,7 +372,7 @@ def depth_profile_figure(
         "margin": {"l": 70, "r": 30, "t": 40, "b": 80},
         "title": {"text": f"{plot_text(family)} by depth{at}", "font": {"size": 14}},
         "xaxis": {"title": {"text": "depth (embedding → lm_head)"}, "tickangle": -45},
-        "yaxis": {"type": "log" if log_y else "linear"},
+        "yaxis": {"type": "log", **log_ticks_of(heights)} if log_y else {"type": "linear"},
         "uirevision": family,
     }
     return {"data": [trace], "layout": layout}
