@@ -17,14 +17,15 @@ from sqlalchemy.orm import Session
 
 from ..analytics import derived
 from ..analytics import spikes as spike_finder
-from ..analytics.summary import config_diff, summarize
+from ..analytics.summary import Summary, config_diff, summarize
 from ..errors import Invalid
 from ..models import Run
 from ..storage.versions import data_version
 from . import query
 from .aliases import project_aliases
 from .full_resolution import Budget, Reader
-from .kept_spikes import found_spikes
+from .kept import kept
+from .kept_spikes import FoundSpikes, found_spikes
 
 StepArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -111,6 +112,58 @@ def spike_report(
     return SpikeReport(listed, whole, window if ranged else None, pairs)
 
 
+def _compared(
+    session: Session, whole: Reader, metric: str, start: int | None, end: int | None
+) -> tuple[Summary, list[spike_finder.Spike], float]:
+    """One run's summary of ``metric`` over ``[start, end]``, its spikes over the whole run
+    and the share of its steps in them. A stored metric's answers are kept under the run's
+    data version (`.kept`), as a run page's spikes are: comparing finished runs again, or
+    another metric and back, reads nothing; its reads still count against the budget."""
+    version = data_version(session, whole.run.key)
+    name = metric
+    if whole.aliases:
+        name = whole.aliases.resolve(metric, set(whole.names())) or metric
+    if derived.is_derived(metric) or version is None or name not in whole.names():
+        steps, values = full_series(whole, metric)
+        found = spike_finder.find_spikes(steps, values)
+        return (
+            _summary_between(steps, values, start, end),
+            found,
+            spike_finder.fraction_in_spikes(steps, found),
+        )
+    read: list[tuple[Summary, FoundSpikes]] = []
+
+    def from_points() -> tuple[Summary, FoundSpikes]:
+        steps, values = whole.series([name])[name]  # one read for both, counted once
+
+        def find() -> FoundSpikes:
+            return FoundSpikes.of(steps, spike_finder.find_spikes(steps, values))
+
+        spikes = kept(version, ("spikes", name), find, FoundSpikes.nbytes)
+        read.append((_summary_between(steps, values, start, end), spikes))
+        return read[0]
+
+    summary, spikes = kept(
+        version, ("compared", name, start, end), from_points, lambda got: 256 + got[1].nbytes()
+    )
+    if not read:
+        whole.budget.reading(whole.run.key, [name])
+        whole.budget.charge(spikes.points)
+    return summary, spikes.spikes, spikes.fraction
+
+
+def _summary_between(
+    steps: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    start: int | None,
+    end: int | None,
+) -> Summary:
+    inside = (steps >= (start if start is not None else -(2**63))) & (
+        steps <= (end if end is not None else 2**63 - 1)
+    )
+    return summarize(steps[inside], values[inside])
+
+
 def compare_runs(
     session: Session,
     runs: list[Run],
@@ -141,12 +194,7 @@ def compare_runs(
             budget=budget,
         )
         whole = Reader(session, run, None, None, budget, aliases=aliases)
-        steps, values = full_series(whole, metric)
-        found = spike_finder.find_spikes(steps, values)
-        inside = (steps >= (start if start is not None else -(2**63))) & (
-            steps <= (end if end is not None else 2**63 - 1)
-        )
-        summary = summarize(steps[inside], values[inside])
+        summary, found, fraction = _compared(session, whole, metric, start, end)
         out.append(
             {
                 "run": run.id,
@@ -159,7 +207,7 @@ def compare_runs(
                     "final_step": summary.final_step,
                     "slope_per_1k": summary.slope_per_1k,
                     "spike_count": len(found),
-                    "fraction_in_spikes": spike_finder.fraction_in_spikes(steps, found),
+                    "fraction_in_spikes": fraction,
                 },
             }
         )

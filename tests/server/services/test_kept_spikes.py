@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from normwatch.server.analytics.spikes import find_spikes, fraction_in_spikes
+from normwatch.server.analytics.summary import summarize
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.errors import Invalid
-from normwatch.server.services import kept, kept_spikes
+from normwatch.server.services import analytics, kept, kept_spikes
 from normwatch.server.services.analytics import spike_report
 from normwatch.server.services.full_resolution import Budget, Reader
 from normwatch.server.storage.versions import data_version
@@ -155,3 +156,46 @@ def test_the_steps_between_two_steps_are_the_logged_ones(steps: np.ndarray) -> N
             inside = (start is None or steps >= start) if len(steps) else steps > 0
             inside = inside & ((end is None) | (steps <= (end if end is not None else 0)))
             assert found.steps_between(start, end).tolist() == steps[inside].tolist()
+
+
+def test_compare_keeps_its_summary_and_spikes_per_version(
+    sessions: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compare's summary over a range and its spikes over the whole run, kept: the same
+    answer as found afresh from every stored point, a new one once the run logs more, and a
+    kept answer counts against the budget as the read did."""
+    run_id = new_run(sessions)
+    steps = np.arange(0, 3000)
+    post(sessions, run_id, steps, **{GRAD: noisy(steps, (1200,))})
+
+    def compared(start: int | None, end: int | None) -> dict[str, object]:
+        with session_scope(sessions) as session:
+            run = the_run(session, run_id)
+            answer = analytics.compare_runs(session, [run], GRAD, start=start, end=end)
+            return answer["runs"][0]["summary"]  # type: ignore[index,no-any-return]
+
+    def expected(start: int | None, end: int | None) -> dict[str, object]:
+        all_steps, values = stored(sessions, run_id, GRAD)
+        inside = (all_steps >= (start or 0)) & (all_steps <= (end if end is not None else 10**9))
+        summary = summarize(all_steps[inside], values[inside])
+        found = find_spikes(all_steps, values)
+        return {
+            "max": summary.max,
+            "final_step": summary.final_step,
+            "slope_per_1k": summary.slope_per_1k,
+            "spike_count": len(found),
+            "fraction_in_spikes": fraction_in_spikes(all_steps, found),
+        }
+
+    kept.forget()
+    for start, end in [(None, None), (1000, 2000), (None, None)]:  # the last one kept
+        got = compared(start, end)
+        assert {k: got[k] for k in expected(start, end)} == expected(start, end)
+    later = np.arange(3000, 4000)
+    post(sessions, run_id, later, **{GRAD: noisy(later, (3500,))})
+    got = compared(None, None)
+    assert got["spike_count"] == 2 and got["final_step"] == 3999
+    assert {k: got[k] for k in expected(None, None)} == expected(None, None)
+    monkeypatch.setattr(analytics, "Budget", lambda: Budget(points=3999))
+    with pytest.raises(Invalid, match="more than 3,999 stored points"):
+        compared(None, None)  # kept, and still refused
