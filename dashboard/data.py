@@ -300,19 +300,37 @@ class DashboardData(OnCallData, ControlData):
                 raise MetricRefused(str(exc)) from None
 
     def layer_profile(
-        self, who: Principal, run_id: str, prefix: str, *, at: int | None, radius: int
+        self,
+        who: Principal,
+        run_id: str,
+        prefix: str,
+        *,
+        at: int | None,
+        radius: int,
+        relative: bool = False,
+        baseline_end: int | None = None,
     ) -> LayerGrid | None:
         """The layers under ``prefix`` with their depth profile at step ``at`` (the run's
         last step when None): each layer's value at its logged step nearest ``at``, within
-        about ``radius`` steps. None while the run has no step."""
+        about ``radius`` steps; ``relative``: over the layer's own baseline before
+        ``baseline_end`` (default the profile's step). None while the run has no step."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
             step = run.last_step if at is None else at
             if step is None:
                 return None
+            end = baseline_end if baseline_end is not None and baseline_end <= step else None
             try:
-                return layers.layer_profile(session, run, prefix, at=step, radius=radius)
+                return layers.layer_profile(
+                    session,
+                    run,
+                    prefix,
+                    at=step,
+                    radius=radius,
+                    relative_to="baseline" if relative else None,
+                    baseline_end=end,
+                )
             except Invalid as exc:
                 raise MetricRefused(str(exc)) from None
 

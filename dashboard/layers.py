@@ -352,26 +352,51 @@ def depth_profile_figure(
     family: str,
     step: int | None,
     log_y: bool = False,
+    baseline_end: int | None = None,
 ) -> Figure:
     """One family's per-layer values against depth at one step: the U across depth at a
-    glance. A plain dict, as `layer_heatmap_figure`: built through plotly's figure objects
-    it took 30-80 ms of validating its template on each draw."""
+    glance. With ``baseline_end``, the values are each layer's over its own baseline (the
+    median of its values before that step): the bars say how many times its usual size each
+    layer is, with a dashed line at 1. A plain dict, as `layer_heatmap_figure`: built
+    through plotly's figure objects it took 30-80 ms of validating its template on each
+    draw."""
     heights = [v if math.isfinite(v) else None for v in values]
+    relative = baseline_end is not None
     trace = {
         "type": "bar",
         "x": [plot_text(label) for label in labels],
         "y": heights,
         "marker": {"color": GRAD_RED if family.startswith("grad") else PARAM_BLUE},
-        "hovertemplate": "%{x}<br>%{y:.6g}<extra></extra>",
+        "hovertemplate": (
+            "%{x}<br>×%{y:.3g} its baseline<extra></extra>"
+            if relative
+            else "%{x}<br>%{y:.6g}<extra></extra>"
+        ),
         "name": plot_text(family),
     }
     at = f" at step {step:,}" if step is not None else ""
+    over = f", × each layer's median before step {baseline_end:,}" if relative else ""
     layout = {
         "template": WHITE_TEMPLATE,
         "height": 320,
         "margin": {"l": 70, "r": 30, "t": 40, "b": 80},
-        "title": {"text": f"{plot_text(family)} by depth{at}", "font": {"size": 14}},
+        "title": {"text": f"{plot_text(family)} by depth{at}{over}", "font": {"size": 14}},
         "xaxis": {"title": {"text": "depth (embedding → lm_head)"}, "tickangle": -45},
+        "shapes": [
+            {
+                "type": "line",
+                "xref": "paper",
+                "yref": "y",
+                "x0": 0,
+                "x1": 1,
+                "y0": 1,
+                "y1": 1,
+                "line": {"color": "#999999", "width": 1, "dash": "dash"},
+                "name": "baseline",
+            }
+        ]
+        if relative
+        else [],
         "yaxis": {"type": "log", **log_ticks_of(heights)} if log_y else {"type": "linear"},
         "uirevision": family,
     }

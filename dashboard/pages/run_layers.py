@@ -47,6 +47,7 @@ __all__ = [
     "pin_store",
     "pin_text",
     "pinned_of",
+    "since_of",
     "refreshes_due",
     "register",
     "section",
@@ -98,7 +99,10 @@ def section(names: list[str], at: str | None = None) -> html.Div:
         ),
         dcc.Checklist(
             id="depth-log",
-            options=[{"label": " log scale (profile)", "value": "log"}],
+            options=[
+                {"label": " log scale (profile)", "value": "log"},
+                {"label": " × baseline", "value": "baseline"},
+            ],
             value=["log"],
             className="toggle",
         ),
@@ -127,9 +131,22 @@ def section(names: list[str], at: str | None = None) -> html.Div:
     )
 
 
-def pin_store(step: int | None) -> dict[str, int | None]:
-    """The pin as the ``layers-pin`` store holds it; ``step`` None follows the latest step."""
-    return {"step": step}
+def pin_store(step: int | None, since: int | None = None) -> dict[str, int | None]:
+    """The pin as the ``layers-pin`` store holds it; ``step`` None follows the latest step.
+    ``since`` is where the step's baseline ends (a spike's start), for "× baseline"."""
+    return {"step": step, "since": since} if since is not None else {"step": step}
+
+
+def since_of(store: object) -> int | None:
+    """Where a pin's baseline ends (`pin_store`), when the store says so and it is no later
+    than the pinned step; else None (the baseline ends at the pinned step).
+
+    >>> since_of({"step": 1200, "since": 1190}), since_of({"step": 1200, "since": 1300})
+    (1190, None)
+    """
+    pinned = pinned_of(store)
+    since = store.get("since") if isinstance(store, dict) else None
+    return since if pinned is not None and is_step(since) and since <= pinned else None
 
 
 def pinned_of(store: object) -> int | None:
@@ -297,7 +314,7 @@ def register(app: dash.Dash, data: LayerReads) -> None:
     ) -> tuple[Any, Any, Any]:
         view = RunView.from_store(store)
         fig, info, new_options, value = await in_thread(
-            draw_depth, data, viewer(), view, family, log, pinned_of(pin)
+            draw_depth, data, viewer(), view, family, log, pinned_of(pin), since_of(pin)
         )
         # Unchanged picker props are left alone: setting them would redraw the heatmap. The
         # family goes by `set_props`, not as an output: Dash holds a callback whose input is

@@ -59,7 +59,15 @@ class LayerReads(Protocol):
     ) -> LayerGrid: ...
 
     def layer_profile(
-        self, who: Principal, run_id: str, prefix: str, *, at: int | None, radius: int
+        self,
+        who: Principal,
+        run_id: str,
+        prefix: str,
+        *,
+        at: int | None,
+        radius: int,
+        relative: bool = False,
+        baseline_end: int | None = None,
     ) -> LayerGrid | None: ...
 
 
@@ -159,6 +167,11 @@ def profile_text(profile_u: float | None, at: int, steps: list[int | None]) -> s
     return " · ".join(parts)
 
 
+def _baseline_end(since: int | None, step: int) -> int:
+    """Where the baseline of a profile at ``step`` ends: ``since`` when it is no later."""
+    return since if since is not None and since <= step else step
+
+
 def draw_depth(
     data: LayerReads,
     who: Principal,
@@ -166,10 +179,16 @@ def draw_depth(
     family: object,
     log: object,
     pinned: int | None = None,
+    since: int | None = None,
 ) -> DrawnDepth:
     """The depth profile of the view's run for the picked ``family`` (the first family with
     layers when it has none of that name) at the ``pinned`` step, else the latest, with the
-    picker's options and value."""
+    picker's options and value. ``log`` is the profile's toggles: ``"log"`` a log axis,
+    ``"baseline"`` each layer over its own baseline, the median of its values before step
+    ``since`` (a spike's start; default the profile's step), so that the layers' rises at a
+    spike compare whatever their sizes."""
+    flags = log if isinstance(log, list) else []
+    relative = "baseline" in flags
     if view is None:
         return no_layers([])
     try:
@@ -177,7 +196,15 @@ def draw_depth(
         picked = _picked(family, families)
         if picked is None:
             return no_layers(family_options(families))
-        grid = data.layer_profile(who, view.run, picked, at=pinned, radius=PROFILE_RADIUS)
+        grid = data.layer_profile(
+            who,
+            view.run,
+            picked,
+            at=pinned,
+            radius=PROFILE_RADIUS,
+            relative=relative,
+            baseline_end=since if relative else None,
+        )
     except RunNotFound:  # the view names no run of the viewer's project
         return no_layers([])
     except MetricRefused as exc:
@@ -200,7 +227,8 @@ def draw_depth(
         [math.nan if v is None else v for v in values],
         family=picked,
         step=profile.step,
-        log_y=bool(log),
+        log_y="log" in flags,
+        baseline_end=_baseline_end(since, profile.step) if relative else None,
     )
     info = profile_text(u_index, profile.step, [profile.steps[i] for i in keep])
     return fig, info, family_options(families), picked

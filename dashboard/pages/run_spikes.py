@@ -330,7 +330,10 @@ def zoom_to_spike(
     options = families if isinstance(families, list) else []
     names = [o.get("value") for o in options if isinstance(o, dict)]
     family = family_of(metric, [n for n in names if isinstance(n, str)])
-    return SpikeZoom(replace(view, start=lo, end=hi, focus=None), pin_store(peak), family)
+    # The pin's baseline ends where the spike starts: "× baseline" compares each layer's
+    # peak with its own level before the spike, not with the spike's first steps.
+    pin = pin_store(peak, since=start)
+    return SpikeZoom(replace(view, start=lo, end=hi, focus=None), pin, family)
 
 
 def register(app: dash.Dash, data: SpikeReads) -> None:

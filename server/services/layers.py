@@ -185,22 +185,38 @@ def _grid(
     )
 
 
-def layer_profile(session: Session, run: Run, prefix: str, *, at: int, radius: int) -> LayerGrid:
+def layer_profile(
+    session: Session,
+    run: Run,
+    prefix: str,
+    *,
+    at: int,
+    radius: int,
+    relative_to: str | None = None,
+    baseline_end: int | None = None,
+) -> LayerGrid:
     """``prefix``'s layers with their depth profile at ``at`` alone (no columns): each
     layer's value at its logged step nearest ``at`` within ``radius`` steps, as
     `layer_grid` gives it with ``at``, without reading a grid; no profile where the layers
-    have no point at all."""
+    have no point at all. ``relative_to`` and ``baseline_end`` as for `layer_grid`: each
+    layer over its own baseline before ``baseline_end`` (default ``at``)."""
     if radius < 0:
         raise Invalid(f"radius must not be negative, got {radius}")
+    if relative_to not in (None, "baseline"):
+        raise Invalid(f"relative_to must be 'baseline', got {relative_to!r}")
+    if baseline_end is not None and baseline_end > at:
+        raise Invalid(f"baseline_end ({baseline_end}) must not be after at ({at})")
 
     def read() -> LayerGrid:
         stem, layers, lineage, keys = _layer_series(session, run, prefix)
         profile = None
         if across.extent(session, run.key, keys, lineage) is not None:
             profile = _profile(session, run, keys, lineage, at, radius)
+            if relative_to == "baseline":
+                profile = _relative(session, run, keys, lineage, profile, baseline_end)
         return LayerGrid(stem.rstrip("/"), layers, [], [[] for _ in layers], [], False, profile)
 
-    question = ("layer_profile", prefix, at, radius)
+    question = ("layer_profile", prefix, at, radius, relative_to, baseline_end)
     return kept(data_version(session, run.key), question, read, _grid_bytes)
 
 

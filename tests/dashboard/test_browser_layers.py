@@ -207,6 +207,15 @@ def test_layer_heatmap_u_index_profile_and_spikes(
     # The lower layers' bump during the spike shows in the pinned profile.
     bars = page.evaluate(graph_js("depth", "return Array.from(gd.data[0].y);"))
     assert bars[1] > 1.5 * bars[24]  # layers.0 against a middle layer
+    # "× baseline": each layer over its own median before the spike started, so that the
+    # lower layers' larger rise reads directly (2x at the embedding down to 1x at the head).
+    page.locator("#depth-log label", has_text="× baseline").click()
+    wait_depth_title(page, "× each layer's median before step 1,008")
+    ratios = page.evaluate(graph_js("depth", "return Array.from(gd.data[0].y);"))
+    rise = 2.0 - np.arange(len(LAYERS)) / (len(LAYERS) - 1)
+    assert np.allclose(ratios, rise, rtol=0.05), ratios
+    page.locator("#depth-log label", has_text="× baseline").click()
+    page.wait_for_function(f"() => !(({DEPTH_TITLE_JS})() || 'median').includes('median')")
 
     page.evaluate("window.scrollTo(0, 0)")
     top = page.locator("#overlay").bounding_box()

@@ -108,10 +108,21 @@ class FakeLayers:
         return self.grid
 
     def layer_profile(
-        self, who: Principal, run_id: str, prefix: str, *, at: int | None, radius: int
+        self,
+        who: Principal,
+        run_id: str,
+        prefix: str,
+        *,
+        at: int | None,
+        radius: int,
+        relative: bool = False,
+        baseline_end: int | None = None,
     ) -> LayerGrid | None:
         self._own(run_id)
-        self.calls.append(("profile", {"prefix": prefix, "at": at, "radius": radius}))
+        asked: dict[str, Any] = {"prefix": prefix, "at": at, "radius": radius}
+        if relative:
+            asked |= {"relative": True, "baseline_end": baseline_end}
+        self.calls.append(("profile", asked))
         if self.refusal:
             raise MetricRefused(self.refusal)
         return self.profile

@@ -257,7 +257,9 @@ def row_id(metric: str, start: Any, peak: Any, end: Any) -> dict[str, Any]:
 def test_a_click_on_a_spike_zooms_to_it_and_pins_its_peak() -> None:
     view = RunView(RUN, GRAD, LOSS, log=True)
     zoom = zoom_to_spike(view, row_id(LOSS, 1008, 1011, 1012), True, FAMILIES)
-    assert zoom == SpikeZoom(RunView(RUN, GRAD, LOSS, 958, 1062, True), {"step": 1011}, None)
+    # Pinned to its peak, its baseline ending where it starts ("× baseline").
+    pin = {"step": 1011, "since": 1008}
+    assert zoom == SpikeZoom(RunView(RUN, GRAD, LOSS, 958, 1062, True), pin, None)
     # An update-norm spike shows the per-layer update norms, when the run logs them.
     zoom = zoom_to_spike(view, row_id(UPDATES, 1000, 1000, 1001), True, FAMILIES)
     assert zoom is not None and zoom.family == "updates/norm"

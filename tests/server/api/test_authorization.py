@@ -1008,7 +1008,7 @@ def _spike_zoom(o: Objects) -> Callback:
         "view.data": _view(o.run_id),
         "depth-family.options": [],
     }
-    return Callback("run_spikes.zoom", values, ["spike-click.data"], '{"step":1}')
+    return Callback("run_spikes.zoom", values, ["spike-click.data"], '{"step":1,"since":1}')
 
 
 def _submit(w: World, t: str, o: Objects, editing: bool) -> Callback:

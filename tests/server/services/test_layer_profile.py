@@ -78,3 +78,52 @@ def test_a_negative_radius_is_refused(sessions: Sessions) -> None:
     with session_scope(sessions) as session:
         with pytest.raises(Invalid, match="radius must not be negative"):
             layer_profile(session, the_run(session, run_id), "grad/norm", at=10, radius=-1)
+
+
+def test_the_profile_over_each_layers_baseline(sessions: Sessions) -> None:
+    """``relative_to="baseline"``: each layer's value at the step over the median of its
+    values before ``baseline_end``, as the grid gives it, and as NumPy finds it."""
+    run_id = logged_run(sessions)
+    with session_scope(sessions) as session:
+        run = the_run(session, run_id)
+        alone = layer_profile(
+            session, run, "grad/norm", at=3001, radius=1, relative_to="baseline", baseline_end=2990
+        )
+        grid = layer_grid(
+            session,
+            run,
+            "grad/norm",
+            start=3001,
+            end=3001,
+            points=1,
+            at=3001,
+            relative_to="baseline",
+            baseline_end=2990,
+        )
+        assert alone.profile == grid.profile
+        absolute = layer_profile(session, run, "grad/norm", at=3001, radius=1).profile
+    assert alone.profile is not None and absolute is not None
+    assert alone.profile.relative_to == "baseline" and alone.profile.baselines is not None
+    for value, base, raw in zip(
+        alone.profile.values, alone.profile.baselines, absolute.values, strict=True
+    ):
+        if raw is None:
+            assert value is None
+        else:
+            assert base is not None and value == pytest.approx(raw / base, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("asked", "message"),
+    [
+        ({"relative_to": "start"}, "relative_to must be 'baseline'"),
+        ({"relative_to": "baseline", "baseline_end": 20}, "must not be after at"),
+    ],
+)
+def test_a_relative_profile_is_asked_properly(
+    sessions: Sessions, asked: dict[str, object], message: str
+) -> None:
+    run_id = logged_run(sessions)
+    with session_scope(sessions) as session:
+        with pytest.raises(Invalid, match=message):
+            layer_profile(session, the_run(session, run_id), "grad/norm", at=10, radius=1, **asked)  # type: ignore[arg-type]
