@@ -196,10 +196,36 @@ def _table(header: list[str], body: list[Any], class_name: str) -> html.Table:
 SPIKE_HEADER = ["metric", "start", "peak", "peak value", "magnitude", "recovery end", "duration"]
 
 
+MOMENT_COLUMNS = {
+    "optim/mu/norm/total": "1st moment",
+    "optim/nu/norm/total": "2nd moment",
+}
+"""Adam's moment norms, when the run logs them: each spike's peak of each over its level
+before the spike. A first moment up and a second flat say the spike came from momentum."""
+
+
+def moment_text(ratio: object) -> str:
+    """A moment's rise over a spike.
+
+    >>> moment_text(1.94), moment_text(None)
+    ('×1.94', '–')
+    """
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not math.isfinite(ratio):
+        return "–"
+    return f"×{ratio:.3g}"
+
+
 def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> Any:
-    """One clickable row per spike (in step order), at most ``limit``."""
+    """One clickable row per spike (in step order), at most ``limit``; with a column for
+    each of Adam's moments the run logs (`MOMENT_COLUMNS`)."""
     if not spikes:
         return html.P(NO_SPIKES, className="muted")
+
+    def moments_of(spike: Mapping[str, Any]) -> Mapping[str, Any]:
+        moments = spike.get("moments")
+        return moments if isinstance(moments, Mapping) else {}
+
+    logged = [n for n in MOMENT_COLUMNS if any(n in moments_of(s) for s in spikes[:limit])]
     rows = []
     for spike in spikes[:limit]:
         start, peak, end = spike["start"], spike["peak"], spike["end"]
@@ -222,6 +248,7 @@ def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> A
                     _cell(_magnitude_text(spike.get("magnitude"))),
                     _cell(f"{end:,}" if recovered else "not recovered"),
                     _cell(steps_text(duration) if recovered else f"≥ {steps_text(duration)}"),
+                    *(_cell(moment_text(moments_of(spike).get(name))) for name in logged),
                 ],
                 id=row_id,
                 n_clicks=0,
@@ -229,7 +256,8 @@ def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> A
                 title="zoom the chart to this spike and pin the depth profile to its peak",
             )
         )
-    table = _table(SPIKE_HEADER, rows, "spike-list")
+    header = SPIKE_HEADER + [f"{MOMENT_COLUMNS[name]} ×" for name in logged]
+    table = _table(header, rows, "spike-list")
     if len(spikes) <= limit:
         return table
     more = f"… and {len(spikes) - limit:,} more: zoom the chart in to list them."

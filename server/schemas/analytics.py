@@ -52,6 +52,11 @@ class SpikeOut(BaseModel):
     """``peak_value / baseline``; ``"Infinity"`` over a baseline of 0 or below."""
     baseline: float
     recovered: bool
+    moments: dict[str, float | None] = {}
+    """For Adam's moment norms the run logs (``optim/mu/norm/total``,
+    ``optim/nu/norm/total``): the largest value over the spike divided by the moment's level
+    before it (the median of its last 32 values in the 4,096 steps before ``start``), None
+    without a level. Momentum's spikes raise the first and leave the second flat."""
 
 
 class LeadLagOut(BaseModel):

@@ -20,7 +20,7 @@ from ..analytics import spikes as spike_finder
 from ..analytics.summary import Summary, config_diff, summarize
 from ..errors import Invalid
 from ..models import Run
-from ..storage.versions import data_version
+from ..storage.versions import DataVersion, data_version
 from . import query
 from .aliases import project_aliases
 from .full_resolution import Budget, Reader
@@ -105,6 +105,7 @@ def spike_report(
             if (start is None or spike.end >= start) and (end is None or spike.start <= end)
         ]
     listed.sort(key=lambda spike: (spike["start"], str(spike["metric"])))
+    _add_moments(session, reader, version, listed)
     pairs = [
         spike_finder.lead_lag(a, found[a], b, found[b], max_lag=max_lag)
         for a, b in itertools.permutations(found, 2)
@@ -162,6 +163,70 @@ def _summary_between(
         steps <= (end if end is not None else 2**63 - 1)
     )
     return summarize(steps[inside], values[inside])
+
+
+MOMENTS = ("optim/mu/norm/total", "optim/nu/norm/total")
+"""Adam's first and second moment norms, as `normwatch.client.jax.stability_metrics` logs
+them: a spike from momentum moves the first and leaves the second flat."""
+MOMENT_BASELINE_POINTS = 32
+MOMENT_BASELINE_SPAN = 4096
+"""A moment's level before a spike: the median of its last this many logged values in
+this many steps before the spike's start (as a layer's baseline, `services.layers`)."""
+
+
+def _add_moments(
+    session: Session, reader: Reader, version: DataVersion | None, listed: list[dict[str, object]]
+) -> None:
+    """Give each listed spike its ``moments``: for each of `MOMENTS` the run logs, its
+    largest value over the spike over its level before it (None without a level). One read
+    a moment, over the listed spikes' steps and the baselines before them; kept under the
+    run's data version."""
+    names = set(reader.names())
+    present = [name for name in MOMENTS if name in names]
+    moments: list[dict[str, float | None]] = [{} for _ in listed]
+    for spike, own in zip(listed, moments, strict=True):
+        spike["moments"] = own
+    if not listed or not present:
+        return
+    bounds = tuple((int(str(s["start"])), int(str(s["end"]))) for s in listed)
+    lo = max(0, min(start for start, _ in bounds) - MOMENT_BASELINE_SPAN)
+    hi = max(end for _, end in bounds)
+    for name in present:
+
+        def ratios(name: str = name) -> list[float | None]:
+            window = Reader(session, reader.run, lo, hi, reader.budget, aliases=reader.aliases)
+            steps, values = window.series([name])[name]
+            return [_moment_ratio(steps, values, start, end) for start, end in bounds]
+
+        question = ("moments", name, bounds)
+        got = ratios() if version is None else kept(version, question, ratios, _ratios_bytes)
+        for own, ratio in zip(moments, got, strict=True):
+            own[name] = ratio
+
+
+def _ratios_bytes(ratios: list[float | None]) -> int:
+    return 64 + 16 * len(ratios)
+
+
+def _moment_ratio(
+    steps: StepArray, values: npt.NDArray[np.float64], start: int, end: int
+) -> float | None:
+    """The largest finite value in ``[start, end]`` over the median of the last
+    `MOMENT_BASELINE_POINTS` finite values in the `MOMENT_BASELINE_SPAN` steps before
+    ``start``; None without either, or over a level of 0 or below.
+
+    >>> steps = np.arange(10); values = np.array([1.0] * 5 + [3.0, 2.0] + [1.0] * 3)
+    >>> _moment_ratio(steps, values, 5, 7)
+    3.0
+    """
+    before = values[(steps < start) & (steps >= start - MOMENT_BASELINE_SPAN)]
+    before = before[np.isfinite(before)][-MOMENT_BASELINE_POINTS:]
+    during = values[(steps >= start) & (steps <= end)]
+    during = during[np.isfinite(during)]
+    if not len(before) or not len(during):
+        return None
+    level = float(np.median(before))
+    return float(during.max()) / level if level > 0 else None
 
 
 def compare_runs(

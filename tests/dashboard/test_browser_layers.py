@@ -36,10 +36,13 @@ def layer_run() -> dict[str, list[float]]:
     grid = 0.05 * (1 + np.outer(depth**6, steepness))
     grid *= 1 + 0.01 * rng.standard_normal(grid.shape)
     update = 1.0 + 0.01 * rng.standard_normal(STEPS)
+    mu = 0.5 * (1.0 + 0.01 * rng.standard_normal(STEPS))
+    nu = 0.02 * (1.0 + 0.01 * rng.standard_normal(STEPS))
     loss = 3.0 - steps / STEPS + 0.005 * rng.standard_normal(STEPS)
     lower_more = 2.0 - np.arange(len(LAYERS)) / (len(LAYERS) - 1)
     for at in LEADS:
         update[at] *= 2.0
+        mu[at : at + 12] *= 2.0  # momentum: the first moment doubles, the second stays flat
         loss[at + 8 : at + 12] += 0.5
         grid[:, at + 8 : at + 12] *= lower_more[:, None]
     update[LONE] *= 2.0
@@ -48,6 +51,8 @@ def layer_run() -> dict[str, list[float]]:
     metrics["params/norm/final_norm.weight"] = (78.4 + 0.13 * steps).tolist()
     metrics["updates/norm/total"] = update.tolist()
     metrics["train/loss"] = loss.tolist()
+    metrics["optim/mu/norm/total"] = mu.tolist()
+    metrics["optim/nu/norm/total"] = nu.tolist()
     return metrics
 
 
@@ -176,6 +181,16 @@ def test_layer_heatmap_u_index_profile_and_spikes(
     expected += [("updates/norm/total", at) for at in (*LEADS, LONE)]
     assert listed == sorted(expected)
     assert all(row[4].endswith("×") for row in rows)
+    # Adam's moments over each spike: the first doubled at the leaders, the second flat.
+    header = page.locator("#spike-table thead th").all_inner_texts()
+    assert header[-2:] == ["1st moment ×", "2nd moment ×"]
+    for row in rows:
+        first, second = float(row[-2].lstrip("×")), float(row[-1].lstrip("×"))
+        assert abs(second - 1.0) < 0.05, row
+        if row[0] == "updates/norm/total" and row[1] != f"{LONE:,}":
+            assert abs(first - 2.0) < 0.1, row
+        if row[1] == f"{LONE:,}":
+            assert abs(first - 1.0) < 0.05, row
     lead = page.locator("#lead-lag tr", has_text="updates/norm/total → train/loss")
     assert [c.strip() for c in lead.locator("td").all_inner_texts()] == [
         "updates/norm/total → train/loss",
