@@ -18,7 +18,8 @@ default policy then moves every point into float32 chunks and the summary pyrami
 
 Measured, each call in-process on a snapshot session (REPEATABLE READ, as the API's chart and
 analytics reads), ending its read transaction, with the run already loaded; median and range of
-``--repeat`` (5) after a warm-up, the time including the JSON-ready body the router returns
+``--repeat`` (5) after a warm-up, each found afresh (the answers the server keeps per run
+version forgotten first), the time including the JSON-ready body the router returns
 (``to_json()``), over the full run and over a 100k-step zoom centred on the event:
 
 * **baseline**: ``query.read_series(session, run, ["params/norm/final_norm.weight"],
@@ -82,7 +83,7 @@ from normwatch.server.db import build_engine, session_factory, session_scope, sn
 from normwatch.server.errors import ServiceError
 from normwatch.server.models import Run
 from normwatch.server.schemas import EventCreate, RunCreate
-from normwatch.server.services import analytics, attribution, ingest, layers, query, runs
+from normwatch.server.services import analytics, attribution, ingest, kept, layers, query, runs
 from normwatch.server.services import transitions as transition_service
 from normwatch.server.storage import across, blocks, pgcopy, pyramid, schedule
 from normwatch.server.storage.metric_ids import metric_names, resolve_metric_ids
@@ -330,7 +331,8 @@ def operations(shape: Shape) -> list[tuple[str, Operation]]:
 
     def trans(metrics: list[str]) -> Operation:
         def call(s: Session, run: Run, lo: int | None, hi: int | None) -> tuple[Any, str]:
-            body = transition_service.run_transitions(s, run, metrics, start=lo, end=hi)
+            found = transition_service.run_transitions(s, run, metrics, start=lo, end=hi)
+            body = found.to_json()
             steps = [t["step"] for t in body["transitions"]][:3]
             return body, f"{len(body['transitions'])} transitions, first at {steps}"
 
@@ -385,6 +387,9 @@ def measure(
                 def call(
                     op: Operation = op, lo: int | None = lo, hi: int | None = hi
                 ) -> tuple[Any, str]:
+                    # Each call finds its answer afresh: the server keeps answers per run
+                    # version (`services.kept`), and a kept one would time a lookup.
+                    kept.forget()
                     try:
                         return op(session, run, lo, hi)
                     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.analytics.transitions import Fit, fit_transition
@@ -39,7 +38,7 @@ from normwatch.server.services.attribution import Attribution
 from normwatch.server.services.attribution import attribution as group_shares
 from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.runs import Forbidden
-from normwatch.server.services.transitions import run_transitions
+from normwatch.server.services.transitions import Transitions, run_transitions
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -368,7 +367,7 @@ class DashboardData(OnCallData, ControlData):
         start: int | None,
         end: int | None,
         window: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Transitions:
         """The run's events and detected change points in ``[start, end]``, each with every
         metric's slopes before and after it, largest slope change first
         (`services.transitions.run_transitions`); `MetricRefused` for metrics the service

@@ -19,8 +19,10 @@ from typing import Any, Protocol
 import dash
 from dash import ALL, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
+from normwatch.server.services.transitions import Transitions
 
 from ..data import MetricRefused, RunNotFound
 from ..overlay_aids import number_text
@@ -67,7 +69,7 @@ class TransitionReads(Protocol):
         start: int | None,
         end: int | None,
         window: int | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> Transitions: ...
 
 
 def section() -> html.Div:
@@ -107,15 +109,15 @@ def level_text(before: object, after: object) -> str:
     return f"{jump:+.3g}" if jump else "0"
 
 
-def _slopes_text(fit: Mapping[str, Any]) -> str:
-    before, after = _number(fit.get("slope_before")), _number(fit.get("slope_after"))
+def _slopes_text(fit: Fit) -> str:
+    before, after = _number(fit.slope_before), _number(fit.slope_after)
     if before is None or after is None:
         return "—"
     return f"{number_text(before)} → {number_text(after)}"
 
 
-def _ratio_text(fit: Mapping[str, Any]) -> str:
-    ratio = _number(fit.get("ratio"))
+def _ratio_text(fit: Fit) -> str:
+    ratio = _number(fit.ratio)
     return "—" if ratio is None else f"×{number_text(ratio)}"
 
 
@@ -129,29 +131,24 @@ def _lines(texts: list[str], class_name: str | None = None) -> html.Td:
 
 
 def transition_table(
-    found: Mapping[str, Any], metrics: Sequence[str], focus: int | None, limit: int = MAX_ROWS
+    found: Transitions, metrics: Sequence[str], focus: int | None, limit: int = MAX_ROWS
 ) -> Any:
     """One clickable row per transition of ``found`` (the service's answer), in its order,
     at most ``limit``; a line per metric of ``metrics`` the transition has a fit for. The
     row at ``focus`` is highlighted."""
     rows = []
-    listed = [t for t in found.get("transitions", []) if isinstance(t, Mapping)]
+    listed = found.transitions
     for transition in listed[:limit]:
-        step = transition.get("step")
-        if not is_step(step):
-            continue
-        fits = transition.get("metrics")
-        fitted = fits if isinstance(fits, Mapping) else {}
-        names = [m for m in metrics if isinstance(fitted.get(m), Mapping)]
-        levels = [
-            level_text(fitted[m].get("level_before"), fitted[m].get("level_after")) for m in names
-        ]
+        step = transition.step
+        fitted = transition.fits
+        names = [m for m in metrics if m in fitted]
+        levels = [level_text(fitted[m].level_before, fitted[m].level_after) for m in names]
         rows.append(
             html.Tr(
                 [
                     _cell(f"{step:,}"),
-                    _cell(str(transition.get("source", ""))),
-                    _cell(str(transition.get("label", ""))),
+                    _cell(transition.source),
+                    _cell(transition.label),
                     _lines(names or ["—"], "metric"),
                     _lines([_slopes_text(fitted[m]) for m in names]),
                     _lines([_ratio_text(fitted[m]) for m in names]),
@@ -174,8 +171,7 @@ def transition_table(
         className="transition-list",
         style={"borderCollapse": "collapse", "fontSize": ".88rem", "marginBottom": ".8rem"},
     )
-    window = found.get("window")
-    note = f"Slopes fitted on {window:,} steps either side of each step." if is_step(window) else ""
+    note = f"Slopes fitted on {found.window:,} steps either side of each step."
     more = len(listed) - limit
     tail = f" … and {more:,} more: zoom the chart in to list them." if more > 0 else ""
     return html.Div([table, html.P(note + tail, className="muted")])

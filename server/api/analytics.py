@@ -96,8 +96,8 @@ def get_transitions(
     a twentieth of the range; at most the range analysed, the answer's ``window`` being the
     one used), largest slope change first."""
     run, _ = owned_run(session, who, run_id)
-    body = transitions.run_transitions(session, run, metric, start=start, end=end, window=window)
-    return Response(orjson.dumps(body), media_type="application/json")
+    found = transitions.run_transitions(session, run, metric, start=start, end=end, window=window)
+    return Response(orjson.dumps(found.to_json()), media_type="application/json")
 
 
 @router.get("/spikes", response_model=SpikesOut)

@@ -32,17 +32,26 @@ from .kept import kept
 MAX_METRICS = 16
 
 
-@dataclass
-class _Row:
+@dataclass(frozen=True)
+class Transition:
+    """One event (``source`` "event") or detected change point ("detected", in the metric
+    ``detected_in``, with the detector's ``score``) at ``step``, and each metric's lines
+    fitted either side of it (a metric with fewer than two points on a side has none)."""
+
     step: int
     source: str
     label: str
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fits: dict[str, fitting.Fit] = field(default_factory=dict)
     detected_in: str | None = None
     score: float | None = None
 
-    def change(self) -> float:
-        return max((m["slope_change"] for m in self.metrics.values()), default=-1.0)
+    @property
+    def slope_change(self) -> float | None:
+        """The largest of its metrics' slope changes (`analytics.transitions.Fit`), None
+        without a fit."""
+        if not self.fits:
+            return None
+        return max(0.0, max(fit.slope_change for fit in self.fits.values()))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,9 +60,21 @@ class _Row:
             "label": self.label,
             "detected_in": self.detected_in,
             "score": self.score,
-            "slope_change": max(0.0, self.change()) if self.metrics else None,
-            "metrics": self.metrics,
+            "slope_change": self.slope_change,
+            "metrics": {metric: _fields(fit) for metric, fit in self.fits.items()},
         }
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """What `run_transitions` finds: the ``window`` each side of a step the lines were
+    fitted on, and the ``transitions``, largest slope change first."""
+
+    window: int
+    transitions: list[Transition]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"window": self.window, "transitions": [t.to_json() for t in self.transitions]}
 
 
 def run_transitions(
@@ -64,10 +85,10 @@ def run_transitions(
     start: int | None = None,
     end: int | None = None,
     window: int | None = None,
-) -> dict[str, Any]:
-    """``{"window", "transitions": [...]}``: one transition per event in the range and per
-    detected change point, each with every metric's fit (a metric with fewer than two points
-    on a side has none), largest slope change first.
+) -> Transitions:
+    """One transition per event in the range and per detected change point, each with every
+    metric's fit (a metric with fewer than two points on a side has none), largest slope
+    change first.
 
     ``window`` is at most the analysed range (`analysed_span`); a wider one is clamped to
     it, and the answer's ``window`` is the one used. Every line a wider window fits is the
@@ -91,7 +112,7 @@ def run_transitions(
         data_version(session, run.key),
         ("transitions", sources, start, end, window),
         lambda: _transitions(session, run, reader, metrics, start, end, window),
-        lambda found: 4096 + 512 * len(found["transitions"]) * (1 + len(metrics)),
+        lambda found: 4096 + 512 * len(found.transitions) * (1 + len(metrics)),
     )
 
 
@@ -103,7 +124,7 @@ def _transitions(
     start: int | None,
     end: int | None,
     window: int | None,
-) -> dict[str, Any]:
+) -> Transitions:
     """`run_transitions`, read."""
     series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
     if window is None:
@@ -115,31 +136,40 @@ def _transitions(
         if (start is None or e.step >= start) and (end is None or e.step <= end)
     ]
     window = min(window, analysed_span(series.values(), [step for step, _ in events]))
-    rows: dict[tuple[str, int], _Row] = {
-        ("event", step): _Row(step, "event", label) for step, label in events
-    }
+    by_event = {step: Transition(step, "event", label) for step, label in events}
+    found = list(by_event.values())
     detected: list[tuple[float, int, str]] = []
     for metric, (steps, values) in series.items():
-        for found in fitting.transitions(steps, values, events, window):
-            if found.source == "event":
-                if found.fit is not None:
-                    rows[("event", found.step)].metrics[metric] = _fields(found.fit)
-            elif found.score is not None:
-                detected.append((found.score, found.step, metric))
+        for one in fitting.transitions(steps, values, events, window):
+            if one.source == "event":
+                if one.fit is not None:
+                    by_event[one.step].fits[metric] = one.fit
+            elif one.score is not None:
+                detected.append((one.score, one.step, metric))
     merge = max(1, window // 4)
     taken: list[int] = []
     for score, step, metric in sorted(detected, reverse=True):
         if any(abs(step - other) <= merge for other in taken):
             continue
         taken.append(step)
-        row = _Row(step, "detected", f"change in {metric}", detected_in=metric, score=score)
-        for name, (steps, values) in series.items():
-            fit = fitting.fit_transition(steps, values, step, window)
-            if fit is not None:
-                row.metrics[name] = _fields(fit)
-        rows[("detected", step)] = row
-    ranked = sorted(rows.values(), key=lambda r: (-r.change(), r.step))
-    return {"window": window, "transitions": [row.to_json() for row in ranked]}
+        fits = {
+            name: fit
+            for name, (steps, values) in series.items()
+            if (fit := fitting.fit_transition(steps, values, step, window)) is not None
+        }
+        found.append(
+            Transition(
+                step, "detected", f"change in {metric}", fits, detected_in=metric, score=score
+            )
+        )
+    # Largest slope change first; transitions without a fit last, by step.
+    ranked = sorted(found, key=lambda t: (-_change_or(t, -1.0), t.step))
+    return Transitions(window, ranked)
+
+
+def _change_or(transition: Transition, default: float) -> float:
+    change = transition.slope_change
+    return default if change is None else change
 
 
 def analysed_span(series: Iterable[tuple[StepArray, FloatArray]], events: Iterable[int]) -> int:

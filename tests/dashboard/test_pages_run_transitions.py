@@ -24,8 +24,10 @@ from normwatch.dashboard.pages.run_transitions import (
     zoom_to_transition,
 )
 from normwatch.dashboard.pages.run_view import RunView
+from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
+from normwatch.server.services.transitions import Transition, Transitions
 from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.testing import ServerProcess
@@ -39,54 +41,47 @@ RUN = "r1"
 GRAD, PARAM = "grad/norm/total", "params/norm/final_norm.weight"
 
 
-def fit(before: float, after: float, ratio: float | None, levels: tuple[float, float]) -> Any:
-    return {
-        "slope_before": before,
-        "slope_after": after,
-        "ratio": ratio,
-        "level_before": levels[0],
-        "level_after": levels[1],
-        "slope_change": 0.9,
-        "before_segment": [[0, 1.0], [1, 2.0]],
-        "after_segment": [[1, 2.0], [2, 3.0]],
-    }
+def fit(before: float, after: float, ratio: float | None, levels: tuple[float, float]) -> Fit:
+    return Fit(
+        at=1,
+        window=1,
+        slope_before=before,
+        slope_after=after,
+        slope_before_stderr=0.0,
+        slope_after_stderr=0.0,
+        ratio=ratio,
+        level_before=levels[0],
+        level_after=levels[1],
+        n_before=2,
+        n_after=2,
+        before_segment=((0, 1.0), (1, 2.0)),
+        after_segment=((1, 2.0), (2, 3.0)),
+    )
 
 
-FOUND = {
-    "window": 4750,
-    "transitions": [
-        {
-            "step": 81_000,
-            "source": "event",
-            "label": "near-dropless EP routing",
-            "detected_in": None,
-            "score": None,
-            "slope_change": 1.3,
-            "metrics": {
+FOUND = Transitions(
+    window=4750,
+    transitions=[
+        Transition(
+            81_000,
+            "event",
+            "near-dropless EP routing",
+            {
                 GRAD: fit(0.0045, 1.3, None, (0.93, 0.41)),
                 PARAM: fit(1.967, 7.503, 3.8146, (342.0841, 342.0844)),
             },
-        },
-        {
-            "step": 40_210,
-            "source": "detected",
-            "label": f"change in {PARAM}",
-            "detected_in": PARAM,
-            "score": 120.0,
-            "slope_change": 0.5,
-            "metrics": {PARAM: fit(2.0, 3.0, 1.5, (200.0, 201.5))},
-        },
-        {
-            "step": 0,
-            "source": "event",
-            "label": "z-loss 1e-4",
-            "detected_in": None,
-            "score": None,
-            "slope_change": None,
-            "metrics": {},
-        },
+        ),
+        Transition(
+            40_210,
+            "detected",
+            f"change in {PARAM}",
+            {PARAM: fit(2.0, 3.0, 1.5, (200.0, 201.5))},
+            detected_in=PARAM,
+            score=120.0,
+        ),
+        Transition(0, "event", "z-loss 1e-4"),
     ],
-}
+)
 
 
 def test_doctests() -> None:
@@ -96,7 +91,7 @@ def test_doctests() -> None:
 
 @dataclass
 class FakeTransitions:
-    found: dict[str, Any] = field(default_factory=lambda: FOUND)
+    found: Transitions = field(default_factory=lambda: FOUND)
     refusal: str | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
 
@@ -128,7 +123,7 @@ class FakeTransitions:
         start: int | None,
         end: int | None,
         window: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Transitions:
         if run_id != RUN:
             raise RunNotFound(run_id)
         self.calls.append({"metrics": list(metrics), "start": start, "end": end, "window": window})
@@ -189,9 +184,7 @@ def test_the_table_past_its_limit_and_without_transitions() -> None:
     limited = transition_table(FOUND, [GRAD], None, limit=1)
     assert len(rows(limited)) == 1
     assert "… and 2 more: zoom the chart in to list them." in text(limited)
-    assert text(transition_table({"window": 5, "transitions": []}, [GRAD], None)) == NO_TRANSITIONS
-    crafted = {"transitions": [{"step": -1}, {"step": "5"}, "x"]}
-    assert text(transition_table(crafted, [GRAD], None)) == NO_TRANSITIONS
+    assert text(transition_table(Transitions(5, []), [GRAD], None)) == NO_TRANSITIONS
 
 
 # --- drawing, with a fake -----------------------------------------------------------------
@@ -293,9 +286,9 @@ def test_the_real_transitions(world: World, dashboard_data: DashboardData) -> No
     found = dashboard_data.transitions(
         world.mine.read, world.run, [PARAM], start=2000, end=4000, window=1000
     )
-    assert found["window"] == 1000
-    (event,) = [t for t in found["transitions"] if t["source"] == "event"]
-    assert event["metrics"][PARAM]["ratio"] == pytest.approx(2.5, rel=0.02)
+    assert found.window == 1000
+    (event,) = [t for t in found.transitions if t.source == "event"]
+    assert event.fits[PARAM].ratio == pytest.approx(2.5, rel=0.02)
     assert rows(draw_transitions(dashboard_data, world.mine.read, zoomed))[0][0] == "3,000"
 
 

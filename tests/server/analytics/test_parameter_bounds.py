@@ -80,7 +80,7 @@ def test_a_transitions_window_past_the_range_is_clamped_and_allocates_no_more(
     def with_window(window: int | None) -> Callable[[Session], dict[str, Any]]:
         return lambda session: transitions.run_transitions(
             session, the_run(session, run_id), [NORM], window=window
-        )
+        ).to_json()
 
     default, default_peak = measured(sessions, run_id, with_window(None))
     wide, wide_peak = measured(sessions, run_id, with_window(10**6))
@@ -108,13 +108,16 @@ def test_an_extreme_step_range_analyses_the_points_not_the_span(
     whole = {"start": INT64_MIN, "end": INT64_MAX}
 
     def transitions_over(session: Session) -> dict[str, Any]:
-        return transitions.run_transitions(session, the_run(session, run_id), [NORM], **whole)
+        found = transitions.run_transitions(session, the_run(session, run_id), [NORM], **whole)
+        return found.to_json()
 
     got, peak = measured(sessions, run_id, transitions_over)
     unranged, _ = measured(
         sessions,
         run_id,
-        lambda session: transitions.run_transitions(session, the_run(session, run_id), [NORM]),
+        lambda session: transitions.run_transitions(
+            session, the_run(session, run_id), [NORM]
+        ).to_json(),
     )
     assert got == unranged and peak < 4 * MiB
 

@@ -79,5 +79,5 @@ def test_answers_are_kept_until_the_run_changes(sessions: Sessions) -> None:
     with session_scope(sessions) as session:
         ingest.add_event(session, the_run(session, run_id), EventCreate(step=5000, text="lr"))
     found = answers(sessions, run_id)["transitions"]
-    assert [t["step"] for t in found["transitions"] if t["source"] == "event"] == [5000]  # type: ignore[index]
+    assert [t.step for t in found.transitions if t.source == "event"] == [5000]  # type: ignore[attr-defined]
     assert found == fresh()["transitions"]
