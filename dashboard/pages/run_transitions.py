@@ -49,6 +49,7 @@ TRANSITION_ROW = "transition-row"
 MAX_ROWS = 20
 NO_TRANSITIONS = "No events and no change of slope in these steps."
 NO_METRICS = "Chart a metric to see how its slope changes."
+TOO_FEW_TO_DETECT = "Too few steps shown to look for changes of trend (events only): zoom out."
 HEADER = ["step", "source", "label", "metric", "slope per 1k steps", "ratio", "level change"]
 _CELL = {"padding": ".2rem .5rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}
 _ROW = {"cursor": "pointer"}
@@ -162,6 +163,8 @@ def transition_table(
             )
         )
     if not rows:
+        if not found.detecting:
+            return html.P(NO_TRANSITIONS + " " + TOO_FEW_TO_DETECT, className="muted")
         return html.P(NO_TRANSITIONS, className="muted")
     table = html.Table(
         [
@@ -172,6 +175,8 @@ def transition_table(
         style={"borderCollapse": "collapse", "fontSize": ".88rem", "marginBottom": ".8rem"},
     )
     note = f"Slopes fitted on {found.window:,} steps either side of each step."
+    if not found.detecting:
+        note += " " + TOO_FEW_TO_DETECT
     more = len(listed) - limit
     tail = f" … and {more:,} more: zoom the chart in to list them." if more > 0 else ""
     return html.Div([table, html.P(note + tail, className="muted")])

@@ -157,4 +157,7 @@ class TransitionOut(BaseModel):
 class TransitionsOut(BaseModel):
     window: int
     """Steps fitted on each side of a transition."""
+    detecting: bool
+    """Whether change points were looked for: not when the window holds fewer than 20
+    logged points a side for every metric (a short zoom); events are fitted regardless."""
     transitions: list[TransitionOut]

@@ -30,6 +30,10 @@ from .full_resolution import Reader
 from .kept import kept
 
 MAX_METRICS = 16
+MIN_DETECT_POINTS = 20
+"""Logged points a fit's window needs on a side for change points to be looked for: over
+fewer, a spike and its recovery fit as a steep fall (a zoom of 100 steps on a spike has a
+window of 5)."""
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,16 @@ class Transitions:
 
     window: int
     transitions: list[Transition]
+    detecting: bool = True
+    """Whether change points were looked for: not where the window holds fewer than
+    `MIN_DETECT_POINTS` logged points a side for every metric (a zoom on a spike)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"window": self.window, "transitions": [t.to_json() for t in self.transitions]}
+        return {
+            "window": self.window,
+            "detecting": self.detecting,
+            "transitions": [t.to_json() for t in self.transitions],
+        }
 
 
 def run_transitions(
@@ -139,8 +150,13 @@ def _transitions(
     by_event = {step: Transition(step, "event", label) for step, label in events}
     found = list(by_event.values())
     detected: list[tuple[float, int, str]] = []
+    detecting = False
     for metric, (steps, values) in series.items():
-        for one in fitting.transitions(steps, values, events, window):
+        # Too few points a side to tell a change of trend from a spike or noise: the
+        # metric's events are fitted, and nothing is detected in it.
+        detect = window >= MIN_DETECT_POINTS * _spacing(steps)
+        detecting = detecting or detect
+        for one in fitting.transitions(steps, values, events, window, detect=detect):
             if one.source == "event":
                 if one.fit is not None:
                     by_event[one.step].fits[metric] = one.fit
@@ -164,7 +180,16 @@ def _transitions(
         )
     # Largest slope change first; transitions without a fit last, by step.
     ranked = sorted(found, key=lambda t: (-_change_or(t, -1.0), t.step))
-    return Transitions(window, ranked)
+    return Transitions(window, ranked, detecting)
+
+
+def _spacing(steps: StepArray) -> float:
+    """The mean steps between two logged points (1 for fewer than two).
+
+    >>> _spacing(np.array([0, 10, 20, 30])), _spacing(np.array([5]))
+    (10.0, 1.0)
+    """
+    return float(steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else 1.0
 
 
 def _change_or(transition: Transition, default: float) -> float:

@@ -16,6 +16,7 @@ from normwatch.dashboard.pages.run_transitions import (
     HEADER,
     NO_METRICS,
     NO_TRANSITIONS,
+    TOO_FEW_TO_DETECT,
     TRANSITION_ROW,
     draw_transitions,
     level_text,
@@ -185,6 +186,11 @@ def test_the_table_past_its_limit_and_without_transitions() -> None:
     assert len(rows(limited)) == 1
     assert "… and 2 more: zoom the chart in to list them." in text(limited)
     assert text(transition_table(Transitions(5, []), [GRAD], None)) == NO_TRANSITIONS
+    # A zoom too short to look for changes of trend says so, with or without events.
+    unlooked = text(transition_table(Transitions(5, [], detecting=False), [GRAD], None))
+    assert unlooked == f"{NO_TRANSITIONS} {TOO_FEW_TO_DETECT}"
+    events_only = Transitions(5, FOUND.transitions[2:], detecting=False)
+    assert text(transition_table(events_only, [GRAD], None)).endswith(TOO_FEW_TO_DETECT)
 
 
 # --- drawing, with a fake -----------------------------------------------------------------
