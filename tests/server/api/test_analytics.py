@@ -395,9 +395,7 @@ def test_a_change_with_no_event_is_detected_and_a_straight_line_has_none(
     assert row["metrics"]["params/norm/line"]["ratio"] == pytest.approx(1.0, rel=0.1)
 
 
-def test_a_zoom_on_a_spike_looks_for_no_change_of_trend(
-    api: httpx.Client, tenant: Tenant
-) -> None:
+def test_a_zoom_on_a_spike_looks_for_no_change_of_trend(api: httpx.Client, tenant: Tenant) -> None:
     """Over 106 steps the window is 5 steps a side, too few points to tell a change of trend
     from a spike and its recovery: the spike is not listed as a transition (a fall of 170
     per 1k steps, as it was), the answer says nothing was looked for, and a wider range
