@@ -135,5 +135,5 @@ def compare(
     final value, slope over the range, spike count, share of steps in spikes) and the
     config keys that differ between them."""
     runs = [owned_run(session, who, run_id)[0] for run_id in dict.fromkeys(run)]
-    body = analytics.compare_runs(session, runs, metric, start=start, end=end, points=points)
-    return Response(orjson.dumps(body), media_type="application/json")
+    compared = analytics.compare_runs(session, runs, metric, start=start, end=end, points=points)
+    return Response(orjson.dumps(compared.model_dump()), media_type="application/json")

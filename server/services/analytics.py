@@ -20,6 +20,7 @@ from ..analytics import spikes as spike_finder
 from ..analytics.summary import Summary, config_diff, summarize
 from ..errors import Invalid
 from ..models import Run
+from ..schemas.analytics import CompareOut
 from ..storage.versions import DataVersion, data_version
 from . import query
 from .aliases import project_aliases
@@ -237,7 +238,7 @@ def compare_runs(
     start: int | None = None,
     end: int | None = None,
     points: int = 1000,
-) -> dict[str, object]:
+) -> CompareOut:
     """One metric of each run, aligned by step (each series M4-downsampled over the same
     range), with a summary per run over that range: largest and final value, slope,
     spikes found over the whole run and the share of the run's steps in them; and the
@@ -276,8 +277,10 @@ def compare_runs(
                 },
             }
         )
-    return {
-        "metric": metric,
-        "runs": out,
-        "config_diff": config_diff([dict(run.config or {}) for run in runs]),
-    }
+    return CompareOut.model_validate(
+        {
+            "metric": metric,
+            "runs": out,
+            "config_diff": config_diff([dict(run.config or {}) for run in runs]),
+        }
+    )

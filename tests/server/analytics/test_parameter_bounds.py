@@ -129,7 +129,7 @@ def test_an_extreme_step_range_analyses_the_points_not_the_span(
 
     def compared(session: Session) -> dict[str, Any]:
         run = the_run(session, run_id)
-        return analytics.compare_runs(session, [run], NORM, points=20_000, **whole)
+        return analytics.compare_runs(session, [run], NORM, points=20_000, **whole).model_dump()
 
     body, peak = measured(sessions, run_id, compared)
     [one] = body["runs"]

@@ -172,7 +172,7 @@ def test_compare_keeps_its_summary_and_spikes_per_version(
         with session_scope(sessions) as session:
             run = the_run(session, run_id)
             answer = analytics.compare_runs(session, [run], GRAD, start=start, end=end)
-            return answer["runs"][0]["summary"]  # type: ignore[index,no-any-return]
+            return answer.runs[0].summary.model_dump()
 
     def expected(start: int | None, end: int | None) -> dict[str, object]:
         all_steps, values = stored(sessions, run_id, GRAD)
