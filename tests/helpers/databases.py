@@ -13,12 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from normwatch.server.db import build_engine
+import pytest
+from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
+from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.scratch import create_database, drop_database
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+BACKENDS = ["postgresql", "sqlite"]
+"""The backends a module's own database is made on (``params`` of its fixture)."""
 
 
 def base_url() -> str:
@@ -53,3 +57,29 @@ def migrated_sqlite(path: Path) -> str:
     upgrade(engine)
     engine.dispose()
     return url
+
+
+@contextmanager
+def own_database(
+    backend: str, purpose: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A migrated database of a test module's own on ``backend`` (one of `BACKENDS`) for the
+    ``with`` block: a scratch Postgres database, dropped on the way out, or an SQLite file."""
+    if backend == "sqlite":
+        yield migrated_sqlite(tmp_path_factory.mktemp(purpose) / "normwatch.db")
+        return
+    with scratch_pg(purpose) as url:
+        yield url
+
+
+@contextmanager
+def own_sessions(
+    backend: str, purpose: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[sessionmaker[Session]]:
+    """Sessions on `own_database` for the ``with`` block (a pool of two)."""
+    with own_database(backend, purpose, tmp_path_factory) as url:
+        engine = build_engine(url, pool_size=2)
+        try:
+            yield session_factory(engine)
+        finally:
+            engine.dispose()

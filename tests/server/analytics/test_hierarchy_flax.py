@@ -20,13 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from normwatch.client.jax import stability_metrics
 from normwatch.server.analytics.hierarchy import outermost
-from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.db import session_scope
 from normwatch.server.services import query
 from normwatch.server.services.attribution import attribution
 from normwatch.server.services.layers import layer_grid
 
 from tests.helpers.committed import Sessions, new_run, post, the_run
-from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+from tests.helpers.databases import BACKENDS, own_sessions
 
 LAYERS = 4
 STEPS = 12
@@ -78,19 +78,12 @@ def logged() -> list[dict[str, float]]:
     return trained_metrics()
 
 
-@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def sessions(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Sessions]:
-    if request.param == "sqlite":
-        url = migrated_sqlite(tmp_path_factory.mktemp("hierarchy") / "normwatch.db")
-    else:
-        url = create_scratch_pg("hierarchy")
-    engine = build_engine(url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
-    if request.param == "postgresql":
-        drop_scratch_pg(url)
+    with own_sessions(request.param, "hierarchy", tmp_path_factory) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")

@@ -12,24 +12,20 @@ from normwatch.server.errors import Invalid
 from normwatch.server.services.attribution import attribution
 
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
-from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+from tests.helpers.databases import BACKENDS, own_database
 
 LAYERS = 48
 
 
-@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def own_db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A database of this module's own on each backend: the session's servers compact the
     runs of theirs in the background (into float32 chunks), and the hot cases must read
     points exactly as they were posted."""
-    if request.param == "sqlite":
-        yield migrated_sqlite(tmp_path_factory.mktemp("attribution") / "normwatch.db")
-        return
-    url = create_scratch_pg("attribution")
-    yield url
-    drop_scratch_pg(url)
+    with own_database(request.param, "attribution", tmp_path_factory) as url:
+        yield url
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.db import session_scope
 from normwatch.server.schemas import EventCreate
 from normwatch.server.services import ingest, kept
 from normwatch.server.services.attribution import attribution
@@ -16,24 +16,17 @@ from normwatch.server.services.layers import layer_grid, layer_profile
 from normwatch.server.services.transitions import run_transitions
 
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
-from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+from tests.helpers.databases import BACKENDS, own_sessions
 
 PARTS = ["embed", "layers.0", "layers.1", "lm_head"]
 
 
-@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def sessions(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Sessions]:
-    if request.param == "sqlite":
-        url = migrated_sqlite(tmp_path_factory.mktemp("kept") / "normwatch.db")
-    else:
-        url = create_scratch_pg("kept")
-    engine = build_engine(url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
-    if request.param == "postgresql":
-        drop_scratch_pg(url)
+    with own_sessions(request.param, "kept", tmp_path_factory) as made:
+        yield made
 
 
 def log(sessions: Sessions, run_id: str, lo: int, hi: int, slope: float) -> None:

@@ -17,24 +17,20 @@ from normwatch.server.services.full_resolution import Budget, Reader
 from normwatch.server.storage.versions import data_version
 
 from tests.helpers.committed import Sessions, compact, new_run, post, stored, the_run
-from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+from tests.helpers.databases import BACKENDS, own_database
 
 GRAD = "grad/norm/total"
 LOSS = "train/loss"
 
 
-@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def own_db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A database of this module's own: the session's servers compact their runs in the
     background, which would move a run's version between a report and its reference."""
-    if request.param == "sqlite":
-        yield migrated_sqlite(tmp_path_factory.mktemp("kept") / "normwatch.db")
-        return
-    url = create_scratch_pg("kept")
-    yield url
-    drop_scratch_pg(url)
+    with own_database(request.param, "kept", tmp_path_factory) as url:
+        yield url
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.db import session_scope
 from normwatch.server.errors import Invalid
 from normwatch.server.services.layers import layer_grid
 
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
-from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+from tests.helpers.databases import BACKENDS, own_sessions
 
 LAYERS = ["embed", "layers.0", "layers.1", "layers.2", "lm_head"]
 FACTORS = [3.0, 2.5, 2.0, 1.6, 1.2]
@@ -22,19 +22,12 @@ LEVELS = [0.5, 0.2, 0.21, 0.22, 0.8]
 SPIKE = 1000
 
 
-@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def sessions(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Sessions]:
-    if request.param == "sqlite":
-        url = migrated_sqlite(tmp_path_factory.mktemp("relative") / "normwatch.db")
-    else:
-        url = create_scratch_pg("relative")
-    engine = build_engine(url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
-    if request.param == "postgresql":
-        drop_scratch_pg(url)
+    with own_sessions(request.param, "relative", tmp_path_factory) as made:
+        yield made
 
 
 def logged_run(sessions: Sessions) -> str:

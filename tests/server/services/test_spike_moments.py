@@ -7,30 +7,23 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.db import session_scope
 from normwatch.server.services import kept
 from normwatch.server.services.analytics import spike_report
 
 from tests.helpers.committed import Sessions, new_run, post, stored, the_run
-from tests.helpers.databases import create_scratch_pg, drop_scratch_pg, migrated_sqlite
+from tests.helpers.databases import BACKENDS, own_sessions
 
 UPDATES, MU, NU = "updates/norm/total", "optim/mu/norm/total", "optim/nu/norm/total"
 SPIKES = (1500, 3200)
 
 
-@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+@pytest.fixture(scope="module", params=BACKENDS)
 def sessions(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Sessions]:
-    if request.param == "sqlite":
-        url = migrated_sqlite(tmp_path_factory.mktemp("moments") / "normwatch.db")
-    else:
-        url = create_scratch_pg("moments")
-    engine = build_engine(url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
-    if request.param == "postgresql":
-        drop_scratch_pg(url)
+    with own_sessions(request.param, "moments", tmp_path_factory) as made:
+        yield made
 
 
 def momentum_run(sessions: Sessions, *, moments: bool = True) -> str:
