@@ -93,6 +93,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.scratch import admin_dsn
+from normwatch.testing import CHROMIUM_FLAGS, chromium_path
 
 PREFIX = "grad/norm"
 LAYERS = ["embed", *(f"layers.{i}" for i in range(48)), "lm_head"]
@@ -477,16 +478,6 @@ def grid_parts(session: Session, run: Run, repeat: int) -> tuple[dict[str, Timin
 
 # --- the browser -----------------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 OVERLAY = "#overlay .js-plotly-plot"
 HEATMAP = "#layer-heatmap .js-plotly-plot"
 # Installed in every document before the page's scripts: each animation frame, note the first
@@ -564,8 +555,9 @@ def browser_timings(url: str, run_id: str, shape: Shape, repeat: int, results: R
         running_server(url, Path(logs)) as server,
         sync_playwright() as pw,
     ):
-        say(f"  server at {server.url}; Chromium {CHROMIUM}")
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        chromium = chromium_path() or "/usr/bin/chromium"
+        say(f"  server at {server.url}; Chromium {chromium}")
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 900})
             context.add_init_script(MARKS_JS)

@@ -87,7 +87,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 from normwatch.demo import DEMO_RULES, HISTORY_END, LIVE_END, PROJECT, RUN_NAME
 from normwatch.scratch import create_database
 from normwatch.simulate import SimulatedRun
-from normwatch.testing import running_server
+from normwatch.testing import CHROMIUM_FLAGS, chromium_path, running_server
 
 TOTAL = "grad/norm/total"
 FINAL = "params/norm/final_norm.weight"
@@ -95,16 +95,6 @@ BIG_LAYERS = 80
 """Layers of the large run: 3 families × 83 parts + 9 core metrics - 1 = 257 metrics."""
 BATCH_STEPS = 4_000
 """Steps a batch of the large run: about a million points, 20 MB of JSON (the bound is 32 MiB)."""
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
 QUIET_MS = 300
 """A page is settled once no counted callback has been in flight for this long."""
 
@@ -681,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                     int(rules[0]["id"]),
                 )
                 with sync_playwright() as pw:
-                    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+                    chromium = chromium_path() or "/usr/bin/chromium"
                     browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
                     if not args.only:
                         cpu_ms, per_s = idle_cost(browser, scene, read_token, server.process.pid)

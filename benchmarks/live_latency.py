@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -64,18 +63,8 @@ from ingest_http import machine_busy
 from normwatch.client import Run
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from normwatch.testing import running_server
+from normwatch.testing import CHROMIUM_FLAGS, chromium_path, running_server
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
 PROJECT = "live"
 TOTAL = "grad/norm/total"
 FINAL = "params/norm/final_norm.weight"
@@ -442,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             alone_ms_s = (process_cpu_seconds(pid) - alone) * 1000 / args.idle
             results = []
             with sync_playwright() as pw:
-                chromium = shutil.which("chromium") or "/usr/bin/chromium"
+                chromium = chromium_path() or "/usr/bin/chromium"
                 browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
                 for tabs in args.tabs:
                     say(

@@ -1,4 +1,5 @@
-"""Run a real normwatch server process, for integration tests and benchmarks.
+"""Run a real normwatch server process, for integration tests and benchmarks, and find the
+headless Chromium that drives the dashboard there.
 
 >>> with running_server("sqlite:///t.db", Path("/tmp")) as server:  # doctest: +SKIP
 ...     httpx.get(f"{server.url}/healthz")
@@ -10,6 +11,7 @@ with ``--no-migrate`` so tests control the schema.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,7 +23,40 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["ServerProcess", "free_port", "running_server", "start_server", "wait_healthy"]
+__all__ = [
+    "CHROMIUM_FLAGS",
+    "ServerProcess",
+    "chromium_path",
+    "free_port",
+    "running_server",
+    "start_server",
+    "wait_healthy",
+]
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+"""How the browser tests, the benchmarks and the screenshots launch Chromium."""
+
+
+def chromium_path() -> str | None:
+    """The Chromium to launch: ``NORMWATCH_CHROMIUM``, else the first of ``chromium``,
+    ``chromium-browser`` and ``google-chrome`` on the PATH; None without one."""
+    named = os.environ.get("NORMWATCH_CHROMIUM")
+    if named:
+        return named
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
 
 
 def free_port() -> int:

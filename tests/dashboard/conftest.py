@@ -3,7 +3,6 @@ dashboard's data on that server's database, for page callbacks called directly."
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -12,31 +11,21 @@ from normwatch.server.db import build_engine, session_factory
 from playwright.sync_api import Browser, Page, sync_playwright
 from sqlalchemy.orm import Session, sessionmaker
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
+from normwatch.testing import CHROMIUM_FLAGS, chromium_path
 
 
-def chromium_path() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail("Chromium not found: install it (Debian: apt-get install chromium)")
+def chromium() -> str:
+    found = chromium_path()
+    if found is None:
+        pytest.fail("Chromium not found: install it (Debian: apt-get install chromium)")
+    return found
 
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     # Playwright gives each launch a fresh, empty profile directory of its own.
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
 
