@@ -193,9 +193,9 @@ def pin_shapes(step: int | None) -> list[dict[str, Any]]:
     ]
 
 
-def u_index_shapes(pinned: int | None) -> list[dict[str, Any]]:
-    """The U-index chart's lines: 1 (a flat profile), dashed, and the pinned step."""
-    flat = {
+def level_one(name: str) -> dict[str, Any]:
+    """A dashed grey line across the chart at 1 (a flat U-index, a layer at its baseline)."""
+    return {
         "type": "line",
         "xref": "paper",
         "yref": "y",
@@ -204,9 +204,13 @@ def u_index_shapes(pinned: int | None) -> list[dict[str, Any]]:
         "y0": 1,
         "y1": 1,
         "line": {"color": "#999999", "width": 1, "dash": "dash"},
-        "name": "flat",
+        "name": name,
     }
-    return [flat, *pin_shapes(pinned)]
+
+
+def u_index_shapes(pinned: int | None) -> list[dict[str, Any]]:
+    """The U-index chart's lines: 1 (a flat profile), dashed, and the pinned step."""
+    return [level_one("flat"), *pin_shapes(pinned)]
 
 
 def _xaxis(x_range: tuple[int, int] | None) -> dict[str, Any]:
@@ -382,21 +386,7 @@ def depth_profile_figure(
         "margin": {"l": 70, "r": 30, "t": 40, "b": 80},
         "title": {"text": f"{plot_text(family)} by depth{at}{over}", "font": {"size": 14}},
         "xaxis": {"title": {"text": "depth (embedding → lm_head)"}, "tickangle": -45},
-        "shapes": [
-            {
-                "type": "line",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": 1,
-                "y1": 1,
-                "line": {"color": "#999999", "width": 1, "dash": "dash"},
-                "name": "baseline",
-            }
-        ]
-        if relative
-        else [],
+        "shapes": [level_one("baseline")] if relative else [],
         "yaxis": {"type": "log", **log_ticks_of(heights)} if log_y else {"type": "linear"},
         "uirevision": family,
     }

@@ -16,7 +16,21 @@ import numpy.typing as npt
 
 from .fit import fit_line
 
-__all__ = ["Summary", "config_diff", "slope_per_1k", "summarize"]
+__all__ = [
+    "BASELINE_POINTS",
+    "BASELINE_SPAN",
+    "Summary",
+    "config_diff",
+    "level_before",
+    "slope_per_1k",
+    "summarize",
+]
+
+BASELINE_POINTS = 32
+"""Logged values a level before a step (a layer's baseline, a moment's level before a
+spike) is the median of."""
+BASELINE_SPAN = 4096
+"""Steps before that step searched for them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +50,18 @@ def slope_per_1k(steps: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) 
     None with fewer than two distinct steps."""
     fit = fit_line(steps, values)
     return None if fit is None else 1000.0 * fit.slope
+
+
+def level_before(values: npt.NDArray[np.float64]) -> float:
+    """The level of a metric before a step, from its ``values`` logged in the `BASELINE_SPAN`
+    steps before it, in step order: the median of the last `BASELINE_POINTS` finite ones;
+    NaN without one.
+
+    >>> level_before(np.array([9.0, 1.0, np.nan, 2.0]))
+    2.0
+    """
+    finite = values[np.isfinite(values)][-BASELINE_POINTS:]
+    return float(np.median(finite)) if len(finite) else math.nan
 
 
 def summarize(steps: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> Summary:

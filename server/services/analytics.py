@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from ..analytics import derived
 from ..analytics import spikes as spike_finder
-from ..analytics.summary import Summary, config_diff, summarize
+from ..analytics.summary import BASELINE_SPAN, Summary, config_diff, level_before, summarize
 from ..errors import Invalid
 from ..models import Run
 from ..schemas.analytics import CompareOut
@@ -169,10 +169,6 @@ def _summary_between(
 MOMENTS = ("optim/mu/norm/total", "optim/nu/norm/total")
 """Adam's first and second moment norms, as `normwatch.client.jax.stability_metrics` logs
 them: a spike from momentum moves the first and leaves the second flat."""
-MOMENT_BASELINE_POINTS = 32
-MOMENT_BASELINE_SPAN = 4096
-"""A moment's level before a spike: the median of its last this many logged values in
-this many steps before the spike's start (as a layer's baseline, `services.layers`)."""
 
 
 def _add_moments(
@@ -190,7 +186,7 @@ def _add_moments(
     if not listed or not present:
         return
     bounds = tuple((int(str(s["start"])), int(str(s["end"]))) for s in listed)
-    lo = max(0, min(start for start, _ in bounds) - MOMENT_BASELINE_SPAN)
+    lo = max(0, min(start for start, _ in bounds) - BASELINE_SPAN)
     hi = max(end for _, end in bounds)
     for name in present:
 
@@ -212,22 +208,20 @@ def _ratios_bytes(ratios: list[float | None]) -> int:
 def _moment_ratio(
     steps: StepArray, values: npt.NDArray[np.float64], start: int, end: int
 ) -> float | None:
-    """The largest finite value in ``[start, end]`` over the median of the last
-    `MOMENT_BASELINE_POINTS` finite values in the `MOMENT_BASELINE_SPAN` steps before
-    ``start``; None without either, or over a level of 0 or below.
+    """The largest finite value in ``[start, end]`` over the level before ``start``
+    (`analytics.summary.level_before`, as a layer's baseline); None without either, or over
+    a level of 0 or below.
 
     >>> steps = np.arange(10); values = np.array([1.0] * 5 + [3.0, 2.0] + [1.0] * 3)
     >>> _moment_ratio(steps, values, 5, 7)
     3.0
     """
-    before = values[(steps < start) & (steps >= start - MOMENT_BASELINE_SPAN)]
-    before = before[np.isfinite(before)][-MOMENT_BASELINE_POINTS:]
+    level = level_before(values[(steps < start) & (steps >= start - BASELINE_SPAN)])
     during = values[(steps >= start) & (steps <= end)]
     during = during[np.isfinite(during)]
-    if not len(before) or not len(during):
+    if not len(during) or not level > 0:
         return None
-    level = float(np.median(before))
-    return float(during.max()) / level if level > 0 else None
+    return float(during.max()) / level
 
 
 def compare_runs(

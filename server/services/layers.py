@@ -30,6 +30,7 @@ from ..analytics.layers import (
     u_index,
     values_at,
 )
+from ..analytics.summary import BASELINE_SPAN, level_before
 from ..errors import Invalid
 from ..models import Run
 from ..storage import across, chunks
@@ -43,10 +44,6 @@ from .kept import kept
 MAX_LAYERS = 2048
 """Rows a grid may have: every per-parameter norm of a large model under one prefix."""
 MAX_COLUMNS = 4000
-BASELINE_POINTS = 32
-"""Logged values a layer's baseline is the median of."""
-BASELINE_SPAN = 4096
-"""Steps before the baseline's end searched for them."""
 _INT64 = np.iinfo(np.int64)
 
 
@@ -293,8 +290,7 @@ def _relative(
     baselines: list[float] = []
     for row, narrow in zip(got.series, got.narrow, strict=True):
         values = _readable(row.values, narrow)
-        finite = values[np.isfinite(values)][-BASELINE_POINTS:]
-        baselines.append(float(np.median(finite)) if len(finite) else math.nan)
+        baselines.append(level_before(values))
     base = np.array(baselines, dtype=np.float64)
     at = np.array([math.nan if v is None else v for v in profile.values], dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
