@@ -105,11 +105,18 @@ class LeadLag:
     unmatched_leader: int
 
 
+THRESHOLD = 10.0
+"""How many robust noise SDs above its baseline a point must be to start a spike, unless
+told otherwise (see the module docstring for why 10)."""
+MIN_THRESHOLD, MAX_THRESHOLD = 2.0, 100.0
+"""The range a request may ask for: below 2 σ ordinary noise is a spike."""
+
+
 def find_spikes(
     steps: npt.ArrayLike,
     values: npt.ArrayLike,
     *,
-    threshold: float = 10.0,
+    threshold: float = THRESHOLD,
     min_relative_rise: float = 0.05,
     max_gap: int = 2,
     block_size: int = 16,

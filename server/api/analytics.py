@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
+from ..analytics import spikes as spike_finder
 from ..schemas import INT64_MAX, MetricName
 from ..schemas.analytics import (
     AttributionOut,
@@ -109,12 +110,19 @@ def get_spikes(
     start: Step = None,
     end: Step = None,
     max_lag: Annotated[int, Query(ge=1, le=analytics.MAX_LAG)] = 50,
+    threshold: Annotated[
+        float, Query(ge=spike_finder.MIN_THRESHOLD, le=spike_finder.MAX_THRESHOLD)
+    ] = spike_finder.THRESHOLD,
 ) -> Response:
     """Each metric's spikes, found over the whole run (listed where they overlap
     ``[start, end]``), the share of steps spent in them, and which metric's spikes lead
-    which (``lead_lag``, every ordered pair)."""
+    which (``lead_lag``, every ordered pair). A spike starts where a point is more than
+    ``threshold`` robust noise SDs (and 5 %) above its baseline: lower it for a noisy
+    metric (a small batch's loss), raise it to see only the largest."""
     run, _ = owned_run(session, who, run_id)
-    report = analytics.spike_report(session, run, metric, start=start, end=end, max_lag=max_lag)
+    report = analytics.spike_report(
+        session, run, metric, start=start, end=end, max_lag=max_lag, threshold=threshold
+    )
     return Response(orjson.dumps(report.to_json()), media_type="application/json")
 
 

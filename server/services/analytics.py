@@ -69,14 +69,21 @@ def spike_report(
     start: int | None = None,
     end: int | None = None,
     max_lag: int = 50,
+    threshold: float = spike_finder.THRESHOLD,
 ) -> SpikeReport:
-    """Each metric's spikes (those overlapping ``[start, end]`` when given), the share of
-    its logged steps inside a spike over the whole run and over the range, and, for each
-    ordered pair of metrics, how their spikes lead and follow."""
+    """Each metric's spikes (those overlapping ``[start, end]`` when given) at ``threshold``
+    robust noise SDs, the share of its logged steps inside a spike over the whole run and
+    over the range, and, for each ordered pair of metrics, how their spikes lead and
+    follow."""
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     if not 1 <= max_lag <= MAX_LAG:
         raise Invalid(f"max_lag must be between 1 and {MAX_LAG}, got {max_lag}")
+    if not spike_finder.MIN_THRESHOLD <= threshold <= spike_finder.MAX_THRESHOLD:
+        raise Invalid(
+            f"threshold must be between {spike_finder.MIN_THRESHOLD:g} and "
+            f"{spike_finder.MAX_THRESHOLD:g} noise SDs, got {threshold:g}"
+        )
     reader = Reader(session, run, None, None, aliases=project_aliases(session, run.project_id))
     version = data_version(session, run.key)
     ranged = start is not None or end is not None
@@ -87,7 +94,7 @@ def spike_report(
     for metric in dict.fromkeys(metrics):
         if derived.is_derived(metric) or version is None:
             steps, values = full_series(reader, metric)
-            found[metric] = spike_finder.find_spikes(steps, values)
+            found[metric] = spike_finder.find_spikes(steps, values, threshold=threshold)
             whole[metric] = spike_finder.fraction_in_spikes(steps, found[metric])
         else:
             # A stored metric's spikes over the whole run, kept while the run's data stays
@@ -95,7 +102,7 @@ def spike_report(
             name = metric
             if reader.aliases:
                 name = reader.aliases.resolve(metric, set(reader.names())) or metric
-            kept = found_spikes(reader, name, version)
+            kept = found_spikes(reader, name, version, threshold)
             found[metric], whole[metric] = kept.spikes, kept.fraction
             steps = kept.steps_between(start, end) if ranged else np.empty(0, np.int64)
         if ranged:

@@ -69,18 +69,21 @@ class FoundSpikes:
         return 256 + 96 * len(self.spikes) + (0 if self.steps is None else self.steps.nbytes)
 
 
-def found_spikes(reader: Reader, name: str, version: DataVersion) -> FoundSpikes:
+def found_spikes(
+    reader: Reader, name: str, version: DataVersion, threshold: float = spike_finder.THRESHOLD
+) -> FoundSpikes:
     """The spikes of the run's stored metric ``name`` over the whole run (``reader`` reads
-    the whole run), kept for ``version``; the read counts against the reader's budget,
-    kept or not."""
+    the whole run) at ``threshold`` noise SDs, kept for ``version``; the read counts
+    against the reader's budget, kept or not."""
     read: list[FoundSpikes] = []
 
     def find() -> FoundSpikes:
         steps, values = reader.series([name])[name]
-        read.append(FoundSpikes.of(steps, spike_finder.find_spikes(steps, values)))
+        spikes = spike_finder.find_spikes(steps, values, threshold=threshold)
+        read.append(FoundSpikes.of(steps, spikes))
         return read[0]
 
-    found = kept(version, ("spikes", name), find, FoundSpikes.nbytes)
+    found = kept(version, ("spikes", name, threshold), find, FoundSpikes.nbytes)
     if not read:
         reader.budget.reading(reader.run.key, [name])
         reader.budget.charge(found.points)

@@ -617,3 +617,50 @@ def test_example_streams_per_layer_metrics_to_a_real_server(
     for layer_series in per_layer:
         assert layer_series["steps"] == [0, 5, 10, 15, 20, 25], layer_series["metric"]
         assert all(isinstance(value, float) for value in layer_series["values"])
+
+
+def test_the_unstable_example_shows_update_norm_spikes_leading_loss_spikes(
+    sqlite_server: ServerProcess, tmp_path: Path
+) -> None:
+    """``--unstable`` trains into the momentum pattern of a large run's loss spikes, read
+    through the spikes API as a user would: update-norm spikes first (Adam's first moment up,
+    its second flat), loss and grad-norm spikes after them, and a leader with no follower."""
+    tenant = make_tenant(sqlite_server.database_url)
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "train_lm.py"),
+        *("--url", sqlite_server.url, "--token", tenant.ingest, "--project", tenant.project),
+        *("--name", "unstable", "--unstable", "--steps", "500"),
+        *("--layers", "2", "--d-model", "64", "--batch-size", "64", "--every", "10"),
+    ]
+    environment = {**os.environ, "JAX_PLATFORMS": "cpu", "NORMWATCH_SPOOL_DIR": str(tmp_path)}
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    leader, follower, grads = "updates/norm/total", "train/loss", "grad/norm/total"
+    with httpx.Client(
+        base_url=sqlite_server.url, headers=tenant.headers("read"), timeout=60
+    ) as api:
+        (run,) = api.get("/api/v1/runs", params={"project": tenant.project}).json()
+        report = api.get(
+            f"/api/v1/runs/{run['id']}/spikes",
+            params={"metric": [leader, follower, grads], "threshold": 4},
+        ).json()
+    pairs = {(p["leader"], p["follower"]): p for p in report["lead_lag"]}
+    led = pairs[leader, follower]
+    assert led["matched"] >= 2, report
+    assert led["unmatched_leader"] >= 1, report
+    assert 5 <= led["lag_steps"] <= 50, report
+    assert pairs[leader, grads]["matched"] >= 2, report
+    assert pairs[follower, leader]["matched"] == 0, report
+    updates = [s for s in report["spikes"] if s["metric"] == leader]
+    assert all(s["magnitude"] >= 1.5 for s in updates), updates
+    first = [s["moments"]["optim/mu/norm/total"] for s in updates]
+    second = [s["moments"]["optim/nu/norm/total"] for s in updates]
+    # The first moment doubles or so (the last spike is cut short by the run's end), the
+    # second, the gradients' size, stays within a few per cent.
+    assert np.median(first) >= 1.5 and min(first) >= 1.3, first
+    assert max(abs(ratio - 1) for ratio in second) <= 0.05, second
+    assert 0.02 <= report["fraction_in_spikes"][follower] <= 0.1, report["fraction_in_spikes"]

@@ -237,6 +237,41 @@ def test_spikes_list_each_spike_and_which_metric_leads(api: httpx.Client, tenant
     assert windowed["fraction_in_window"]["train/loss"] > whole > 0
 
 
+def test_the_threshold_says_how_many_noise_sds_make_a_spike(
+    api: httpx.Client, tenant: Tenant
+) -> None:
+    """Bumps of about 7 noise SDs (and 6 %) are not spikes at the default 10 SDs and are at 4;
+    each threshold's answer is its own, asked in either order."""
+    run_id = new_run(api, tenant, "noisy")
+    rng = np.random.default_rng(5)
+    loss = 2.7 + 0.02 * rng.standard_normal(2000)
+    bumps = [600, 1100, 1600]
+    for at in bumps:
+        loss[at : at + 5] += 0.16  # 6 % of the level: about 7 noise SDs
+    post(api, tenant, run_id, list(range(2000)), {"train/loss": loss.tolist()})
+
+    def starts(**params: Any) -> list[int]:
+        r = api.get(
+            f"/api/v1/runs/{run_id}/spikes",
+            params={"metric": "train/loss", **params},
+            headers=tenant.headers("read"),
+        )
+        assert r.status_code == 200, r.text
+        return [spike["start"] for spike in r.json()["spikes"]]
+
+    found = starts(threshold=4)
+    assert len(found) == 3 and all(0 <= f - at <= 1 for f, at in zip(found, bumps, strict=True))
+    assert starts() == starts(threshold=10) == []
+    assert starts(threshold=4.0) == found
+    for bad, message in [(1.5, "greater than or equal to 2"), (101, "less than or equal to 100")]:
+        r = api.get(
+            f"/api/v1/runs/{run_id}/spikes",
+            params={"metric": "train/loss", "threshold": bad},
+            headers=tenant.headers("read"),
+        )
+        assert r.status_code == 422 and message in r.text, r.text
+
+
 def test_a_smooth_falling_loss_has_no_spikes(api: httpx.Client, tenant: Tenant) -> None:
     run_id = new_run(api, tenant, "smooth")
     t = np.arange(20_000)
