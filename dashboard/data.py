@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from normwatch.server.alerts.delivery import Deliverer
+from normwatch.server.analytics import spikes as spike_finder
 from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.db import begin_snapshot
@@ -341,10 +342,12 @@ class DashboardData(OnCallData, ControlData):
         optional: Sequence[str] = (),
         start: int | None,
         end: int | None,
+        threshold: float = spike_finder.THRESHOLD,
     ) -> SpikeReport:
         """Spikes of ``metrics`` and of those of ``optional`` the run has logged
-        (`services.analytics.spike_report`: found over the whole run, listed where they
-        overlap ``[start, end]``); `MetricRefused` for a metric the service will not read."""
+        (`services.analytics.spike_report`: found over the whole run at ``threshold`` noise
+        SDs, listed where they overlap ``[start, end]``); `MetricRefused` for a metric the
+        service will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
@@ -353,7 +356,9 @@ class DashboardData(OnCallData, ControlData):
             logged = set(aliases.project_aliases(session, run.project_id).visible(names))
             chosen = [*metrics, *(m for m in optional if m in logged)]
             try:
-                return analytics.spike_report(session, run, chosen, start=start, end=end)
+                return analytics.spike_report(
+                    session, run, chosen, start=start, end=end, threshold=threshold
+                )
             except (Invalid, TooLarge) as exc:
                 raise MetricRefused(str(exc)) from None
 

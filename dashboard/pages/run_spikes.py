@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import dash
 from dash import ALL, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from normwatch.server.analytics.spikes import THRESHOLD
 from normwatch.server.auth import Principal
 from normwatch.server.services.analytics import SpikeReport
 
@@ -36,6 +37,7 @@ __all__ = [
     "SPIKES_EVERY",
     "SpikeReads",
     "SpikeZoom",
+    "THRESHOLDS",
     "draw_spikes",
     "fractions_table",
     "lead_lag_table",
@@ -59,6 +61,9 @@ MIN_PAD = 50
 """A spike's zoom shows at least this many steps either side of it."""
 NO_SPIKES = "No spikes in these steps."
 NO_PAIRS = "No metric's spikes were followed by another's within 50 steps."
+THRESHOLDS = (10, 6, 4, 3)
+"""The band a spike must pass, in noise SDs, that the section offers: 10 is the service's
+default; a small batch's noisy loss has its spikes at 4–6."""
 _CELL = {"padding": ".2rem .5rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}
 _ROW = {"cursor": "pointer"}
 
@@ -78,6 +83,7 @@ class SpikeReads(Protocol):
         optional: Sequence[str] = (),
         start: int | None,
         end: int | None,
+        threshold: float = THRESHOLD,
     ) -> SpikeReport: ...
 
 
@@ -86,8 +92,21 @@ def section() -> html.Div:
         [
             html.H3("Spikes"),
             html.P(
-                "Each spike runs from its first abnormal step to its recovery; click one to "
-                "zoom the chart to it and pin the depth profile to its peak.",
+                [
+                    "Each spike runs from its first abnormal step to its recovery; click one "
+                    "to zoom the chart to it and pin the depth profile to its peak. A spike "
+                    "rises more than ",
+                    dcc.RadioItems(
+                        id="spike-threshold",
+                        options=[{"label": f" {t}", "value": t} for t in THRESHOLDS],
+                        value=int(THRESHOLD),
+                        inline=True,
+                        style={"display": "inline-block"},
+                        labelStyle={"marginRight": ".6rem"},
+                    ),
+                    " noise SDs",
+                    " above its baseline (and 5 %); a noisy loss's spikes may need fewer.",
+                ],
                 className="muted",
             ),
             html.Div(id="spike-table", style={"maxHeight": "18rem", "overflowY": "auto"}),
@@ -313,15 +332,24 @@ def lead_lag_table(report: SpikeReport) -> Any:
     return _table(header, rows, "lead-lag")
 
 
-def draw_spikes(data: SpikeReads, who: Principal, view: RunView | None) -> DrawnSpikes:
-    """The section's three parts for the view's run and range."""
+def draw_spikes(
+    data: SpikeReads, who: Principal, view: RunView | None, threshold: object = THRESHOLD
+) -> DrawnSpikes:
+    """The section's three parts for the view's run and range, spikes being ``threshold``
+    noise SDs above their baseline (one of `THRESHOLDS`; anything else is the default)."""
     nothing = html.P("", className="muted")
     if view is None:
         return nothing, nothing, nothing
     metrics, optional = spike_metrics(view)
     try:
         report = data.spike_report(
-            who, view.run, metrics, optional=optional, start=view.start, end=view.end
+            who,
+            view.run,
+            metrics,
+            optional=optional,
+            start=view.start,
+            end=view.end,
+            threshold=threshold if threshold in THRESHOLDS else THRESHOLD,
         )
     except RunNotFound:
         return nothing, nothing, nothing
@@ -371,9 +399,11 @@ def register(app: dash.Dash, data: SpikeReads) -> None:
         Output("lead-lag", "children"),
         Input("view-drawn", "data"),
         Input("spikes-tick", "data"),
+        Input("spike-threshold", "value"),
     )
-    async def on_spikes(store: object, _n: object) -> DrawnSpikes:
-        return await in_thread(draw_spikes, data, viewer(), RunView.from_store(store))
+    async def on_spikes(store: object, _n: object, threshold: object) -> DrawnSpikes:
+        view = RunView.from_store(store)
+        return await in_thread(draw_spikes, data, viewer(), view, threshold)
 
     row = {"type": SPIKE_ROW, "metric": ALL, "start": ALL, "peak": ALL, "end": ALL}
     app.clientside_callback(ROW_CLICK_JS, Output("spike-click", "data"), Input(row, "n_clicks"))

@@ -17,6 +17,7 @@ from normwatch.dashboard.pages.run_spikes import (
     NO_PAIRS,
     NO_SPIKES,
     SPIKE_ROW,
+    THRESHOLDS,
     SpikeZoom,
     draw_spikes,
     fractions_table,
@@ -93,11 +94,18 @@ class FakeSpikes:
         optional: Sequence[str] = (),
         start: int | None,
         end: int | None,
+        threshold: float = 10.0,
     ) -> SpikeReport:
         if run_id != RUN:
             raise RunNotFound(run_id)
         self.calls.append(
-            {"metrics": list(metrics), "optional": list(optional), "start": start, "end": end}
+            {
+                "metrics": list(metrics),
+                "optional": list(optional),
+                "start": start,
+                "end": end,
+                "threshold": threshold,
+            }
         )
         if self.refusal:
             raise MetricRefused(self.refusal)
@@ -112,6 +120,9 @@ def test_section_holds_the_three_parts_and_no_picker() -> None:
     ids = {node["props"].get("id") for node in nodes(drawn)}
     assert {"spike-table", "spike-fractions", "lead-lag", "spikes-tick"} <= ids
     assert find(drawn, "Dropdown") == []  # the run page's pickers stay its own three
+    [threshold] = find(drawn, "RadioItems")
+    assert threshold["id"] == "spike-threshold" and threshold["value"] == 10
+    assert [option["value"] for option in threshold["options"]] == list(THRESHOLDS)
 
 
 @pytest.mark.parametrize(
@@ -232,10 +243,18 @@ def test_draw_spikes_reads_the_charted_metrics_and_the_views_range() -> None:
             "optional": list(ALSO),
             "start": 900,
             "end": 2000,
+            "threshold": 10.0,
         }
     ]
     assert [row[0] for row in rows(table)] == [UPDATES, LOSS, GRAD]
     assert len(rows(fractions)) == 3 and len(rows(pairs)) == 3
+
+
+def test_draw_spikes_asks_for_the_chosen_threshold_and_only_an_offered_one() -> None:
+    data = FakeSpikes()
+    for chosen in (4, "4", None, 0.5):
+        draw_spikes(data, WHO, RunView(RUN, GRAD), chosen)
+    assert [call["threshold"] for call in data.calls] == [4, 10.0, 10.0, 10.0]
 
 
 def test_draw_spikes_of_no_run_or_a_refused_metric() -> None:
