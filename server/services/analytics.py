@@ -148,7 +148,8 @@ def _compared(
         def find() -> FoundSpikes:
             return FoundSpikes.of(steps, spike_finder.find_spikes(steps, values))
 
-        spikes = kept(version, ("spikes", name), find, FoundSpikes.nbytes)
+        # The same key as `found_spikes` at the default threshold: a run page's spikes serve.
+        spikes = kept(version, ("spikes", name, spike_finder.THRESHOLD), find, FoundSpikes.nbytes)
         read.append((_summary_between(steps, values, start, end), spikes))
         return read[0]
 
