@@ -8,7 +8,7 @@ COPY server ./server
 COPY client ./client
 COPY dashboard ./dashboard
 COPY migrations ./migrations
-RUN pip install --no-cache-dir '.[dashboard]'
+RUN pip install --no-cache-dir '.[dashboard,parquet]'
 
 ENV NORMWATCH_HOST=0.0.0.0 NORMWATCH_PORT=8000
 EXPOSE 8000

@@ -17,6 +17,9 @@ here satisfies (`Run`, `NoopTracker`, `MemoryTracker`, `CompositeTracker`).
 `mirror_wandb` sends a W&B run's ``wandb.log`` stream here too, at wandb's steps; the
 Levanter tracker backend is `normwatch.client.levanter`.
 
+`Api` reads runs back (for notebooks): `Api.runs`, `Api.history` (every stored point,
+exactly), `Api.history_frame` (a pandas DataFrame), and the analyses the dashboard shows.
+
 An admin can ask a run to checkpoint or to stop from the dashboard or the API, and an alert
 rule can ask it when it fires: the trainer reads that between steps with
 `Run.should_checkpoint` and `Run.should_stop`, at no cost to the step.
@@ -24,6 +27,7 @@ rule can ask it when it fires: the trainer reads that between steps with
 
 from __future__ import annotations
 
+from ._api import Api, ApiError
 from ._control import ControlRequest
 from ._packed import PackedMetrics
 from ._run import Run
@@ -44,6 +48,8 @@ from ._tracker import (
 from .wandb_mirror import WandbMirror, mirror_wandb
 
 __all__ = [
+    "Api",
+    "ApiError",
     "CompositeTracker",
     "ControlRequest",
     "MemoryTracker",

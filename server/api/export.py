@@ -1,0 +1,86 @@
+"""Export: every stored point of a run's metrics, streamed as CSV, JSON lines or Parquet."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+
+from ..db import begin_snapshot
+from ..models import Run
+from ..schemas import INT64_MAX, MetricName
+from ..services import export as exporter
+from ..services.aliases import project_aliases
+from ..services.export_formats import FORMATS, Format, media_type, written
+from .context import ContextDep
+from .deps import Reader, SnapshotDep, owned_run
+from .errors import API, documented
+
+router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["export"], responses=documented(*API, 404))
+
+MAX_METRICS = 256
+"""Names, globs and expressions one export may list (globs may expand further, up to
+`services.export.MAX_COLUMNS` columns)."""
+_UNSAFE = re.compile(r"[^0-9A-Za-z._-]+")
+
+Step = Annotated[int | None, Query(ge=-INT64_MAX - 1, le=INT64_MAX)]
+
+
+@router.get(
+    "/export",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {kind: {} for kind, _ in FORMATS.values()},
+            "description": "Every stored point of the columns, a row a step.",
+        }
+    },
+)
+def export(
+    run_id: str,
+    session: SnapshotDep,
+    who: Reader,
+    context: ContextDep,
+    metric: Annotated[list[MetricName], Query(min_length=1, max_length=MAX_METRICS)],
+    start: Step = None,
+    end: Step = None,
+    format: Format = "csv",  # noqa: A002 - the query parameter's name
+) -> StreamingResponse:
+    """Every stored point of the latest lineage in ``[start, end]``, streamed a page of
+    steps at a time: a row a step where any column is logged. A name is a column (empty
+    if never logged), a glob a column for each metric it matches, an expression
+    (``rss(grad/norm/layers.*)``) one column computed from every stored point.
+
+    ``format=csv`` (the default): header ``step,A,B``, an empty cell where a column has
+    no point, values in their shortest round-trip form (a float32-stored value as the
+    float32's), ``NaN``/``Infinity``/``-Infinity``. ``jsonl``: an object a row, ``null``
+    where absent. ``parquet``: needs pyarrow on the server."""
+    run, _ = owned_run(session, who, run_id)
+    aliases = project_aliases(session, run.project_id)
+    columns = exporter.columns(session, run, metric, aliases)
+    run_key, name = run.key, run.name
+
+    def pages() -> Iterator[exporter.Page]:
+        # Its own session: the request's may be closed before the body is sent.
+        with context.snapshot_sessions() as reading:
+            begin_snapshot(reading)
+            found = reading.get(Run, run_key)
+            if found is not None:
+                yield from exporter.pages(reading, found, columns, aliases, start, end)
+
+    body = written(format, columns, pages())  # Invalid (422) here, before any byte
+    span = f"_{start if start is not None else ''}-{end if end is not None else ''}"
+    filename = (_UNSAFE.sub("_", name).strip("_") or run_id) + (
+        span if start is not None or end is not None else ""
+    )
+    return StreamingResponse(
+        body,
+        media_type=media_type(format),
+        headers={
+            "Content-Disposition": f'attachment; filename="{filename}.{FORMATS[format][1]}"',
+            "Cache-Control": "no-store",
+        },
+    )
