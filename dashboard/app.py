@@ -23,6 +23,7 @@ from .dash_internals import callback_map, disable_catchall, render_index
 from .data import DashboardData
 from .live import install_live
 from .login import install_login
+from .pages.run_download import install_export
 from .scripts import ScriptCache
 from .security import BrowserSecurity, origin_of
 from .session import SessionSigner
@@ -70,6 +71,7 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
     public_origin = origin_of(settings.public_url) if settings.public_url else None
     trusted_origins = [public_origin] if public_origin else []
     install_live(server, data, context.changes, trusted_origins)
+    install_export(server, data)
 
     with sessions() as session, session.begin():
         secret = (

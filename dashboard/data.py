@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from normwatch.server.alerts.delivery import Deliverer
@@ -34,9 +34,11 @@ from normwatch.server.services import (
     query,
     runs,
 )
+from normwatch.server.services import export as exporter
 from normwatch.server.services.analytics import SpikeReport, full_series
 from normwatch.server.services.attribution import Attribution
 from normwatch.server.services.attribution import attribution as group_shares
+from normwatch.server.services.export_formats import written
 from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.runs import Forbidden
 from normwatch.server.services.transitions import Transitions, run_transitions
@@ -107,6 +109,36 @@ class DashboardData(OnCallData, ControlData):
         with self.sessions() as session:
             run, project = self._owned(session, who, run_id)
             return runs.describe(session, run, project)
+
+    def export_csv(
+        self,
+        who: Principal,
+        run_id: str,
+        metrics: Sequence[str],
+        *,
+        start: int | None,
+        end: int | None,
+    ) -> tuple[str, Iterator[bytes]]:
+        """The run's name, and the CSV of every stored point of ``metrics`` in ``[start,
+        end]`` as `services.export` streams it (read in a snapshot of its own as the bytes
+        are taken). `MetricRefused` for a name the export will not take, at once."""
+        with self.sessions() as session:
+            run, _ = self._owned(session, who, run_id)
+            known = aliases.project_aliases(session, run.project_id)
+            try:
+                columns = exporter.columns(session, run, metrics, known)
+            except Invalid as exc:
+                raise MetricRefused(str(exc)) from None
+            name, key = run.name, run.key
+
+        def pages() -> Iterator[exporter.Page]:
+            with self.sessions() as reading:
+                begin_snapshot(reading)
+                found = reading.get(Run, key)
+                if found is not None:
+                    yield from exporter.pages(reading, found, columns, known, start, end)
+
+        return name, written("csv", columns, pages())
 
     def metrics(self, who: Principal, run_id: str) -> list[MetricOut]:
         with self.sessions() as session:

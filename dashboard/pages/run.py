@@ -87,7 +87,7 @@ class RunReads(
     run_attribution.AttributionReads,
     run_aids.AidReads,
     run_series.SeriesReads,
-    run_download.DownloadReads,
+    run_download.ExportReads,
     run_shaping.AxisReads,
     Protocol,
 ):
@@ -502,7 +502,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_aids.register(app, data)
     run_control.register(app, data)
     run_series.register(app, data)
-    run_download.register(app, data)
+    run_download.register(app)
     run_live.register(app)
 
     @app.callback(

@@ -1,124 +1,99 @@
-"""The run chart's "download CSV": the series it draws, over the range it shows, as a file.
+"""The run chart's "download CSV": every stored point of the series it draws, over the
+range it shows, as a file.
 
-One row a step, a column a series (``step,<left>,<right>,<extra>...``), empty where a
-series has no point at that step; NaN and infinities written as such. The points are those
-the series API answers for the range at its finest (`CSV_POINTS` buckets a series, M4):
-every stored point for a range of up to that many steps, and each bucket's first, last,
-minimum and maximum beyond it. The file's name says which run and which steps.
+The link points at ``/runs/<id>/export.csv?metric=...&start=...&end=...``, a route of the
+dashboard (its session cookie is the viewer's login) that streams the server's export
+(`normwatch.server.services.export`): one row a step where any series is logged, a column
+a series (``step,<left>,<right>,<extra>...``, an expression as one column), empty where a
+series has no point at that step, values exactly as stored, NaN and infinities written as
+such. The browser saves it as it arrives, so a million-step range is no larger a page than
+a hundred steps; the file's name says which run and which steps.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 import re
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Protocol
+from urllib.parse import urlencode
 
 import dash
-from dash import Input, Output, State
-from dash.exceptions import PreventUpdate
+from dash import Input, Output
+from fastapi import FastAPI, Query
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from normwatch.server.auth import Principal
 
 from ..data import MetricRefused, RunNotFound
-from ..figures import Line
 from ..session import viewer
-from ..wiring import in_thread
 from .run_view import RunView
 
-__all__ = ["CSV_POINTS", "csv_text", "download", "register"]
+__all__ = ["EXPORT_PATH", "export_href", "install_export", "register"]
 
-CSV_POINTS = 20_000
-"""Buckets a series the file asks for: the finest the series API answers."""
+EXPORT_PATH = "/runs/{run_id}/export.csv"
+MAX_SERIES = 256
+"""Series one download may name (the chart draws far fewer)."""
 _UNSAFE = re.compile(r"[^0-9A-Za-z._-]+")
 
 
-def csv_text(metrics: list[str], lines: Mapping[str, Line]) -> str:
-    """``lines`` as CSV, one row a step (ascending) and a column each of ``metrics``.
+class ExportReads(Protocol):
+    """What the download streams (the dashboard's data)."""
 
-    >>> print(csv_text(["a", "b"], {"a": Line("a", [1, 2], [0.5, float("nan")]),
-    ...                             "b": Line("b", [2], [1e-7])}), end="")
-    step,a,b
-    1,0.5,
-    2,NaN,1e-07
-    """
-    by_step: dict[int, dict[str, float]] = {}
-    for name in metrics:
-        line = lines.get(name)
-        if line is None:
-            continue
-        for step, value in zip(line.steps, line.values, strict=True):
-            by_step.setdefault(step, {})[name] = value
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["step", *metrics])
-    for step in sorted(by_step):
-        row = by_step[step]
-        writer.writerow([step, *(_cell(row.get(name)) for name in metrics)])
-    return out.getvalue()
-
-
-def _cell(value: float | None) -> str:
-    if value is None:
-        return ""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(value)
-
-
-class DownloadReads(Protocol):
-    """What the download reads (the run page's data)."""
-
-    def run(self, who: Principal, run_id: str) -> Any: ...
-
-    def lines(
+    def export_csv(
         self,
         who: Principal,
         run_id: str,
-        metrics: list[str],
+        metrics: Sequence[str],
         *,
         start: int | None,
         end: int | None,
-        points: int,
-    ) -> dict[str, Line]: ...
+    ) -> tuple[str, Iterator[bytes]]: ...
 
 
-def download(data: DownloadReads, who: Principal, view: RunView | None) -> dict[str, Any]:
-    """The file ``dcc.Download`` sends for ``view``: its series over its range, named
-    ``<run name>_<first step>-<last step>.csv``. Nothing for no view, a run of another
-    project, or series the service will not read (`PreventUpdate`)."""
+def export_href(view: RunView | None) -> str | None:
+    """The download link of ``view``: its run, its series and its range (None: nothing
+    charted).
+
+    >>> export_href(RunView("r1", "grad/norm/total", "train/loss", 10, 99))
+    '/runs/r1/export.csv?metric=grad%2Fnorm%2Ftotal&metric=train%2Floss&start=10&end=99'
+    """
     if view is None or not view.metrics:
-        raise PreventUpdate
-    try:
-        run = data.run(who, view.run)
-        lines = data.lines(
-            who, view.run, view.metrics, start=view.start, end=view.end, points=CSV_POINTS
+        return None
+    params: list[tuple[str, str | int]] = [("metric", m) for m in view.metrics]
+    params += [(k, v) for k, v in (("start", view.start), ("end", view.end)) if v is not None]
+    return EXPORT_PATH.format(run_id=view.run) + "?" + urlencode(params)
+
+
+def install_export(server: FastAPI, data: ExportReads) -> None:
+    """Add the download's route to ``server`` (whose session middleware guards it)."""
+
+    def export(
+        run_id: str,
+        metric: Annotated[list[str], Query(min_length=1, max_length=MAX_SERIES)],
+        start: Annotated[int | None, Query(ge=-(2**63), le=2**63 - 1)] = None,
+        end: Annotated[int | None, Query(ge=-(2**63), le=2**63 - 1)] = None,
+    ) -> Response:
+        try:
+            name, body = data.export_csv(viewer(), run_id, metric, start=start, end=end)
+        except RunNotFound:
+            return PlainTextResponse("No such run in your project", 404)
+        except MetricRefused as exc:
+            return PlainTextResponse(str(exc), 422)
+        stem = _UNSAFE.sub("_", name).strip("_") or run_id
+        if start is not None or end is not None:
+            stem += f"_{'' if start is None else start}-{'' if end is None else end}"
+        return StreamingResponse(
+            body,
+            media_type="text/csv; charset=utf-8",
+            headers={
+                "Content-Disposition": f'attachment; filename="{stem}.csv"',
+                "Cache-Control": "no-store",
+            },
         )
-    except (RunNotFound, MetricRefused):
-        raise PreventUpdate from None
-    steps = [
-        s for line in lines.values() if len(line.steps) for s in (line.steps[0], line.steps[-1])
-    ]
-    span = f"{min(steps)}-{max(steps)}" if steps else "empty"
-    name = _UNSAFE.sub("_", str(run.name)).strip("_") or view.run
-    return {
-        "content": csv_text(view.metrics, lines),
-        "filename": f"{name}_{span}.csv",
-        "type": "text/csv",
-    }
+
+    server.add_api_route(EXPORT_PATH, export, methods=["GET"], include_in_schema=False)
 
 
-def register(app: dash.Dash, data: DownloadReads) -> None:
-    @app.callback(
-        Output("csv-file", "data"),
-        Input("download-csv", "n_clicks"),
-        State("view", "data"),
-        prevent_initial_call=True,
-    )
-    async def on_download(clicks: object, store: object) -> dict[str, Any]:
-        if not clicks:
-            raise PreventUpdate
-        return await in_thread(download, data, viewer(), RunView.from_store(store))
+def register(app: dash.Dash) -> None:
+    @app.callback(Output("download-csv", "href"), Input("view", "data"))
+    async def link(store: object) -> str | None:
+        return export_href(RunView.from_store(store))

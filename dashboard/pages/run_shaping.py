@@ -94,8 +94,13 @@ def controls(names: Sequence[str], view: RunView) -> html.Div:
                 ],
                 className="picker",
             ),
-            html.Button("download CSV", id="download-csv", n_clicks=0),
-            dcc.Download(id="csv-file"),
+            html.A(
+                "download CSV",
+                id="download-csv",
+                download="",
+                className="button",
+                title="every stored point of the charted series over the range shown",
+            ),
         ],
         className="controls shaping",
     )

@@ -145,3 +145,33 @@ def test_normalize_mode_and_a_y_range_that_ignores_the_spike(
     assert query(page)["robust"] == "1"
     page.screenshot(path=str(artifacts / "shaping-normalize.png"))
     assert errors == []
+
+
+def test_download_csv_saves_every_stored_point_of_the_charted_range(
+    page: Page, pg_server: ServerProcess, tmp_path: Path
+) -> None:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tenant = make_tenant(pg_server.database_url)
+    run_id = seed(pg_server, tenant)
+    page.goto(f"{pg_server.url}/login?token={tenant.read}")
+    page.wait_for_selector("table.runs")
+    page.goto(f"{pg_server.url}/runs/{run_id}?start=240&end=259")
+    chart(page, "c.data.length >= 2")
+    page.wait_for_function(
+        "() => (document.querySelector('#download-csv') || {}).href?.includes('start=240')"
+    )
+    with page.expect_download() as caught:
+        page.click("#download-csv")
+    download = caught.value
+    assert download.suggested_filename == "shaping-run_240-259.csv"
+    saved = tmp_path / download.suggested_filename
+    download.save_as(saved)
+    rows = saved.read_text().splitlines()
+    assert rows[0] == "step,grad/norm/total,params/norm/final_norm.weight"
+    assert [int(r.split(",")[0]) for r in rows[1:]] == list(range(240, 260))
+    by_step = {int(r.split(",")[0]): r.split(",") for r in rows[1:]}
+    assert by_step[250][1] == "400.0" and by_step[251][1] == "1.2"
+    # As logged (within float32, should the server have compacted the run meanwhile).
+    assert math.isclose(float(by_step[240][2]), 300.0 * (1 + 0.05 * 240 / 399), rel_tol=1e-7)
+    assert errors == []

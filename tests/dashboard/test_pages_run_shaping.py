@@ -9,7 +9,7 @@ import math
 import numpy as np
 from normwatch.dashboard.figures import RAW_OPACITY, Line, Marker
 from normwatch.dashboard.pages.run_axes import clock_axis, tokens_axis, tokens_metric
-from normwatch.dashboard.pages.run_download import csv_text
+from normwatch.dashboard.pages.run_download import export_href
 from normwatch.dashboard.pages.run_overlay import overlay_for, view_figure
 from normwatch.dashboard.pages.run_view import RunView, view_from_relayout
 from normwatch.dashboard.transforms import ema
@@ -96,18 +96,15 @@ def test_wall_time_counts_hours_from_the_first_mark() -> None:
     assert clock_axis([1], [5.0]) is None
 
 
-def test_csv_has_a_row_a_step_and_a_column_a_series() -> None:
-    text = csv_text(
-        [GRAD.metric, "rss(x)"], {GRAD.metric: GRAD, "rss(x)": Line("rss(x)", [5], [math.inf])}
+def test_the_download_link_names_the_views_series_and_range() -> None:
+    view = RunView(RUN, GRAD.metric, "rss(x)", 100, 250)
+    assert export_href(view) == (
+        f"/runs/{RUN}/export.csv?metric=grad%2Fnorm%2Ftotal&metric=rss%28x%29&start=100&end=250"
     )
-    assert text.splitlines() == [
-        "step,grad/norm/total,rss(x)",
-        "0,1.0,",
-        "5,,Infinity",
-        "10,3.0,",
-        "20,2.0,",
-        "30,4.0,",
-    ]
+    assert export_href(RunView(RUN, GRAD.metric)) == (
+        f"/runs/{RUN}/export.csv?metric=grad%2Fnorm%2Ftotal"
+    )
+    assert export_href(None) is None
 
 
 def test_a_log_axis_over_decades_labels_the_powers_of_ten() -> None:

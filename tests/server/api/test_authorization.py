@@ -128,6 +128,9 @@ API = [
     Row("GET /api/v1/runs/{run_id}/spikes", "read a run's spikes",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
+    Row("GET /api/v1/runs/{run_id}/export", "export a run's points",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
+        unknown=(401, 401, 401, 403, 404, 404)),
     Row("GET /api/v1/compare", "compare runs",
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403),
         unknown=(401, 401, 401, 403, 404, 404)),
@@ -231,6 +234,8 @@ SITE = [
         own=(303, 303, 303, 303, 200, 200)),
     Row("GET /runs/{run_id}", "a run page (its data comes through the page router)",
         own=(303, 303, 303, 303, 200, 200), other=(303, 303, 303, 303, 200, 200)),
+    Row("GET /runs/{run_id}/export.csv", "download a run's points from its page",
+        own=(303, 303, 303, 303, 200, 200), other=(303, 303, 303, 303, 404, 404)),
     Row("GET /compare", "the compare page (its data comes through the page router)",
         own=(303, 303, 303, 303, 200, 200), other=(303, 303, 303, 303, 200, 200)),
     Row("GET /alerts", "the alerts page",
@@ -306,8 +311,8 @@ CALLBACKS = [
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run_series.add_expression", "add a derived series",
         own=(401, 401, 401, 401, OK, OK)),
-    Row("run_download.on_download", "download the view's run's series as CSV",
-        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_download.link", "point the download link at the view's series",
+        own=(401, 401, 401, 401, OK, OK)),
     Row("run_control.act", "ask the view's run's trainer to stop, with a reason",
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("run_control.act", "list the view's run's control requests",
@@ -369,7 +374,7 @@ CALLBACK_KEYS = {
     "run_attribution.draw": "attribution-chart.figure <- view-drawn.data",
     "run_aids.read": "overlay-aids.data <- aids-key.data",
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
-    "run_download.on_download": "csv-file.data <- download-csv.n_clicks",
+    "run_download.link": "download-csv.href <- view.data",
     "run_control.act": "control-message.children <- control-checkpoint.n_clicks",
     "compare.update_view": "compare-view.data <- compare-metric.value",
     "compare.draw": "compare-chart.figure <- compare-view.data",
@@ -654,6 +659,9 @@ API_REQUESTS: dict[str, ApiRequest] = {
     "read a run's spikes": lambda w, t, o: Request(
         "GET", f"/api/v1/runs/{o.run_id}/spikes", params={"metric": ["grad/norm/total", o.metric]}
     ),
+    "export a run's points": lambda w, t, o: Request(
+        "GET", f"/api/v1/runs/{o.run_id}/export", params={"metric": ["grad/norm/total", o.metric]}
+    ),
     "compare runs": lambda w, t, o: Request(
         "GET", "/api/v1/compare", params={"run": o.run_id, "metric": "grad/norm/total"}
     ),
@@ -778,6 +786,9 @@ SITE_REQUESTS: dict[str, SiteRequest] = {
     "the runs page": lambda w, c, o: Request("GET", "/"),
     "a run page (its data comes through the page router)": lambda w, c, o: Request(
         "GET", f"/runs/{o.run_id}"
+    ),
+    "download a run's points from its page": lambda w, c, o: Request(
+        "GET", f"/runs/{o.run_id}/export.csv", params={"metric": "grad/norm/total"}
     ),
     "the compare page (its data comes through the page router)": lambda w, c, o: Request(
         "GET", "/compare", params={"run": o.run_id, "metric": "grad/norm/total"}
@@ -1228,11 +1239,8 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "draw the view's run": lambda w, t, o: Callback(
         "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text
     ),
-    "download the view's run's series as CSV": lambda w, t, o: Callback(
-        "run_download.on_download",
-        {"download-csv.n_clicks": 1, "view.data": _view(o.run_id)},
-        ["download-csv.n_clicks"],
-        "step,",
+    "point the download link at the view's series": lambda w, t, o: Callback(
+        "run_download.link", {"view.data": _view(o.run_id)}, [], "export.csv?metric="
     ),
     "refresh the view's run on a tick (metric names, chart, sections)": lambda w, t, o: Callback(
         "run.tick",
