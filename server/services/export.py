@@ -40,8 +40,8 @@ from .query import compute, parse_expression
 
 __all__ = ["MAX_COLUMNS", "PAGE_POINTS", "Column", "Page", "columns", "pages"]
 
-PAGE_POINTS = 1 << 18
-"""Stored points (all columns together) a page reads, about: 262,144, some 4 MB."""
+PAGE_POINTS = 1 << 17
+"""Stored points (all columns together) a page reads, about: 131,072, some 2 MB."""
 
 MAX_COLUMNS = MAX_ANALYSIS_SERIES
 """Most columns one export has, globs expanded (the analyses' bound on series read)."""
@@ -163,7 +163,9 @@ def _windows(
     )
     if not rows:
         return [(lo, hi)]
-    firsts, counts = _pieces(rows, max(PAGE_POINTS // 4, 1))
+    # Pieces of many metrics start together (a batch's blocks, chunks cut alike), and a
+    # page can only be cut where one starts: small enough pieces keep a page near its size.
+    firsts, counts = _pieces(rows, max(PAGE_POINTS // (4 * len(metric_ids)), 1))
     order = np.argsort(firsts, kind="stable")
     firsts, counts = firsts[order], counts[order]
     # A cut before each piece that starts a new multiple of PAGE_POINTS.
@@ -177,7 +179,7 @@ def _windows(
 def _pieces(rows: Sequence[Sequence[int]], most: int) -> tuple[StepArray, StepArray]:
     """First steps and point counts of the stored pieces (chunks, hot blocks), those of
     more than ``most`` points split into equal spans of steps holding equal shares: a hot
-    block of a large batch may hold far more than a page."""
+    block of a large batch may hold more than a page."""
     firsts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
     lasts = np.fromiter((r[1] for r in rows), np.int64, len(rows))
     counts = np.fromiter((r[2] for r in rows), np.int64, len(rows))

@@ -181,7 +181,7 @@ def _segment(
         params,
     )
     if hot:
-        hot_mids, points = blocks.decode_rows([tuple(r) for r in hot])
+        hot_mids, points = blocks.decode_rows([tuple(r) for r in hot], between=(a, b))
         for mid in np.unique(hot_mids).tolist():
             i = index[mid]
             lo, hi = np.searchsorted(hot_mids, [mid, mid + 1])

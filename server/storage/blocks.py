@@ -93,14 +93,19 @@ def decode_many(rows: list[tuple[int, int, int, bytes | None, bytes]]) -> Points
 
 def decode_rows(
     rows: list[tuple[int, int, int, int, bytes | None, bytes]],
+    between: tuple[int, int] | None = None,
 ) -> tuple[npt.NDArray[np.int64], Points]:
     """The points of many blocks at once: each point's metric id, and the points, ascending
     by (metric id, step).
 
     ``rows`` are ``(metric_id, first_step, last_step, count, steps, data)``, in any order.
     Evenly spaced steps are rebuilt for all blocks together, so the cost hardly grows with
-    the number of blocks.
+    the number of blocks. With ``between`` (``(a, b)``), only the points of steps ``a..b``:
+    each block is cut to them before anything is decoded, so reading a slice of large
+    blocks (a page of an export) costs the slice, not the blocks.
     """
+    if between is not None:
+        rows = [cut for row in rows if (cut := _cut(row, *between)) is not None]
     if not rows:
         empty = np.empty(0, dtype=np.int64)
         return empty, Points(empty, np.empty(0, dtype=np.float64))
@@ -120,6 +125,30 @@ def decode_rows(
     if not bool(np.all(order[1:] > order[:-1])):
         steps, values, point_mids = steps[order], values[order], point_mids[order]
     return point_mids, Points(steps, values)
+
+
+def _cut(
+    row: tuple[int, int, int, int, bytes | None, bytes], a: int, b: int
+) -> tuple[int, int, int, int, bytes | None, bytes] | None:
+    """A block row cut to its points of steps ``a..b`` (None: it has none there)."""
+    mid, first, last, count, steps, data = row
+    if first >= a and last <= b:
+        return row
+    if steps is None:
+        stride = (last - first) // (count - 1) if count > 1 else 1
+        lo = max(0, -(-(a - first) // stride))
+        hi = min(count - 1, (b - first) // stride)
+        if hi < lo:
+            return None
+        values = memoryview(data)[lo * 8 : (hi + 1) * 8]
+        return mid, first + lo * stride, first + hi * stride, hi - lo + 1, None, bytes(values)
+    at = np.frombuffer(steps, dtype=">i8")
+    lo, hi = int(np.searchsorted(at, a, side="left")), int(np.searchsorted(at, b, side="right"))
+    if hi <= lo:
+        return None
+    cut_steps = bytes(memoryview(steps)[lo * 8 : hi * 8])
+    values = bytes(memoryview(data)[lo * 8 : hi * 8])
+    return mid, int(at[lo]), int(at[hi - 1]), hi - lo, cut_steps, values
 
 
 def full_batch(

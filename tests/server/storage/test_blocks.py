@@ -8,6 +8,8 @@ import struct
 import numpy as np
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from normwatch.server.batch import parse_batch
 from normwatch.server.storage import blocks, pgcopy
 from sqlalchemy import make_url
@@ -103,3 +105,37 @@ def test_both_copy_encoders_store_the_same_rows(pg_url: str) -> None:
             pts = blocks.decode(row[3], row[4], row[5], row[7], row[8])
             assert pts.steps.tolist() == steps.tolist()
             assert all(same(x, y) for x, y in zip(pts.values, values[i], strict=True))
+
+
+@st.composite
+def block_rows(draw: st.DrawFn) -> list[tuple[int, int, int, int, bytes | None, bytes]]:
+    """Blocks of a few metrics: evenly spaced steps or not, one point or many."""
+    rows = []
+    for mid in range(draw(st.integers(1, 3))):
+        start = draw(st.integers(-(10**6), 10**6))
+        for _ in range(draw(st.integers(1, 3))):
+            if draw(st.booleans()):
+                stride, count = draw(st.integers(1, 7)), draw(st.integers(1, 40))
+                at = start + stride * np.arange(count, dtype=np.int64)
+            else:
+                gaps = draw(st.lists(st.integers(1, 9), min_size=1, max_size=40))
+                at = start + np.cumsum(gaps).astype(np.int64)
+            block = blocks.encode(at, np.arange(len(at), dtype=np.float64) + mid, mid)
+            rows.append(
+                (mid, block.first_step, block.last_step, block.count, block.steps, block.data)
+            )
+            start = int(at[-1]) + draw(st.integers(1, 20))
+    return rows
+
+
+@given(block_rows(), st.integers(-(10**6), 2 * 10**6), st.integers(0, 500))
+def test_rows_cut_to_a_range_are_the_rows_points_in_it(
+    rows: list[tuple[int, int, int, int, bytes | None, bytes]], a: int, width: int
+) -> None:
+    b = a + width
+    mids, points = blocks.decode_rows(rows)
+    inside = (points.steps >= a) & (points.steps <= b)
+    cut_mids, cut = blocks.decode_rows(rows, between=(a, b))
+    assert cut_mids.tolist() == mids[inside].tolist()
+    assert cut.steps.tolist() == points.steps[inside].tolist()
+    assert cut.values.tolist() == points.values[inside].tolist()
