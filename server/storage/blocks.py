@@ -140,8 +140,8 @@ def _cut(
         hi = min(count - 1, (b - first) // stride)
         if hi < lo:
             return None
-        values = memoryview(data)[lo * 8 : (hi + 1) * 8]
-        return mid, first + lo * stride, first + hi * stride, hi - lo + 1, None, bytes(values)
+        kept = bytes(memoryview(data)[lo * 8 : (hi + 1) * 8])
+        return mid, first + lo * stride, first + hi * stride, hi - lo + 1, None, kept
     at = np.frombuffer(steps, dtype=">i8")
     lo, hi = int(np.searchsorted(at, a, side="left")), int(np.searchsorted(at, b, side="right"))
     if hi <= lo:
