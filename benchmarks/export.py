@@ -30,7 +30,7 @@ Printed: points a second and the ratio of each time to the baseline's.
 from __future__ import annotations
 
 import argparse
-import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -205,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"run: {args.steps:,} steps x {args.metrics} metrics")
         run_id, points = load(url, args.steps, args.metrics)
         [token] = make_tokens(url, "bench", "read")
-        log_dir = Path(sys.argv[0]).resolve().parent / ".export-logs"
-        log_dir.mkdir(exist_ok=True)
-        server = start_server(url, log_dir)
+        logs = tempfile.TemporaryDirectory(prefix="normwatch-bench-")
+        server = start_server(url, Path(logs.name))
         try:
             rows: list[list[str]] = []
             base, size = timed(lambda: copy_to(url), repeat=repeat, warmup=warmup)
@@ -245,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             server.stop()
+            logs.cleanup()
     return 0
 
 

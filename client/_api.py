@@ -145,14 +145,19 @@ class Api:
         metrics: str | Sequence[str],
         start: int | None = None,
         end: int | None = None,
+        segment: int | str = "latest",
     ) -> dict[str, list[Any]]:
         """Every stored point of ``metrics`` in ``[start, end]`` of the run's latest
         lineage: ``{"step": [...], A: [...], ...}``, equal lengths, a row a step where any
         of them is logged, ``None`` where one has no point at that step. Values are exact
         (a float32-stored value as the float64 of its shortest decimal); NaN and infinities
         as floats. A glob gives each metric it matches; an expression
-        (``rss(grad/norm/layers.*)``) is computed from every stored point."""
-        header, rows = self._rows(run_id, metrics, start, end)
+        (``rss(grad/norm/layers.*)``) is computed from every stored point.
+
+        ``segment``: ``"latest"``, or a segment number (`run` lists them) to read the
+        history as it was while that segment was the latest: the steps a trainer logged
+        before a restart from an earlier checkpoint replaced them."""
+        header, rows = self._rows(run_id, metrics, start, end, segment)
         with rows:
             columns: list[list[Any]] = [[] for _ in header]
             for row in rows:
@@ -167,6 +172,7 @@ class Api:
         metrics: str | Sequence[str],
         start: int | None = None,
         end: int | None = None,
+        segment: int | str = "latest",
     ) -> Any:
         """`history` as a pandas DataFrame: a ``step`` column (int64) and a float64 column
         a metric, NaN where a metric has no point at that step (and where it logged NaN).
@@ -179,7 +185,7 @@ class Api:
                 "history_frame needs pandas: pip install 'normwatch[notebook]' "
                 "(or use history(), which needs nothing more)"
             ) from None
-        header, rows = self._rows(run_id, metrics, start, end)
+        header, rows = self._rows(run_id, metrics, start, end, segment)
         with rows:
             steps = array("q")
             columns = [array("d") for _ in header[1:]]
@@ -204,13 +210,14 @@ class Api:
         start: int | None = None,
         end: int | None = None,
         format: str | None = None,  # noqa: A002 - as the endpoint names it
+        segment: int | str = "latest",
     ) -> Path:
         """Write every stored point of ``metrics`` to ``path`` as the server streams it:
         ``csv`` (default), ``jsonl`` or ``parquet`` (the server needs pyarrow), chosen by
         ``format`` or by the file's suffix. Returns the path."""
         target = Path(path)
         kind = format or {".jsonl": "jsonl", ".parquet": "parquet"}.get(target.suffix, "csv")
-        params = _export_params(metrics, start, end) | {"format": kind}
+        params = _export_params(metrics, start, end, segment) | {"format": kind}
         with self._http.stream("GET", f"/api/v1/runs/{run_id}/export", params=params) as r:
             _raise_for(r, "GET", f"/api/v1/runs/{run_id}/export")
             with target.open("wb") as out:
@@ -273,9 +280,10 @@ class Api:
         metrics: str | Sequence[str],
         start: int | None,
         end: int | None,
+        segment: int | str,
     ) -> tuple[list[str], _Rows]:
         path = f"/api/v1/runs/{run_id}/export"
-        params = _export_params(metrics, start, end) | {"format": "csv"}
+        params = _export_params(metrics, start, end, segment) | {"format": "csv"}
         stream = self._http.stream("GET", path, params=params)
         response = stream.__enter__()
         try:
@@ -332,9 +340,12 @@ def _with(metrics: str | Sequence[str], params: Params) -> dict[str, Any]:
 
 
 def _export_params(
-    metrics: str | Sequence[str], start: int | None, end: int | None
+    metrics: str | Sequence[str], start: int | None, end: int | None, segment: int | str
 ) -> dict[str, Any]:
-    return _clean({"metric": _names(metrics), "start": start, "end": end})
+    if segment != "latest" and (isinstance(segment, bool) or not isinstance(segment, int)):
+        raise ValueError(f'segment is "latest" or a segment number, got {segment!r}')
+    chosen = None if segment == "latest" else segment
+    return _clean({"metric": _names(metrics), "start": start, "end": end, "segment": chosen})
 
 
 def _clean(params: Params) -> dict[str, Any]:

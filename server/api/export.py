@@ -48,6 +48,16 @@ def export(
     start: Step = None,
     end: Step = None,
     format: Format = "csv",  # noqa: A002 - the query parameter's name
+    segment: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=32767,
+            description="Read the history as it was while this segment was the latest "
+            "(before a restart from further back replaced some of its steps); default: the "
+            "latest history.",
+        ),
+    ] = None,
 ) -> StreamingResponse:
     """Every stored point of the latest lineage in ``[start, end]``, streamed a page of
     steps at a time: a row a step where any column is logged. A name is a column (empty
@@ -61,6 +71,7 @@ def export(
     run, _ = owned_run(session, who, run_id)
     aliases = project_aliases(session, run.project_id)
     columns = exporter.columns(session, run, metric, aliases)
+    exporter.lineage_upto(session, run, segment)  # a segment the run never had: 422 now
     run_key, name = run.key, run.name
 
     def pages() -> Iterator[exporter.Page]:
@@ -69,13 +80,15 @@ def export(
             begin_snapshot(reading)
             found = reading.get(Run, run_key)
             if found is not None:
-                yield from exporter.pages(reading, found, columns, aliases, start, end)
+                yield from exporter.pages(reading, found, columns, aliases, start, end, segment)
 
     body = written(format, columns, pages())  # Invalid (422) here, before any byte
     span = f"_{start if start is not None else ''}-{end if end is not None else ''}"
     filename = (_UNSAFE.sub("_", name).strip("_") or run_id) + (
         span if start is not None or end is not None else ""
     )
+    if segment is not None:
+        filename += f"_segment{segment}"
     return StreamingResponse(
         body,
         media_type=media_type(format),

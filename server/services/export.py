@@ -33,12 +33,12 @@ from ..errors import Invalid
 from ..models import Run
 from ..storage import across, chunks
 from ..storage.points import series_keys
-from ..storage.runs import Lineage
+from ..storage.runs import Lineage, lineage_of, segments_of
 from ..storage.sql import fetch, padded
 from .full_resolution import MAX_ANALYSIS_SERIES, Budget, Reader
 from .query import compute, parse_expression
 
-__all__ = ["MAX_COLUMNS", "PAGE_POINTS", "Column", "Page", "columns", "pages"]
+__all__ = ["MAX_COLUMNS", "PAGE_POINTS", "Column", "Page", "columns", "lineage_upto", "pages"]
 
 PAGE_POINTS = 1 << 17
 """Stored points (all columns together) a page reads, about: 131,072, some 2 MB."""
@@ -110,6 +110,21 @@ def _inputs(reader: Reader, cols: Sequence[Column]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def lineage_upto(session: Session, run: Run, segment: int | None) -> Lineage | None:
+    """The run's history as it was while ``segment`` was its latest (None: as it is now):
+    the steps an earlier trainer logged before a restart from further back replaced them.
+    `Invalid` (422) for a segment the run never had."""
+    if segment is None:
+        return None
+    segments = segments_of(session, run.key)
+    if not any(seg == segment for seg, _ in segments):
+        raise Invalid(
+            f"run {run.id} has no segment {segment}; it has "
+            + ", ".join(str(seg) for seg, _ in segments)
+        )
+    return lineage_of([(seg, first) for seg, first in segments if seg <= segment])
+
+
 def pages(
     session: Session,
     run: Run,
@@ -117,12 +132,16 @@ def pages(
     aliases: AliasMap,
     start: int | None,
     end: int | None,
+    segment: int | None = None,
 ) -> Iterator[Page]:
-    """The columns' points in ``[start, end]`` (either None: open), a page at a time, in
-    step order; pages with no point are skipped. ``session`` stays in one snapshot."""
+    """The columns' points in ``[start, end]`` (either None: open) of the latest history,
+    or of the history as it was while ``segment`` was the latest (`lineage_upto`), a page
+    at a time, in step order; pages with no point are skipped. ``session`` stays in one
+    snapshot."""
     reader = Reader(session, run, None, None, aliases=aliases)
     names = _inputs(reader, cols)
-    lineage, ids = series_keys(session, run.key, names)
+    latest, ids = series_keys(session, run.key, names)
+    lineage = lineage_upto(session, run, segment) or latest
     metric_ids = [ids[n] for n in names if n in ids]
     if not metric_ids:
         return
@@ -223,7 +242,7 @@ def _page(
             continue
         if reader is None:
             # A page's own budget: it bounds what one page may read, not the export.
-            reader = Reader(session, run, lo, hi, budget=Budget(), aliases=aliases)
+            reader = Reader(session, run, lo, hi, budget=Budget(), aliases=aliases, lineage=lineage)
         got.append(compute(reader, col.expression))
     steps = np.unique(np.concatenate([s for s, _ in got])) if got else np.empty(0, np.int64)
     values: list[FloatArray] = []

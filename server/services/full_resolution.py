@@ -29,6 +29,7 @@ from ..models import Run
 from ..storage import pyramid
 from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
+from ..storage.runs import Lineage
 
 MAX_ANALYSIS_POINTS = 20_000_000
 """Points one request may use at full resolution, counted for every series each time an
@@ -93,6 +94,8 @@ class Reader:
     _names: list[str] | None = None
     aliases: AliasMap = EMPTY
     """The project's aliases: a canonical name the run did not store reads its alias."""
+    lineage: Lineage | None = None
+    """The history read (None: the run's latest; an export may ask for an earlier one)."""
     _kept: dict[str, SeriesArrays] = field(default_factory=dict)
 
     def names(self) -> list[str]:
@@ -120,6 +123,7 @@ class Reader:
         self.budget.reading(self.run.key, wanted)
         if wanted:
             lineage, ids = series_keys(self.session, self.run.key, wanted)
+            lineage = self.lineage or lineage
             for name in wanted:
                 mid = ids.get(name)
                 if mid is None:

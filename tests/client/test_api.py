@@ -105,6 +105,22 @@ def test_history_is_every_point_as_logged(api: Api, server: ServerProcess, tenan
     assert api.history(run, "never/logged") == {"step": [], "never/logged": []}
 
 
+def test_history_of_an_earlier_segment_has_the_steps_a_restart_replaced(
+    api: Api, server: ServerProcess, tenant: Tenant
+) -> None:
+    run = create(server, tenant, "restarted")
+    post(server, tenant, run, range(10), **{LOSS: [3.0] * 10})
+    create(server, tenant, "restarted", start_step=5)  # back to the checkpoint at step 5
+    post(server, tenant, run, range(5, 8), **{LOSS: [2.0] * 3})
+    assert [s["segment"] for s in api.run(run)["segments"]] == [1, 2]
+    assert api.history(run, LOSS) == {"step": list(range(8)), LOSS: [3.0] * 5 + [2.0] * 3}
+    assert api.history(run, LOSS, segment=1) == {"step": list(range(10)), LOSS: [3.0] * 10}
+    with pytest.raises(ApiError, match="has no segment 3"):
+        api.history(run, LOSS, segment=3)
+    with pytest.raises(ValueError, match="segment"):
+        api.history(run, LOSS, segment="first")
+
+
 def test_export_writes_the_format_its_suffix_names(
     api: Api, server: ServerProcess, tenant: Tenant, tmp_path: Path
 ) -> None:

@@ -120,6 +120,8 @@ def test_an_empty_run_is_a_header_only(api: httpx.Client, tenant: Tenant) -> Non
         ({"metric": GRAD, "start": 2**63}, "less than or equal to"),
         ({}, "metric"),
         ({"metric": [f"m{i}" for i in range(257)]}, "at most 256"),
+        ({"metric": GRAD, "segment": 0}, "greater than or equal to 1"),
+        ({"metric": GRAD, "segment": 9}, "has no segment 9"),
     ],
 )
 def test_bad_requests_are_422s_saying_why(

@@ -46,6 +46,7 @@ def exported(
     metrics: list[str],
     start: int | None = None,
     end: int | None = None,
+    segment: int | None = None,
 ) -> tuple[list[str], Table, list[int]]:
     """Headers, ``{step: {header: value}}`` of every page, and each page's length."""
     with session_scope(sessions) as session:
@@ -53,7 +54,7 @@ def exported(
         cols = export.columns(session, run, metrics, EMPTY)
         table: Table = {}
         sizes = []
-        for page in export.pages(session, run, cols, EMPTY, start, end):
+        for page in export.pages(session, run, cols, EMPTY, start, end, segment):
             assert np.all(np.diff(page.steps) > 0)
             assert not set(page.steps.tolist()) & set(table), "a step on two pages"
             sizes.append(len(page))
@@ -132,14 +133,29 @@ def test_float32_values_come_back_as_the_float32s_shortest_decimal(sessions: Ses
     assert [repr(v) for v in values.tolist()] == [str(v) for v in narrow]  # 0.1, not 0.10000000149
 
 
-def test_the_latest_lineage_after_a_restart(sessions: Sessions) -> None:
+@pytest.mark.parametrize("compacted", [False, True], ids=["hot", "compacted"])
+def test_the_latest_lineage_after_a_restart_or_an_earlier_ones(
+    sessions: Sessions, compacted: bool
+) -> None:
     run_id = new_run(sessions)
     post(sessions, run_id, np.arange(100), **{GRAD: np.full(100, 1.0)})
     resume(sessions, run_id, 60)  # back to the checkpoint at step 60
     post(sessions, run_id, np.arange(60, 120), **{GRAD: np.full(60, 2.0)})
-    compact(sessions, run_id, LOSSLESS)
-    _, got, _ = exported(sessions, run_id, [GRAD])
-    assert got == {s: {GRAD: 1.0 if s < 60 else 2.0} for s in range(120)}
+    resume(sessions, run_id, 90)  # and from 90 again
+    post(sessions, run_id, np.arange(90, 130), **{GRAD: np.full(40, 3.0)})
+    if compacted:
+        compact(sessions, run_id, LOSSLESS)
+    first = {s: {GRAD: 1.0} for s in range(100)}
+    second = {s: {GRAD: 1.0 if s < 60 else 2.0} for s in range(120)}
+    latest = {s: {GRAD: 1.0 if s < 60 else 2.0 if s < 90 else 3.0} for s in range(130)}
+    assert exported(sessions, run_id, [GRAD])[1] == latest
+    for segment, want in [(1, first), (2, second), (3, latest)]:
+        assert exported(sessions, run_id, [GRAD], segment=segment)[1] == want
+    expression = f"ratio({GRAD}, {GRAD})"
+    _, ones, _ = exported(sessions, run_id, [expression], segment=2)
+    assert ones == {s: {expression: 1.0} for s in range(120)}
+    with session_scope(sessions) as session, pytest.raises(Invalid, match="no segment 4"):
+        export.lineage_upto(session, the_run(session, run_id), 4)
 
 
 def test_globs_expand_and_expressions_are_computed_from_every_point(sessions: Sessions) -> None:
