@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
@@ -49,8 +50,6 @@ def written(fmt: Format, cols: Sequence[Column], pages: Iterable[Page]) -> Itera
 
 
 def _csv_header(cols: Sequence[Column]) -> bytes:
-    import csv
-
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerow(["step", *(c.header for c in cols)])
     return out.getvalue().encode()
