@@ -179,7 +179,7 @@ class Api:
         Needs pandas (``pip install 'normwatch[notebook]'``)."""
         try:
             import numpy as np
-            import pandas as pd  # type: ignore[import-untyped]
+            import pandas as pd
         except ImportError:
             raise ImportError(
                 "history_frame needs pandas: pip install 'normwatch[notebook]' "

@@ -129,8 +129,8 @@ class _Sink(io.RawIOBase):
 
 def _parquet(cols: Sequence[Column], pages: Iterable[Page]) -> Iterator[bytes]:
     try:
-        import pyarrow as pa  # type: ignore[import-untyped]
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        import pyarrow as pa
+        import pyarrow.parquet as pq
     except ImportError:
         raise Invalid(
             "format=parquet needs pyarrow on the server (pip install pyarrow); "

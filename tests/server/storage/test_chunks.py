@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from normwatch.server.storage import chunks
@@ -45,6 +47,25 @@ def test_float32_chunks_cost_about_four_bytes_a_point() -> None:
     assert len(blob) / 4096 < 4.2
     constant = chunks.encode(Points(steps, np.full(4096, 3e-4)))
     assert len(constant) < 200  # a learning-rate plateau compresses to almost nothing
+
+
+def test_chunks_of_the_earlier_zlib_codec_still_read() -> None:
+    """What chunks held before pcodec: byte-shuffled zlib values, zlib step deltas."""
+    steps = np.array([0, 3, 4, 10, 11], dtype=np.int64)
+    values = np.array([1.5, math.nan, -math.inf, 2.25, -0.0], dtype=np.float64)
+    diffs = chunks._shuffle_zlib(np.diff(steps).astype("<i8").tobytes(), 8)
+    header = chunks._HEADER.pack(1, 1, 1, 1, 5, 0, 0, len(diffs))  # float64, zlib, zlib
+    blob = header + diffs + chunks._shuffle_zlib(values.astype("<f8").tobytes(), 8)
+    back = chunks.decode(blob)
+    assert back.steps.tolist() == steps.tolist()
+    assert back.values.view(np.int64).tolist() == values.view(np.int64).tolist()
+
+
+def test_pcodec_data_of_the_wrong_width_is_refused() -> None:
+    values = chunks._pco(np.arange(3, dtype="<f8"))
+    header = chunks._HEADER.pack(1, 0, 0, 2, 3, 0, 1, 0)  # says float32, holds float64
+    with pytest.raises(chunks.ChunkFormatError, match="float64"):
+        chunks.decode(header + values)
 
 
 def test_corrupt_or_foreign_bytes_are_refused() -> None:
