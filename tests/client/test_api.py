@@ -159,6 +159,13 @@ def test_the_analyses_answer_as_the_http_api_does(
     assert api.transitions(run, "updates/norm/total")["transitions"] == []
     [series] = api.series(run, "updates/norm/total", points=10)
     assert series["metric"] == "updates/norm/total" and series["downsampled"]
+    event = {"step": 700, "kind": "note", "text": "data shard 12"}
+    r = httpx.post(
+        f"{server.url}/api/v1/runs/{run}/events", json=event, headers=tenant.headers("ingest")
+    )
+    assert r.status_code == 201, r.text
+    assert [(e["step"], e["text"]) for e in api.events(run)] == [(700, "data shard 12")]
+    assert api.alerts(run=run) == []
     compared = api.compare([run], "updates/norm/total")
     assert [r["run"] for r in compared["runs"]] == [run]
     assert [m["name"] for m in api.metrics(run)] == sorted([*layers, "updates/norm/total"])
