@@ -16,6 +16,7 @@ The other methods mirror the HTTP API's reads and return its JSON.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fnmatch
 import os
@@ -82,6 +83,11 @@ class Api:
 
     def close(self) -> None:
         self._http.close()
+
+    def __del__(self) -> None:
+        # A notebook drops an Api without closing it: hand its connections back then.
+        with contextlib.suppress(Exception):
+            self._http.close()
 
     # --- runs -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from normwatch.client import Api
 
 from normwatch.demo import RUN_NAME
 from normwatch.simulate import SimulatedRun
@@ -51,6 +52,12 @@ def test_the_notebook_example_prints_what_the_docs_say(
     monkeypatch.setenv("NORMWATCH_TOKEN", tenant.read)
     code, shown = example()
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(code, "docs/client.md", "exec"), {})  # noqa: S102 - the docs' own example
+    namespace: dict[str, object] = {}
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, "docs/client.md", "exec"), namespace)  # noqa: S102 - the docs' own
+    finally:
+        client = namespace.get("api")
+        if isinstance(client, Api):
+            client.close()  # a notebook leaves it open; a test closes its connections
     assert printed.getvalue() == shown
