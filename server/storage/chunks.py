@@ -64,7 +64,9 @@ _RAW, _SHUFFLE_ZLIB, _PCO = 0, 1, 2
 _F32_MAX = float(np.finfo(np.float32).max)
 _POW10 = 10.0 ** np.arange(64, dtype=np.int64)  # float32 needs shifts 0..53 at most
 _UNSHUFFLE_BLOBS = 16
-_PCO_CONFIG = ChunkConfig()
+_PCO_CONFIG = ChunkConfig(compression_level=4)
+"""Level 4: within 2 % of the default level 8's size on noisy and real series, at a quarter
+of its time a chunk (160 against 600 µs for 4,096 float32 values; zlib took 115)."""
 
 
 class ChunkFormatError(ValueError):
