@@ -130,15 +130,8 @@ class DashboardData(OnCallData, ControlData):
             except Invalid as exc:
                 raise MetricRefused(str(exc)) from None
             name, key = run.name, run.key
-
-        def pages() -> Iterator[exporter.Page]:
-            with self.sessions() as reading:
-                begin_snapshot(reading)
-                found = reading.get(Run, key)
-                if found is not None:
-                    yield from exporter.pages(reading, found, columns, known, start, end)
-
-        return name, written("csv", columns, pages())
+        pages = exporter.streamed(self.sessions, key, columns, known, start, end)
+        return name, written("csv", columns, pages)
 
     def metrics(self, who: Principal, run_id: str) -> list[MetricOut]:
         with self.sessions() as session:

@@ -12,7 +12,6 @@ a hundred steps; the file's name says which run and which steps.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Protocol
 from urllib.parse import urlencode
@@ -22,6 +21,7 @@ from dash import Input, Output
 from fastapi import FastAPI, Query
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from normwatch.server.auth import Principal
+from normwatch.server.services.export import file_stem
 
 from ..data import MetricRefused, RunNotFound
 from ..session import viewer
@@ -32,7 +32,6 @@ __all__ = ["EXPORT_PATH", "export_href", "install_export", "register"]
 EXPORT_PATH = "/runs/{run_id}/export.csv"
 MAX_SERIES = 256
 """Series one download may name (the chart draws far fewer)."""
-_UNSAFE = re.compile(r"[^0-9A-Za-z._-]+")
 
 
 class ExportReads(Protocol):
@@ -78,9 +77,7 @@ def install_export(server: FastAPI, data: ExportReads) -> None:
             return PlainTextResponse("No such run in your project", 404)
         except MetricRefused as exc:
             return PlainTextResponse(str(exc), 422)
-        stem = _UNSAFE.sub("_", name).strip("_") or run_id
-        if start is not None or end is not None:
-            stem += f"_{'' if start is None else start}-{'' if end is None else end}"
+        stem = file_stem(name, run_id, start, end)
         return StreamingResponse(
             body,
             media_type="text/csv; charset=utf-8",

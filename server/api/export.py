@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from ..db import begin_snapshot
-from ..models import Run
 from ..schemas import INT64_MAX, MetricName
 from ..services import export as exporter
 from ..services.aliases import project_aliases
@@ -24,7 +20,6 @@ router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["export"], responses=do
 MAX_METRICS = 256
 """Names, globs and expressions one export may list (globs may expand further, up to
 `services.export.MAX_COLUMNS` columns)."""
-_UNSAFE = re.compile(r"[^0-9A-Za-z._-]+")
 
 Step = Annotated[int | None, Query(ge=-INT64_MAX - 1, le=INT64_MAX)]
 
@@ -72,23 +67,11 @@ def export(
     aliases = project_aliases(session, run.project_id)
     columns = exporter.columns(session, run, metric, aliases)
     exporter.lineage_upto(session, run, segment)  # a segment the run never had: 422 now
-    run_key, name = run.key, run.name
-
-    def pages() -> Iterator[exporter.Page]:
-        # Its own session: the request's may be closed before the body is sent.
-        with context.snapshot_sessions() as reading:
-            begin_snapshot(reading)
-            found = reading.get(Run, run_key)
-            if found is not None:
-                yield from exporter.pages(reading, found, columns, aliases, start, end, segment)
-
-    body = written(format, columns, pages())  # Invalid (422) here, before any byte
-    span = f"_{start if start is not None else ''}-{end if end is not None else ''}"
-    filename = (_UNSAFE.sub("_", name).strip("_") or run_id) + (
-        span if start is not None or end is not None else ""
+    pages = exporter.streamed(
+        context.snapshot_sessions, run.key, columns, aliases, start, end, segment
     )
-    if segment is not None:
-        filename += f"_segment{segment}"
+    body = written(format, columns, pages)  # Invalid (422) here, before any byte
+    filename = exporter.file_stem(run.name, run_id, start, end, segment)
     return StreamingResponse(
         body,
         media_type=media_type(format),

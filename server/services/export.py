@@ -20,15 +20,17 @@ meanwhile neither loses nor doubles a point.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from ..aliases import AliasMap
 from ..analytics import derived
+from ..db import begin_snapshot
 from ..errors import Invalid
 from ..models import Run
 from ..storage import across, chunks
@@ -38,7 +40,19 @@ from ..storage.sql import fetch, padded
 from .full_resolution import MAX_ANALYSIS_SERIES, Budget, Reader
 from .query import compute, parse_expression
 
-__all__ = ["MAX_COLUMNS", "PAGE_POINTS", "Column", "Page", "columns", "lineage_upto", "pages"]
+__all__ = [
+    "MAX_COLUMNS",
+    "PAGE_POINTS",
+    "Column",
+    "Page",
+    "columns",
+    "file_stem",
+    "lineage_upto",
+    "pages",
+    "streamed",
+]
+
+_UNSAFE = re.compile(r"[^0-9A-Za-z._-]+")
 
 PAGE_POINTS = 1 << 17
 """Stored points (all columns together) a page reads, about: 131,072, some 2 MB."""
@@ -149,6 +163,37 @@ def pages(
         page = _page(session, run, cols, aliases, lineage, ids, lo, hi)
         if len(page):
             yield page
+
+
+def streamed(
+    sessions: sessionmaker[Session],
+    run_key: int,
+    cols: Sequence[Column],
+    aliases: AliasMap,
+    start: int | None,
+    end: int | None,
+    segment: int | None = None,
+) -> Iterator[Page]:
+    """`pages` read in a session of their own, one snapshot from the first page to the
+    last: what a streamed answer sends after its request's session has closed."""
+    with sessions() as reading:
+        begin_snapshot(reading)
+        found = reading.get(Run, run_key)
+        if found is not None:
+            yield from pages(reading, found, cols, aliases, start, end, segment)
+
+
+def file_stem(
+    name: str, run_id: str, start: int | None, end: int | None, segment: int | None = None
+) -> str:
+    """An export file's name without its extension: the run's name made safe, then the
+    range asked for and the segment, when given (``lm-1_240-259``)."""
+    stem = _UNSAFE.sub("_", name).strip("_") or run_id
+    if start is not None or end is not None:
+        stem += f"_{'' if start is None else start}-{'' if end is None else end}"
+    if segment is not None:
+        stem += f"_segment{segment}"
+    return stem
 
 
 def _windows(

@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from normwatch.server.aliases import EMPTY
-from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.db import session_scope
 from normwatch.server.errors import Invalid
 from normwatch.server.services import export
 from normwatch.server.storage.policy import Policy
 
 from tests.helpers.committed import Sessions, compact, new_run, post, resume, the_run
-from tests.helpers.databases import BACKENDS, own_database
+from tests.helpers.databases import BACKENDS, own_sessions
 
 GRAD, LOSS = "grad/norm/total", "train/loss"
 LOSSLESS = Policy(precision="float64")
@@ -23,18 +23,11 @@ LOSSLESS = Policy(precision="float64")
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def own_db_url(
+def sessions(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    with own_database(request.param, "export", tmp_path_factory) as url:
-        yield url
-
-
-@pytest.fixture
-def sessions(own_db_url: str) -> Iterator[Sessions]:
-    engine = build_engine(own_db_url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
+) -> Iterator[Sessions]:
+    with own_sessions(request.param, "export", tmp_path_factory) as made:
+        yield made
 
 
 Table = dict[int, dict[str, float]]
