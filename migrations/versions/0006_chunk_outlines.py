@@ -8,7 +8,9 @@ Create Date: 2026-12-04 09:00:00
 ``normwatch.server.storage.outline``), for reads that want one value a column from many
 series at once. Chunks stored already get theirs from their bucket summaries, a few
 thousand rows a statement. Both formats are written out here as they are at this
-revision, so the migration does not change when the storage code does.
+revision, so the migration does not change when the storage code does. A summary of a later
+layout (a store downgraded below this revision after newer code wrote to it) is left
+without an outline: reads then open that chunk's points, as for any chunk without one.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ _BUCKET = np.dtype(
 )
 _NO_STEP = np.iinfo(np.int64).min
 _U32_MAX = int(np.iinfo(np.uint32).max)
+_ZLIB_FIRST_BYTE = b"\x78"
 
 
 def _buckets(blob: bytes) -> np.ndarray:
@@ -90,19 +93,21 @@ def upgrade() -> None:
         rows = bind.execute(select, {**after, "n": _ROWS_PER_PASS}).all()
         if not rows:
             break
-        bind.execute(
-            update,
-            [
-                {
-                    "rk": rk,
-                    "mid": mid,
-                    "seg": seg,
-                    "seq": seq,
-                    "outline": _outline(_buckets(bytes(blob))),
-                }
-                for rk, mid, seg, seq, blob in rows
-            ],
-        )
+        known = [r for r in rows if bytes(r[4])[:1] == _ZLIB_FIRST_BYTE]
+        if known:
+            bind.execute(
+                update,
+                [
+                    {
+                        "rk": rk,
+                        "mid": mid,
+                        "seg": seg,
+                        "seq": seq,
+                        "outline": _outline(_buckets(bytes(blob))),
+                    }
+                    for rk, mid, seg, seq, blob in known
+                ],
+            )
         rk, mid, seg, seq, _ = rows[-1]
         after = {"rk": rk, "mid": mid, "seg": seg, "seq": seq}
 

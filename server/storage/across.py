@@ -140,7 +140,7 @@ def _segment(
     index = {mid: i for i, mid in enumerate(metric_ids)}
     rows = fetch(
         conn,
-        f"SELECT metric_id, first_step, last_step, {outline.part_sql(pick)}, "
+        f"SELECT metric_id, first_step, last_step, count, {outline.part_sql(pick)}, "
         "CASE WHEN outline IS NULL OR first_step < :a OR last_step > :b "
         f"OR (last_step - first_step) * {FANOUT} >= :w * count THEN data END "
         f"FROM chunks WHERE run_key = :rk AND segment = :seg AND metric_id IN {where} "
@@ -148,9 +148,9 @@ def _segment(
         params,
     )
     if rows:
-        mids, firsts, lasts, summaries, datas = zip(*rows, strict=True)
+        mids, firsts, lasts, counts, summaries, datas = zip(*rows, strict=True)
     else:
-        mids, firsts, lasts, summaries, datas = (), (), (), (), ()
+        mids, firsts, lasts, counts, summaries, datas = (), (), (), (), (), ()
     owners = np.fromiter((index[m] for m in mids), np.int64, len(rows))
     first_steps = np.fromiter(firsts, np.int64, len(rows))
     last_steps = np.fromiter(lasts, np.int64, len(rows))
@@ -161,18 +161,28 @@ def _segment(
     exact = not outlined
     if outlined:
         got = outline.decode_parts(
-            [summaries[k] for k in outlined], first_steps[outlined].tolist(), pick
+            [summaries[k] for k in outlined],
+            first_steps[outlined].tolist(),
+            [outline.buckets_in(counts[k]) for k in outlined],
+            pick,
         )
         owner = owners[outlined][got.row]
-        steps, values = got.steps, got.values
+        steps, values, widened = got.steps, got.values, got.narrow
         inside = (steps >= a) & (steps <= b)
         if not inside.all():
-            steps, values, owner = steps[inside], values[inside], owner[inside]
-        # Rows came by metric id then step, so each series' buckets are one run.
-        cuts = np.flatnonzero(np.diff(owner)) + 1
+            steps, values, owner, widened = (
+                steps[inside],
+                values[inside],
+                owner[inside],
+                widened[inside],
+            )
+        # Rows came by metric id then step, so each series' buckets are one run (cut
+        # again where outlines of float32 and float64 values meet).
+        cuts = np.flatnonzero((np.diff(owner) != 0) | (np.diff(widened) != 0)) + 1
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(owner)], strict=True):
             if hi > lo:
-                pieces[int(owner[lo])].append((Points(steps[lo:hi], values[lo:hi]), False))
+                points = Points(steps[lo:hi], values[lo:hi])
+                pieces[int(owner[lo])].append((points, bool(widened[lo])))
     hot = fetch(
         conn,
         "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "

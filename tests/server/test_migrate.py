@@ -12,7 +12,7 @@ from normwatch.server import citus
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
-from normwatch.server.storage import blocks
+from normwatch.server.storage import blocks, chunks, outline
 from normwatch.server.storage.policy import Policy
 from sqlalchemy import inspect, text
 
@@ -95,9 +95,21 @@ def test_hot_points_move_into_blocks_and_back(empty_db: str) -> None:
 
 
 def test_chunks_stored_before_outlines_get_theirs(empty_db: str) -> None:
-    """0006 gives every chunk stored already the outline compaction now writes with it."""
+    """0006 gives every chunk stored already an outline that reads as the one compaction
+    now writes with it (its own layout of that revision: float64 values)."""
     engine = build_engine(empty_db, pool_size=1)
-    select = text("SELECT metric_id, seq, outline FROM chunks ORDER BY 1, 2")
+    select = text("SELECT metric_id, seq, first_step, outline FROM chunks ORDER BY 1, 2")
+
+    def outlines() -> list[tuple[int, int, dict[str, list[object]]]]:
+        with engine.connect() as conn:
+            rows = [tuple(r) for r in conn.execute(select)]
+        assert all(r[3] for r in rows)
+        return [
+            (mid, seq, {k: [p.steps.tolist(), p.values.tolist()] for k, p in parts.items()})
+            for mid, seq, first, blob in rows
+            for parts in [outline.decode(bytes(blob), first)]
+        ]
+
     try:
         upgrade(engine)
         sessions = session_factory(engine)
@@ -105,12 +117,20 @@ def test_chunks_stored_before_outlines_get_theirs(empty_db: str) -> None:
         steps = np.arange(5000)
         post(sessions, run_id, steps, a=np.sin(steps / 100.0), b=np.cos(steps / 7.0))
         compact(sessions, run_id, Policy(chunk_points=1024))
-        with engine.connect() as conn:
-            written = [tuple(r) for r in conn.execute(select)]
-        assert len(written) == 10 and all(r[2] for r in written)
+        written = outlines()
+        assert len(written) == 10
+        # What a store at 0005 held: summaries in the layout of that time.
+        with engine.begin() as conn:
+            rows = conn.execute(text("SELECT metric_id, seq, buckets FROM chunks")).all()
+            for mid, seq, blob in rows:
+                buckets = chunks.decode_buckets(bytes(blob))
+                old = chunks._shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize)
+                conn.execute(
+                    text("UPDATE chunks SET buckets = :b WHERE metric_id = :m AND seq = :s"),
+                    {"b": old, "m": mid, "s": seq},
+                )
         downgrade(engine, "0005")
         upgrade(engine)
-        with engine.connect() as conn:
-            assert [tuple(r) for r in conn.execute(select)] == written
+        assert outlines() == written
     finally:
         engine.dispose()

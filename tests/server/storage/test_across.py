@@ -14,6 +14,7 @@ from normwatch.server.storage.chunks import Points
 from normwatch.server.storage.metric_ids import metric_ids_by_name
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
+from sqlalchemy import text
 
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 
@@ -50,13 +51,13 @@ def test_outline_of_a_chunk_spanning_more_than_two_to_the_32_steps() -> None:
     values = np.array([1.0, 5.0, 2.0, 9.0, 3.0])
     buckets = chunks.summarize(Points(steps, values), size=2)
     blob = outline.encode(buckets)
-    assert blob[0] == 1  # wide: int64 steps
+    assert blob[0] == 1  # wide: int64 steps (float64 values)
     # A read asks for the whole of a wide outline (see part_sql) and picks from it.
-    got = outline.decode_parts([blob], [0], "max")
+    got = outline.decode_parts([blob], [0], [len(buckets)], "max")
     assert got.steps.tolist() == [1, 10**12, 10**12 + 5]
     assert got.values.tolist() == [5.0, 9.0, 3.0]
     with pytest.raises(chunks.ChunkFormatError):
-        outline.decode_parts([blob[:-3]], [0], "max")
+        outline.decode_parts([blob[:-3]], [0], [len(buckets)], "max")
 
 
 def _run_with_hot_tail(sessions: Sessions) -> tuple[str, dict[str, np.ndarray]]:
@@ -150,3 +151,39 @@ def test_extent_of_many_series_is_the_union_of_their_extents(sessions: Sessions)
             max(e[1] for e in each[1:3] if e),
         )
         assert across.extent(session, key, [], lineage) is None
+
+
+def test_float32_and_float64_outlines_read_together(sessions: Sessions) -> None:
+    """A series compacted at float64 and one at float32 hold outlines of both kinds (24 and
+    16 bytes a bucket); one read picks from both through the same SQL."""
+    run_id = new_run(sessions)
+    rng = np.random.default_rng(11)
+    steps = np.arange(1280)
+    values = rng.lognormal(size=(2, len(steps)))  # no value survives float32
+    post(sessions, run_id, steps, **{NAMES[0]: values[0]})
+    compact(sessions, run_id, Policy(chunk_points=256, precision="float64"))
+    post(sessions, run_id, steps, **{NAMES[1]: values[1]})
+    compact(sessions, run_id, SMALL)
+    with session_scope(sessions) as session:
+        run = the_run(session, run_id)
+        key, lineage = run.key, lineage_of(segments_of(session, run.key))
+        by_name = metric_ids_by_name(session, key, NAMES[:2])
+        ids = [by_name[n] for n in NAMES[:2]]
+        rows = session.execute(
+            text("SELECT metric_id, outline FROM chunks WHERE run_key = :k"), {"k": key}
+        ).all()
+        lengths = {mid: {len(bytes(blob)) for m, blob in rows if m == mid} for mid in ids}
+        assert lengths == {ids[0]: {1 + 24 * 4}, ids[1]: {1 + 16 * 4}}  # four buckets
+        got = across.read(session, key, ids, lineage, 0, 1279, 200.0, "max")
+    assert not got.exact
+    stored = [values[0], chunks.readable(values[1].astype(np.float32))]
+    assert got.narrow[0] is None or not got.narrow[0].any()
+    assert got.narrow[1] is not None and got.narrow[1].all()
+    for series, narrow, want in zip(got.series, got.narrow, stored, strict=True):
+        assert series.steps.tolist() == [
+            64 * b + int(np.argmax(want[64 * b : 64 * (b + 1)])) for b in range(20)
+        ]
+        values = series.values.copy()
+        if narrow is not None:
+            values[narrow] = chunks.readable(values[narrow].astype(np.float32))
+        np.testing.assert_array_equal(values, want.reshape(20, 64).max(axis=1))

@@ -106,6 +106,65 @@ def test_summaries_match_a_brute_force_reference() -> None:
         assert same(np.array([v]), values[[index[int(s)]]])  # every candidate is a real point
 
 
+def _summaries(seed: int) -> list[np.ndarray]:
+    """Summaries of every shape a store holds: evenly and unevenly spaced steps, NaN-only
+    buckets, ±inf, a short last bucket, steps past 2³¹ apart, one bucket, float64 values."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, gaps in ((4096, 1), (1000, 0), (700, 2**33), (1, 1), (65, 5)):
+        steps = (
+            np.cumsum(rng.integers(1, 4, size=n)) if gaps == 0 else np.arange(n) * gaps
+        ).astype(np.int64) + int(rng.integers(-(10**12), 10**12))
+        values = rng.lognormal(size=n)
+        values[rng.choice(n, n // 10, replace=False)] = np.nan
+        if n > 200:
+            values[64:128] = np.nan
+            values[150], values[151] = np.inf, -np.inf
+        out.append(chunks.pack(Points(steps, values))[1])
+        out.append(chunks.summarize(Points(steps, values)))  # float64 values
+    return out
+
+
+def test_summaries_round_trip_bit_for_bit_singly_and_together() -> None:
+    summaries = _summaries(5)
+    for buckets in summaries:
+        back = chunks.decode_buckets(chunks.encode_buckets(buckets))
+        assert back.tobytes() == buckets.tobytes()
+    together, counts = chunks.decode_bucket_rows([chunks.encode_buckets(b) for b in summaries])
+    assert counts.tolist() == [len(b) for b in summaries]
+    assert together.tobytes() == np.concatenate(summaries).tobytes()
+
+
+def test_summaries_of_the_earlier_zlib_layout_still_read_beside_new_ones() -> None:
+    summaries = _summaries(6)
+    old = [chunks._shuffle_zlib(b.tobytes(), chunks.BUCKET.itemsize) for b in summaries]
+    assert all(blob[0] == 0x78 for blob in old)
+    mixed = [
+        blob
+        for pair in zip(old, map(chunks.encode_buckets, summaries), strict=True)
+        for blob in pair
+    ]
+    got, counts = chunks.decode_bucket_rows(mixed)
+    want = [b for b in summaries for _ in range(2)]
+    assert counts.tolist() == [len(b) for b in want]
+    assert got.tobytes() == np.concatenate(want).tobytes()
+
+
+def test_summaries_are_about_half_the_bytes_of_the_earlier_layout() -> None:
+    rng = np.random.default_rng(8)
+    values = np.cumsum(rng.normal(size=4096)) + 100.0
+    _, buckets = chunks.pack(Points(np.arange(4096, dtype=np.int64), values))
+    old = len(chunks._shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize))
+    assert len(chunks.encode_buckets(buckets)) < 0.65 * old
+
+
+def test_corrupt_summaries_are_refused() -> None:
+    blob = chunks.encode_buckets(_summaries(7)[0])
+    for bad in (b"", b"\x05" + blob[1:], blob[:30], blob[:-7]):
+        with pytest.raises(chunks.ChunkFormatError):
+            chunks.decode_buckets(bad)
+
+
 def test_merge_points_keeps_the_stored_value() -> None:
     old = Points(np.array([1, 3], dtype=np.int64), np.array([1.0, 3.0]))
     new = Points(np.array([2, 3], dtype=np.int64), np.array([2.0, 99.0]))
