@@ -21,8 +21,8 @@ each table's heap, indexes and TOAST; and the bytes of each kind of blob in ``ch
 
 ``--before REV`` measures the same load first on the server of an earlier commit (built
 from a ``git worktree`` into a temporary folder and run with it first on ``PYTHONPATH``),
-then on this tree's, and prints them side by side. The two must share the schema: the
-scratch database is migrated by this tree.
+then on this tree's, and prints them side by side. Each server's database is migrated by
+its own tree.
 
 Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``)::
 
@@ -195,8 +195,15 @@ def blobs(conn: psycopg.Connection) -> dict[str, int]:
 
 
 @contextmanager
-def database(keep: bool) -> Iterator[str]:
-    url = create_database(base_pg_url(), "bench_storage")
+def database(keep: bool, env: dict[str, str]) -> Iterator[str]:
+    """A scratch database migrated by the tree being measured (its own schema)."""
+    url = create_database(base_pg_url(), "bench_storage", migrate=False)
+    subprocess.run(
+        [sys.executable, "-m", "normwatch", "db", "upgrade"],
+        env={**os.environ, **env, "NORMWATCH_DATABASE_URL": url},
+        check=True,
+        capture_output=True,
+    )
     try:
         yield url
     finally:
@@ -211,7 +218,7 @@ def measure(label: str, load: str, steps: int, lib: Path | None, keep: bool) -> 
     # find this tree's package in the working directory before PYTHONPATH.
     env = {"PYTHONPATH": str(lib), "PYTHONSAFEPATH": "1"} if lib else {}
     out = Measured(label)
-    with database(keep) as url, tempfile.TemporaryDirectory() as logs:
+    with database(keep, env) as url, tempfile.TemporaryDirectory() as logs:
         with psycopg.connect(libpq(url), autocommit=True) as conn:
             out.empty = vacuumed_size(conn)
             token = ingest_token(url, env)

@@ -163,7 +163,8 @@ def _segment(
         got = outline.decode_parts(
             [summaries[k] for k in outlined],
             first_steps[outlined].tolist(),
-            [outline.buckets_in(counts[k]) for k in outlined],
+            last_steps[outlined].tolist(),
+            [counts[k] for k in outlined],
             pick,
         )
         owner = owners[outlined][got.row]

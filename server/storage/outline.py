@@ -7,22 +7,25 @@ inflating it. The outline is the part of the summary such reads use, stored besi
 uncompressed: per bucket the step and value of its first point and of its largest
 (non-NaN) point, so that decoding a thousand chunks' outlines is one ``frombuffer``.
 
-Layout: one byte saying how steps and values are kept, then the largest points' steps and
-values, then the first points' steps and values:
+Layout: one byte saying which kind it is, then the largest points' steps and values, then
+the first points' steps and values, each an array of one entry a bucket:
 
-- :data:`_NARROW32`, the usual case: ``uint32`` offsets from the chunk's first step and
-  ``float32`` values, for a float32 chunk (the summary holds each value in its
-  `chunks.readable` form, which the float32 gives back). 16 bytes a bucket: 1,025 bytes for
-  a chunk of 64 buckets. A read gets these values merely widened, flagged ``narrow``, as
-  it gets a float32 chunk's points.
+- :data:`_EVEN`, the usual case: a float32 chunk of evenly spaced steps. The largest
+  point's place in its bucket (``uint8``) and its value, then the first point's value,
+  ``float32``: the steps follow from the chunk's first and last step and count. 9 bytes a
+  bucket, 577 for a chunk of 64 buckets.
+- :data:`_NARROW32`: a float32 chunk of uneven steps: ``uint32`` offsets from the chunk's
+  first step and ``float32`` values, 16 bytes a bucket.
 - :data:`_NARROW`: ``uint32`` offsets and ``float64`` values (a float64 chunk, and every
   outline written before float32 ones were): 24 bytes a bucket.
 - :data:`_WIDE`: ``int64`` steps and ``float64`` values, for a chunk spanning more than 2³²
   steps: 32 bytes a bucket.
 
-A bucket whose values are all NaN repeats its first point as its largest, with value NaN.
-An outline stays under the size where Postgres would compress it or move it out of line,
-and a read asks for the half it needs (`part_sql`), 512 or 768 bytes a chunk; the kinds
+A float32 chunk's summary holds each value in its `chunks.readable` form, which the float32
+gives back; a read gets the float32 kinds' values merely widened, flagged ``narrow``, as it
+gets a float32 chunk's points. A bucket whose values are all NaN repeats its first point as
+its largest, with value NaN. An outline stays under the size where Postgres would compress
+it or move it out of line, and a read asks for the half it needs (`part_sql`); the kinds
 differ in length for the same number of buckets, which is how both the SQL and
 `decode_parts` tell them apart.
 """
@@ -31,31 +34,46 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .chunks import FANOUT, NO_STEP, ChunkFormatError, readable
 
-_NARROW, _WIDE, _NARROW32 = 0, 1, 2
-_STEP_TYPES: dict[int, np.dtype[Any]] = {
-    _NARROW: np.dtype("<u4"),
-    _WIDE: np.dtype("<i8"),
-    _NARROW32: np.dtype("<u4"),
-}
-_VALUE_TYPES: dict[int, np.dtype[Any]] = {
-    _NARROW: np.dtype("<f8"),
-    _WIDE: np.dtype("<f8"),
-    _NARROW32: np.dtype("<f4"),
-}
-_BUCKET_BYTES = {
-    kind: 2 * (_STEP_TYPES[kind].itemsize + _VALUE_TYPES[kind].itemsize) for kind in _STEP_TYPES
-}
+_NARROW, _WIDE, _NARROW32, _EVEN = 0, 1, 2, 3
 _U32_MAX = int(np.iinfo(np.uint32).max)
 
-
 Pick = Literal["first", "max"]
+
+# Each kind's arrays in order, each one entry a bucket; a pick's part is its two (or, for
+# an even chunk's first points, one) consecutive arrays.
+_FIELDS: dict[int, list[tuple[str, str]]] = {
+    _NARROW: [("max_step", "<u4"), ("max", "<f8"), ("first_step", "<u4"), ("first", "<f8")],
+    _WIDE: [("max_step", "<i8"), ("max", "<f8"), ("first_step", "<i8"), ("first", "<f8")],
+    _NARROW32: [("max_step", "<u4"), ("max", "<f4"), ("first_step", "<u4"), ("first", "<f4")],
+    _EVEN: [("max_step", "u1"), ("max", "<f4"), ("first", "<f4")],
+}
+_PARTS = (_EVEN, _NARROW32, _NARROW)
+"""The kinds a read takes a part of (a wide outline comes whole)."""
+_FLOAT32 = (_EVEN, _NARROW32)
+
+
+def _bucket_bytes(kind: int) -> int:
+    return sum(np.dtype(t).itemsize for _, t in _FIELDS[kind])
+
+
+def _part_fields(kind: int, pick: Pick) -> list[tuple[str, str]]:
+    return [(name, t) for name, t in _FIELDS[kind] if name.startswith(pick)]
+
+
+def _part_at(kind: int, pick: Pick) -> tuple[int, int]:
+    """Bytes a bucket before the part (after the kind byte), and in it."""
+    names = [name for name, _ in _FIELDS[kind]]
+    first = next(i for i, name in enumerate(names) if name.startswith(pick))
+    sizes = [np.dtype(t).itemsize for _, t in _FIELDS[kind]]
+    inside = sum(np.dtype(t).itemsize for _, t in _part_fields(kind, pick))
+    return sum(sizes[:first]), inside
 
 
 @dataclass(frozen=True)
@@ -71,16 +89,7 @@ class Picked:
 
 
 def _layout(kind: int, n: int) -> np.dtype[np.void]:
-    steps_type, values_type = _STEP_TYPES[kind], _VALUE_TYPES[kind]
-    return np.dtype(
-        [
-            ("kind", "u1"),
-            ("max_step", steps_type, (n,)),
-            ("max", values_type, (n,)),
-            ("first_step", steps_type, (n,)),
-            ("first", values_type, (n,)),
-        ]
-    )
+    return np.dtype([("kind", "u1"), *[(name, t, (n,)) for name, t in _FIELDS[kind]]])
 
 
 def _survives_float32(values: npt.NDArray[np.float64]) -> bool:
@@ -91,17 +100,51 @@ def _survives_float32(values: npt.NDArray[np.float64]) -> bool:
     return bool((back.view(np.uint64) == values.view(np.uint64)).all())
 
 
+def stride_of(first_step: int, last_step: int, count: int) -> int:
+    """The spacing of an evenly spaced chunk's steps (1 for a chunk of one point)."""
+    return (last_step - first_step) // (count - 1) if count > 1 else 1
+
+
+def _even_places(
+    buckets: npt.NDArray[np.void], firsts: npt.NDArray[np.int64], maxes: npt.NDArray[np.int64]
+) -> npt.NDArray[np.uint8] | None:
+    """Each bucket's largest point's place in it, if the chunk's steps are evenly spaced."""
+    counts = buckets["count"].astype(np.int64)
+    base, last = int(firsts[0]), int(buckets["last_step"][-1])
+    stride = stride_of(base, last, int(counts.sum()))
+    if stride <= 0 or base + stride * (int(counts.sum()) - 1) != last:
+        return None
+    slots = np.arange(len(buckets), dtype=np.int64) * FANOUT
+    if not np.array_equal(firsts, base + slots * stride):
+        return None
+    if not np.array_equal(buckets["last_step"], firsts + (counts - 1) * stride):
+        return None
+    offsets = maxes - firsts
+    places = offsets // stride
+    if bool((offsets % stride).any()) or bool(((places < 0) | (places >= counts)).any()):
+        return None
+    return places.astype(np.uint8)
+
+
 def encode(buckets: npt.NDArray[np.void]) -> bytes:
     """The outline of a chunk whose bucket summary is ``buckets`` (`chunks.summarize`)."""
     firsts = buckets["first_step"].astype(np.int64)
     maxes = np.where(buckets["max_step"] == NO_STEP, firsts, buckets["max_step"])
     base = int(firsts[0])
-    kind = _NARROW if int(max(firsts.max(), maxes.max())) - base <= _U32_MAX else _WIDE
     first_values = np.ascontiguousarray(buckets["first"], dtype=np.float64)
     max_values = np.ascontiguousarray(buckets["max"], dtype=np.float64)
+    n = len(buckets)
+    if _survives_float32(first_values) and _survives_float32(max_values):
+        places = _even_places(buckets, firsts, maxes)
+        if places is not None:
+            out = np.zeros(1, dtype=_layout(_EVEN, n))
+            out["kind"] = _EVEN
+            out["max_step"][0], out["max"][0], out["first"][0] = places, max_values, first_values
+            return out.tobytes()
+    kind = _NARROW if int(max(firsts.max(), maxes.max())) - base <= _U32_MAX else _WIDE
     if kind == _NARROW and _survives_float32(first_values) and _survives_float32(max_values):
         kind = _NARROW32
-    out = np.zeros(1, dtype=_layout(kind, len(buckets)))
+    out = np.zeros(1, dtype=_layout(kind, n))
     shift = 0 if kind == _WIDE else base
     out["kind"] = kind
     out["max_step"][0], out["max"][0] = maxes - shift, max_values
@@ -110,16 +153,16 @@ def encode(buckets: npt.NDArray[np.void]) -> bytes:
 
 
 def part_sql(pick: Pick) -> str:
-    """A SQL expression over a ``chunks`` row: the part of its outline that ``pick`` needs
-    (steps then values), or the whole outline for a chunk spanning more than 2³² steps.
-    Which kind a stored outline is follows from its length and the row's bucket count."""
+    """A SQL expression over a ``chunks`` row: the part of its outline that ``pick`` needs,
+    or the whole outline for a chunk spanning more than 2³² steps. Which kind a stored
+    outline is follows from its length and the row's bucket count."""
     n = f"((count + {FANOUT - 1}) / {FANOUT})"
     cases = []
-    for kind in (_NARROW32, _NARROW):
-        half = _BUCKET_BYTES[kind] // 2
-        at = "2" if pick == "max" else f"2 + {half} * {n}"
+    for kind in _PARTS:
+        before, inside = _part_at(kind, pick)
         cases.append(
-            f"WHEN length(outline) = 1 + {2 * half} * {n} THEN substr(outline, {at}, {half} * {n})"
+            f"WHEN length(outline) = 1 + {_bucket_bytes(kind)} * {n} "
+            f"THEN substr(outline, 2 + {before} * {n}, {inside} * {n})"
         )
     return f"CASE {' '.join(cases)} ELSE outline END"
 
@@ -130,16 +173,21 @@ def buckets_in(count: int) -> int:
 
 
 def decode_parts(
-    blobs: Sequence[bytes], first_steps: Sequence[int], buckets_of: Sequence[int], pick: Pick
+    blobs: Sequence[bytes],
+    first_steps: Sequence[int],
+    last_steps: Sequence[int],
+    counts: Sequence[int],
+    pick: Pick,
 ) -> Picked:
-    """The points of `part_sql` values (each with its chunk's first step and number of
-    buckets, `buckets_in`), in order. Parts of the same kind and size are decoded together."""
+    """The points of `part_sql` values (each with its chunk's first and last step and point
+    count), in order. Parts of the same kind and size are decoded together."""
     sizes = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
-    buckets = np.asarray(buckets_of, dtype=np.int64)
+    points = np.asarray(counts, dtype=np.int64)
+    buckets = -(-points // FANOUT)
     kinds = np.full(len(blobs), -1, dtype=np.int64)
-    for kind in (_NARROW32, _NARROW):
-        kinds[sizes == buckets * (_BUCKET_BYTES[kind] // 2)] = kind
-    kinds[(kinds < 0) & (sizes == 1 + buckets * _BUCKET_BYTES[_WIDE])] = _WIDE
+    for kind in _PARTS:
+        kinds[(kinds < 0) & (sizes == buckets * _part_at(kind, pick)[1])] = kind
+    kinds[(kinds < 0) & (sizes == 1 + buckets * _bucket_bytes(_WIDE))] = _WIDE
     if bool((kinds < 0).any()) or bool((buckets <= 0).any()):
         raise ChunkFormatError("chunk outline not a whole number of buckets")
     total = int(buckets.sum())
@@ -147,11 +195,12 @@ def decode_parts(
         np.repeat(np.arange(len(blobs), dtype=np.int64), buckets),
         np.empty(total, np.int64),
         np.empty(total, np.float64),
-        np.repeat(kinds == _NARROW32, buckets),
+        np.repeat(np.isin(kinds, _FLOAT32), buckets),
     )
     starts = np.zeros(len(blobs) + 1, dtype=np.int64)
     np.cumsum(buckets, out=starts[1:])
     bases = np.asarray(first_steps, dtype=np.int64)
+    lasts = np.asarray(last_steps, dtype=np.int64)
     cuts = np.flatnonzero((np.diff(sizes) != 0) | (np.diff(kinds) != 0)) + 1
     bounds = [0, *cuts.tolist(), len(blobs)]
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
@@ -162,36 +211,42 @@ def decode_parts(
             block = np.frombuffer(joined, dtype=_layout(_WIDE, n))
             if bool((block["kind"] != _WIDE).any()):
                 raise ChunkFormatError("a whole chunk outline should be a wide one")
-            steps, values = block[f"{pick}_step"], block[pick]
-            out.steps[at] = steps.ravel()
+            out.steps[at] = block[f"{pick}_step"].ravel()
+            out.values[at] = block[pick].ravel()
+            continue
+        part = np.frombuffer(
+            joined, dtype=np.dtype([(name, t, (n,)) for name, t in _part_fields(kind, pick)])
+        )
+        base = bases[lo:hi, np.newaxis]
+        if kind == _EVEN:
+            count = points[lo:hi]
+            stride = np.where(
+                count > 1, (lasts[lo:hi] - bases[lo:hi]) // np.maximum(count - 1, 1), 1
+            )
+            place = np.arange(n, dtype=np.int64) * FANOUT
+            if pick == "max":
+                place = place + part["max_step"].astype(np.int64)
+            out.steps[at] = (base + place * stride[:, np.newaxis]).ravel()
         else:
-            part = np.dtype([("steps", "<u4", (n,)), ("values", _VALUE_TYPES[kind], (n,))])
-            block = np.frombuffer(joined, dtype=part)
-            steps, values = block["steps"], block["values"]
-            out.steps[at] = (steps.astype(np.int64) + bases[lo:hi, np.newaxis]).ravel()
-        out.values[at] = values.ravel()
+            out.steps[at] = (part[f"{pick}_step"].astype(np.int64) + base).ravel()
+        out.values[at] = part[pick].ravel()
     return out
 
 
-def decode(blob: bytes, first_step: int) -> dict[Pick, Picked]:
+def decode(blob: bytes, first_step: int, last_step: int, count: int) -> dict[Pick, Picked]:
     """Both halves of one whole outline (for tests and tools), in their readable form."""
     kind = blob[0]
-    if kind not in _STEP_TYPES or (len(blob) - 1) % _BUCKET_BYTES[kind]:
+    if kind not in _FIELDS or (len(blob) - 1) != _bucket_bytes(kind) * buckets_in(count):
         raise ChunkFormatError("chunk outline of an unknown kind or not whole buckets")
-    n = (len(blob) - 1) // _BUCKET_BYTES[kind]
-    block = np.frombuffer(blob, dtype=_layout(kind, n))
-    shift = 0 if kind == _WIDE else first_step
-    row = np.zeros(n, dtype=np.int64)
-    values = {
-        pick: (readable(block[pick][0]) if kind == _NARROW32 else block[pick][0].copy())
-        for pick in ("first", "max")
-    }
-    return {
-        pick: Picked(
-            row,
-            block[f"{pick}_step"][0].astype(np.int64) + shift,
-            values[pick],
-            np.zeros(n, dtype=np.bool_),
-        )
-        for pick in ("first", "max")
-    }
+    out: dict[Pick, Picked] = {}
+    for pick in ("first", "max"):
+        if kind == _WIDE:
+            part = blob
+        else:
+            before, inside = _part_at(kind, pick)
+            n = buckets_in(count)
+            part = blob[1 + before * n : 1 + (before + inside) * n]
+        got = decode_parts([part], [first_step], [last_step], [count], pick)
+        values = readable(got.values.astype(np.float32)) if kind in _FLOAT32 else got.values
+        out[pick] = Picked(got.row, got.steps, values, np.zeros(len(values), dtype=np.bool_))
+    return out

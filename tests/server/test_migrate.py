@@ -98,16 +98,18 @@ def test_chunks_stored_before_outlines_get_theirs(empty_db: str) -> None:
     """0006 gives every chunk stored already an outline that reads as the one compaction
     now writes with it (its own layout of that revision: float64 values)."""
     engine = build_engine(empty_db, pool_size=1)
-    select = text("SELECT metric_id, seq, first_step, outline FROM chunks ORDER BY 1, 2")
+    select = text(
+        "SELECT metric_id, seq, first_step, last_step, count, outline FROM chunks ORDER BY 1, 2"
+    )
 
     def outlines() -> list[tuple[int, int, dict[str, list[object]]]]:
         with engine.connect() as conn:
             rows = [tuple(r) for r in conn.execute(select)]
-        assert all(r[3] for r in rows)
+        assert all(r[5] for r in rows)
         return [
             (mid, seq, {k: [p.steps.tolist(), p.values.tolist()] for k, p in parts.items()})
-            for mid, seq, first, blob in rows
-            for parts in [outline.decode(bytes(blob), first)]
+            for mid, seq, first, last, count, blob in rows
+            for parts in [outline.decode(bytes(blob), first, last, count)]
         ]
 
     try:

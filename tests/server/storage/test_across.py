@@ -36,7 +36,7 @@ def test_outline_holds_each_buckets_first_and_largest_point() -> None:
     values[640:704] = np.nan  # one bucket all NaN: its largest is its first, valued NaN
     steps = 10 + 3 * np.arange(1000)
     buckets = chunks.summarize(Points(steps, values))
-    both = outline.decode(outline.encode(buckets), int(steps[0]))
+    both = outline.decode(outline.encode(buckets), int(steps[0]), int(steps[-1]), len(steps))
     assert both["first"].steps.tolist() == buckets["first_step"].tolist()
     np.testing.assert_array_equal(both["first"].values, buckets["first"])
     has_max = buckets["max_step"] != chunks.NO_STEP
@@ -53,11 +53,61 @@ def test_outline_of_a_chunk_spanning_more_than_two_to_the_32_steps() -> None:
     blob = outline.encode(buckets)
     assert blob[0] == 1  # wide: int64 steps (float64 values)
     # A read asks for the whole of a wide outline (see part_sql) and picks from it.
-    got = outline.decode_parts([blob], [0], [len(buckets)], "max")
+    # Three buckets of two points; a read passes the chunk's count, FANOUT points a bucket.
+    counts = [len(buckets) * chunks.FANOUT]
+    got = outline.decode_parts([blob], [0], [10**12 + 5], counts, "max")
     assert got.steps.tolist() == [1, 10**12, 10**12 + 5]
     assert got.values.tolist() == [5.0, 9.0, 3.0]
     with pytest.raises(chunks.ChunkFormatError):
-        outline.decode_parts([blob[:-3]], [0], [len(buckets)], "max")
+        outline.decode_parts([blob[:-3]], [0], [10**12 + 5], counts, "max")
+
+
+@pytest.mark.parametrize(
+    ("steps", "kind", "bytes_a_bucket"),
+    [
+        (7 + 10 * np.arange(1000), 3, 9),  # even steps: places in the bucket, float32
+        (np.array([42]), 3, 9),  # one point
+        (np.cumsum(np.arange(1, 1001)), 2, 16),  # uneven steps: offsets, float32
+    ],
+)
+def test_float32_outlines_are_smaller_and_read_as_the_summary(
+    steps: np.ndarray, kind: int, bytes_a_bucket: int
+) -> None:
+    rng = np.random.default_rng(2)
+    values = rng.lognormal(size=len(steps))
+    if len(steps) > 200:
+        values[[5, 300]] = np.nan
+        values[128:192] = np.nan  # one bucket all NaN
+    _, buckets = chunks.pack(Points(steps.astype(np.int64), values))
+    blob = outline.encode(buckets)
+    assert blob[0] == kind and len(blob) == 1 + bytes_a_bucket * len(buckets)
+    first, last, count = int(steps[0]), int(steps[-1]), len(steps)
+    both = outline.decode(blob, first, last, count)
+    has_max = buckets["max_step"] != chunks.NO_STEP
+    assert both["first"].steps.tolist() == buckets["first_step"].tolist()
+    np.testing.assert_array_equal(both["first"].values, buckets["first"])
+    assert both["max"].steps[has_max].tolist() == buckets["max_step"][has_max].tolist()
+    np.testing.assert_array_equal(both["max"].values[has_max], buckets["max"][has_max])
+    # What a read asks for (part_sql's half), decoded beside a float64 chunk's outline.
+    other = chunks.summarize(Points(np.arange(64, dtype=np.int64), rng.lognormal(size=64)))
+    other_blob = outline.encode(other)
+    assert other_blob[0] == 0
+    n = len(buckets)
+    for pick in ("max", "first"):
+        part_size = {3: {"max": 5, "first": 4}, 2: {"max": 8, "first": 8}}[kind][pick]
+        start = 1 if pick == "max" else 1 + (bytes_a_bucket - part_size) * n
+        part = blob[start : start + part_size * n]
+        got = outline.decode_parts(
+            [part, other_blob[1:13] if pick == "max" else other_blob[13:]],
+            [first, 0],
+            [last, 63],
+            [count, 64],
+            pick,
+        )
+        assert got.narrow.tolist() == [True] * n + [False]
+        assert got.steps[:n].tolist() == both[pick].steps.tolist()
+        mine = chunks.readable(got.values[:n].astype(np.float32))
+        np.testing.assert_array_equal(mine, both[pick].values)
 
 
 def _run_with_hot_tail(sessions: Sessions) -> tuple[str, dict[str, np.ndarray]]:
@@ -153,37 +203,43 @@ def test_extent_of_many_series_is_the_union_of_their_extents(sessions: Sessions)
         assert across.extent(session, key, [], lineage) is None
 
 
-def test_float32_and_float64_outlines_read_together(sessions: Sessions) -> None:
-    """A series compacted at float64 and one at float32 hold outlines of both kinds (24 and
-    16 bytes a bucket); one read picks from both through the same SQL."""
+def test_outlines_of_every_kind_read_together(sessions: Sessions) -> None:
+    """A series compacted at float64, one at float32 with even steps and one at float32
+    with uneven steps hold outlines of three kinds (24, 9 and 16 bytes a bucket); one
+    read picks from all of them through the same SQL."""
     run_id = new_run(sessions)
     rng = np.random.default_rng(11)
-    steps = np.arange(1280)
-    values = rng.lognormal(size=(2, len(steps)))  # no value survives float32
-    post(sessions, run_id, steps, **{NAMES[0]: values[0]})
+    even = np.arange(1280)
+    uneven = np.cumsum(1 + even % 3)
+    values = rng.lognormal(size=(3, len(even)))  # no value survives float32
+    post(sessions, run_id, even, **{NAMES[0]: values[0]})
     compact(sessions, run_id, Policy(chunk_points=256, precision="float64"))
-    post(sessions, run_id, steps, **{NAMES[1]: values[1]})
+    post(sessions, run_id, even, **{NAMES[1]: values[1]})
+    post(sessions, run_id, uneven, **{NAMES[2]: values[2]})
     compact(sessions, run_id, SMALL)
     with session_scope(sessions) as session:
         run = the_run(session, run_id)
         key, lineage = run.key, lineage_of(segments_of(session, run.key))
-        by_name = metric_ids_by_name(session, key, NAMES[:2])
-        ids = [by_name[n] for n in NAMES[:2]]
+        by_name = metric_ids_by_name(session, key, NAMES[:3])
+        ids = [by_name[n] for n in NAMES[:3]]
         rows = session.execute(
             text("SELECT metric_id, outline FROM chunks WHERE run_key = :k"), {"k": key}
         ).all()
         lengths = {mid: {len(bytes(blob)) for m, blob in rows if m == mid} for mid in ids}
-        assert lengths == {ids[0]: {1 + 24 * 4}, ids[1]: {1 + 16 * 4}}  # four buckets
-        got = across.read(session, key, ids, lineage, 0, 1279, 200.0, "max")
+        # 256-point chunks: four buckets each.
+        assert lengths == {ids[0]: {1 + 24 * 4}, ids[1]: {1 + 9 * 4}, ids[2]: {1 + 16 * 4}}
+        got = across.read(session, key, ids, lineage, None, None, 200.0, "max")
     assert not got.exact
-    stored = [values[0], chunks.readable(values[1].astype(np.float32))]
+    stored = [values[0], *(chunks.readable(v.astype(np.float32)) for v in values[1:])]
     assert got.narrow[0] is None or not got.narrow[0].any()
-    assert got.narrow[1] is not None and got.narrow[1].all()
-    for series, narrow, want in zip(got.series, got.narrow, stored, strict=True):
+    assert all(n is not None and n.all() for n in got.narrow[1:])
+    for series, narrow, steps, want in zip(
+        got.series, got.narrow, (even, even, uneven), stored, strict=True
+    ):
         assert series.steps.tolist() == [
-            64 * b + int(np.argmax(want[64 * b : 64 * (b + 1)])) for b in range(20)
+            int(steps[64 * b + int(np.argmax(want[64 * b : 64 * (b + 1)]))]) for b in range(20)
         ]
-        values = series.values.copy()
+        values_read = series.values.copy()
         if narrow is not None:
-            values[narrow] = chunks.readable(values[narrow].astype(np.float32))
-        np.testing.assert_array_equal(values, want.reshape(20, 64).max(axis=1))
+            values_read[narrow] = chunks.readable(values_read[narrow].astype(np.float32))
+        np.testing.assert_array_equal(values_read, want.reshape(20, 64).max(axis=1))
