@@ -13,6 +13,7 @@ from ..config import Settings
 from ..db import is_unavailable
 from ..storage import retention
 from ..storage.policy import PassReport, Policy
+from ..storage.recode import Recoder
 from ..storage.schedule import compact_pass
 from ..storage.vacuum import vacuum_hot_table
 
@@ -53,6 +54,8 @@ class Compactor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_report: PassReport | None = None
+        self.recoder = Recoder()
+        """Rewrites rows of earlier layouts when a pass had nothing to compact."""
 
     @classmethod
     def from_settings(cls, sessions: sessionmaker[Session], settings: Settings) -> Compactor:
@@ -115,6 +118,8 @@ class Compactor:
                     report.chunks_written,
                     report.seconds,
                 )
+            if not report.points and not self.recoder.finished:
+                self._recode()
             if self._retention is not None and time.monotonic() >= self._next_sweep:
                 self._next_sweep = time.monotonic() + self._retention_every
                 self._sweep(*self._retention)
@@ -124,6 +129,15 @@ class Compactor:
         runs that come due together are spread over a few seconds instead of taking the
         CPU from reads and ingest in one burst; False once stopping."""
         return not self._stop.wait(min(took_s * self._pace, MAX_PAUSE_S))
+
+    def _recode(self) -> None:
+        try:
+            self.recoder.step(self._sessions)
+        except Exception as exc:
+            if is_unavailable(exc):
+                log.warning("rewriting old chunks: database unavailable (%s); next tick", exc)
+            else:
+                log.exception("rewriting old chunks failed; it will be retried")
 
     def _vacuum_if_bloated(self) -> None:
         try:
