@@ -253,15 +253,21 @@ def _all_plain(names: list[Any], rows: list[Any], length: int) -> bool:
     """Every name a valid metric name and every column a list of ``length`` floats,
     checked with a few passes in C (per-column checks cost more than the values for the
     short columns of a live trainer's batches)."""
+    if not names:
+        return True
     return (
-        all(type(name) is str for name in names)
-        and (not names or (min(map(len, names)) >= 1 and max(map(len, names)) <= MAX_METRIC_NAME))
+        set(map(type, names)) == _STR
+        and min(lengths := list(map(len, names))) >= 1
+        and max(lengths) <= MAX_METRIC_NAME
         and not _CONTROL.search(joined := "".join(names))
         and _encodable(joined)
-        and all(type(raw) is list for raw in rows)
-        and all(len(raw) == length for raw in rows)
+        and set(map(type, rows)) == _LIST
+        and set(map(len, rows)) == {length}
         and set(map(type, chain.from_iterable(rows))) <= _FLOAT
     )
+
+
+_STR, _LIST = {str}, {list}
 
 
 def _shown(value: Any) -> str:

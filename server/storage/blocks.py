@@ -160,7 +160,7 @@ def full_batch(
     order = np.argsort(batch.steps, kind="stable")
     steps = batch.steps[order]
     values = batch.values[:, order] if len(order) > 1 else batch.values
-    ids = np.fromiter((metric_ids[n] for n in batch.names), dtype=np.int64, count=len(batch.names))
+    ids = np.fromiter(map(metric_ids.__getitem__, batch.names), np.int64, len(batch.names))
     return ids, steps, values, encode(steps, values[0]).steps
 
 
