@@ -29,6 +29,7 @@ Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``)::
     .venv/bin/python benchmarks/storage.py                       # ~2 min
     .venv/bin/python benchmarks/storage.py --before HEAD~3       # before and after
     .venv/bin/python benchmarks/storage.py --load demo
+    .venv/bin/python benchmarks/storage.py --quick                # 3.3M points, ~10 s
 """
 
 from __future__ import annotations
@@ -291,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200_000, help="simulated steps (storage)")
     parser.add_argument("--before", metavar="REV", help="also measure the server at REV")
     parser.add_argument("--keep", action="store_true", help="keep this tree's database")
+    parser.add_argument("--quick", action="store_true", help="20,000 simulated steps")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = 20_000
     started = time.perf_counter()
     results = []
     if args.before:
