@@ -172,6 +172,14 @@ class TokenCache:
         self._lock = threading.Lock()
         self._recent: dict[str, tuple[Principal, float]] = {}
 
+    def cached(self, token: str) -> Principal | None:
+        """The token's principal if the cache still trusts it; None says "ask `lookup`"
+        (it never touches the database, so an event loop may call it)."""
+        digest = hash_token(token)
+        with self._lock:
+            hit = self._recent.get(digest)
+        return hit[0] if hit is not None and hit[1] > self._clock() else None
+
     def lookup(self, session_for: Callable[[], Session], token: str) -> Principal | None:
         """The token's principal, from the cache or else from ``authenticate``."""
         digest = hash_token(token)

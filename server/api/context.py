@@ -62,7 +62,7 @@ def context_of(app: FastAPI) -> ServiceContext:
     return context
 
 
-def get_context(request: Request) -> ServiceContext:
+async def get_context(request: Request) -> ServiceContext:
     context: ServiceContext = request.app.state.context
     return context
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from ..auth import Principal, Scope
 from ..config import Settings
@@ -19,7 +20,11 @@ MAX_RUN_ID = 64
 """Run ids are 32 hex digits; longer ones name no run."""
 
 
-def get_settings(context: ContextDep) -> Settings:
+# Dependencies that never block are ``async def``: FastAPI runs a plain ``def`` one in the
+# thread pool, a hand-off that cost more than a small batch's parse.
+
+
+async def get_settings(context: ContextDep) -> Settings:
     return context.settings
 
 
@@ -50,7 +55,7 @@ _BEARER = HTTPBearer(
 )
 
 
-def bearer_token(
+async def bearer_token(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
 ) -> str:
     """The token of ``Authorization: Bearer <token>`` (401 without one)."""
@@ -64,17 +69,23 @@ def bearer_token(
     return credentials.credentials.strip()
 
 
-def get_principal(context: ContextDep, token: Annotated[str, Depends(bearer_token)]) -> Principal:
-    who = context.token_cache.lookup(context.sessions, token)
+async def get_principal(
+    context: ContextDep, token: Annotated[str, Depends(bearer_token)]
+) -> Principal:
+    """The token's principal: from the cache when it trusts it, else from the database in
+    the thread pool."""
+    who = context.token_cache.cached(token)
+    if who is None:
+        who = await run_in_threadpool(context.token_cache.lookup, context.sessions, token)
     if who is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return who
 
 
-def require(scope: Scope) -> Callable[[Principal], Principal]:
+def require(scope: Scope) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency admitting principals whose scope covers ``scope``."""
 
-    def check(who: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    async def check(who: Annotated[Principal, Depends(get_principal)]) -> Principal:
         if not who.can(scope):
             raise HTTPException(403, f"this token's scope is '{who.scope}'; '{scope}' is needed")
         return who

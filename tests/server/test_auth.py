@@ -70,13 +70,16 @@ def test_the_cache_trusts_a_token_no_longer_than_its_expiry(db_engine: Engine) -
     mono = [100.0]
     wall = [start]
     cache = TokenCache(5.0, clock=lambda: mono[0], wall=lambda: wall[0])
+    assert cache.cached(secret) is None  # never looked up: the caller must ask the database
     who = cache.lookup(sessions, secret)
-    assert who is not None
+    assert who is not None and cache.cached(secret) == who
     mono[0] += 1.9
     wall[0] += timedelta(seconds=1.9)
     assert cache.lookup(sessions, secret) == who  # within the TTL and before the expiry
+    assert cache.cached(secret) == who
     mono[0] += 0.2
     wall[0] += timedelta(seconds=0.2)
+    assert cache.cached(secret) is None  # trusted no longer: back to the database
     assert cache.lookup(sessions, secret) is None  # within the TTL, but expired
 
 
