@@ -88,7 +88,6 @@ import numpy as np
 import orjson
 import psycopg
 from _harness import (
-    admin_dsn,
     make_tokens,
     percentile,
     process_cpu_seconds,
@@ -100,6 +99,7 @@ from _harness import (
 )
 from ingest_http import machine_busy, metric_names
 
+from normwatch.scratch import admin_dsn
 from normwatch.testing import running_server
 
 GRAD_TOTAL = "grad/norm/total"
