@@ -207,6 +207,13 @@ def pack(points: Points, precision: str = "float32") -> tuple[bytes, npt.NDArray
     return encode(widened, precision), buckets
 
 
+def holds_float32(blob: bytes) -> bool:
+    """Whether a chunk (`encode`) keeps its values as float32, from its header."""
+    if len(blob) < _HEADER.size:
+        raise ChunkFormatError("chunk shorter than its header")
+    return blob[1] == _F32
+
+
 def decode(blob: bytes) -> Points:
     """A chunk's points, float32 values in their :func:`readable` form."""
     points, narrow = decode_raw(blob)
@@ -315,9 +322,11 @@ def merge_buckets(buckets: npt.NDArray[np.void]) -> npt.NDArray[np.void]:
     return out
 
 
-_SUMMARY_PCO = 2
-"""The first byte of a summary in the current layout; one written before it is a zlib stream,
-whose first byte is 0x78."""
+_SUMMARY_PCO, _SUMMARY_SMALL = 2, 3
+"""The first byte of a summary in the current layout, its values in pcodec or (a summary of
+fewer than :data:`_PCO_MIN_BUCKETS` buckets, where pcodec's own header outweighs what it
+saves) byte-shuffled zlib; one written before it is a zlib stream, whose first byte is 0x78."""
+_PCO_MIN_BUCKETS = 16
 _SUMMARY_ZLIB = 0x78
 _SUMMARY_HEADER = struct.Struct("<BBII")  # layout, integer width, buckets, integer bytes
 _INT_FIELDS = ("first_step", "last_step", "min_step", "max_step", "nan_step", "count")
@@ -348,8 +357,11 @@ def encode_buckets(buckets: npt.NDArray[np.void]) -> bytes:
     width = 4 if n == 0 or (ints.min() >= _I32.min and ints.max() <= _I32.max) else 8
     int_blob = _shuffle_zlib(ints.astype(f"<i{width}").tobytes(), width)
     values = np.concatenate([buckets[f] for f in _FLOAT_FIELDS]).astype("<f8")
-    value_blob = _pco(values) if n else b""
-    return _SUMMARY_HEADER.pack(_SUMMARY_PCO, width, n, len(int_blob)) + int_blob + value_blob
+    if n >= _PCO_MIN_BUCKETS:
+        layout, value_blob = _SUMMARY_PCO, _pco(values)
+    else:
+        layout, value_blob = _SUMMARY_SMALL, _shuffle_zlib(values.tobytes(), 8)
+    return _SUMMARY_HEADER.pack(layout, width, n, len(int_blob)) + int_blob + value_blob
 
 
 def decode_buckets(blob: bytes) -> npt.NDArray[np.void]:
@@ -399,7 +411,11 @@ def _pco_parts(blob: bytes) -> tuple[npt.NDArray[np.int64], FloatArray]:
     if len(raw) != width * len(_INT_FIELDS) * n:
         raise ChunkFormatError("bucket summary's integers do not match its bucket count")
     ints = np.frombuffer(raw, dtype=f"<i{width}").astype(np.int64).reshape(len(_INT_FIELDS), n)
-    values = _unpco(blob[start + int_bytes :], "<f8") if n else np.empty(0, np.float64)
+    rest = blob[start + int_bytes :]
+    if layout == _SUMMARY_SMALL:
+        values = np.frombuffer(_unshuffle(rest, 8), dtype="<f8")
+    else:
+        values = _unpco(rest, "<f8") if n else np.empty(0, np.float64)
     if len(values) != len(_FLOAT_FIELDS) * n:
         raise ChunkFormatError("bucket summary's values do not match its bucket count")
     return ints, values.astype(np.float64, copy=False).reshape(len(_FLOAT_FIELDS), n)
@@ -423,7 +439,7 @@ def decode_bucket_rows(
         if not blob:
             raise ChunkFormatError("empty bucket summary")
         try:
-            if blob[0] == _SUMMARY_PCO:
+            if blob[0] in (_SUMMARY_PCO, _SUMMARY_SMALL):
                 parts = _pco_parts(blob)
                 counts[i] = parts[0].shape[1]
                 decoded.append(parts)

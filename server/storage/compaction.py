@@ -139,7 +139,7 @@ def compact_group(
                     "count": len(pts),
                     "data": data,
                     "buckets": chunks.encode_buckets(buckets),
-                    "outline": outline.encode(buckets),
+                    "outline": outline.encode(buckets, chunks.holds_float32(data)),
                 }
             )
             set_slot(rollups, work.metric_id, 1, seq, chunks.merge_buckets(buckets))

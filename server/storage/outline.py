@@ -126,15 +126,20 @@ def _even_places(
     return places.astype(np.uint8)
 
 
-def encode(buckets: npt.NDArray[np.void]) -> bytes:
-    """The outline of a chunk whose bucket summary is ``buckets`` (`chunks.summarize`)."""
+def encode(buckets: npt.NDArray[np.void], float32: bool | None = None) -> bytes:
+    """The outline of a chunk whose bucket summary is ``buckets`` (`chunks.summarize`).
+
+    ``float32``: whether the chunk's values are float32 (its summary's values then are the
+    `readable` forms of float32s), when the caller knows; None looks at the values."""
     firsts = buckets["first_step"].astype(np.int64)
     maxes = np.where(buckets["max_step"] == NO_STEP, firsts, buckets["max_step"])
     base = int(firsts[0])
     first_values = np.ascontiguousarray(buckets["first"], dtype=np.float64)
     max_values = np.ascontiguousarray(buckets["max"], dtype=np.float64)
     n = len(buckets)
-    if _survives_float32(first_values) and _survives_float32(max_values):
+    if float32 is None:
+        float32 = _survives_float32(first_values) and _survives_float32(max_values)
+    if float32:
         places = _even_places(buckets, firsts, maxes)
         if places is not None:
             out = np.zeros(1, dtype=_layout(_EVEN, n))
@@ -142,7 +147,7 @@ def encode(buckets: npt.NDArray[np.void]) -> bytes:
             out["max_step"][0], out["max"][0], out["first"][0] = places, max_values, first_values
             return out.tobytes()
     kind = _NARROW if int(max(firsts.max(), maxes.max())) - base <= _U32_MAX else _WIDE
-    if kind == _NARROW and _survives_float32(first_values) and _survives_float32(max_values):
+    if kind == _NARROW and float32:
         kind = _NARROW32
     out = np.zeros(1, dtype=_layout(kind, n))
     shift = 0 if kind == _WIDE else base

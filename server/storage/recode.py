@@ -75,7 +75,7 @@ def _repacked(data: bytes | None, summary: bytes) -> tuple[bytes | None, bytes, 
         return None, chunks.encode_buckets(buckets), outline.encode(buckets)
     points, narrow = chunks.decode_raw(data)
     packed, buckets = chunks.pack(points, "float32" if narrow else "float64")
-    return packed, chunks.encode_buckets(buckets), outline.encode(buckets)
+    return packed, chunks.encode_buckets(buckets), outline.encode(buckets, narrow)
 
 
 def recode_run(session: Session, run_key: int, budget: int) -> tuple[Recoded, bool]:

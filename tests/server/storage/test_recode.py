@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from normwatch.server.db import build_engine, session_factory, session_scope
+from normwatch.server.db import session_scope
 from normwatch.server.storage import across, chunks, outline, pyramid, recode
 from normwatch.server.storage.chunks import NO_STEP, Points
 from normwatch.server.storage.metric_ids import metric_ids_by_name
@@ -18,15 +18,18 @@ from normwatch.server.workers.compactor import Compactor
 from sqlalchemy import text
 
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
+from tests.helpers.databases import BACKENDS, own_sessions
 
 NAMES = ["loss", "grad/norm/total", "params/norm/total"]
 
 
-@pytest.fixture
-def sessions(db_url: str) -> Iterator[Sessions]:
-    engine = build_engine(db_url, pool_size=2)
-    yield session_factory(engine)
-    engine.dispose()
+@pytest.fixture(params=BACKENDS)
+def sessions(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Sessions]:
+    """A database of each test's own: a recoder walks every run it holds."""
+    with own_sessions(request.param, "recode", tmp_path_factory) as made:
+        yield made
 
 
 def _old_data(blob: bytes) -> bytes:
