@@ -98,6 +98,8 @@ from _harness import (
     table,
 )
 from ingest_http import machine_busy, metric_names
+from normwatch.dashboard.pages.run_view import RunView
+from storage import built, database
 
 from normwatch.scratch import admin_dsn
 from normwatch.testing import running_server
@@ -356,14 +358,7 @@ class Read:
 
 def chart_callback(run_id: str) -> dict[str, Any]:
     """The run page's ``draw`` callback as the browser posts it when the page opens."""
-    view = {
-        "run": run_id,
-        "left": GRAD_TOTAL,
-        "right": FINAL_NORM,
-        "start": None,
-        "end": None,
-        "log": False,
-    }
+    view = RunView(run=run_id, left=GRAD_TOTAL, right=FINAL_NORM).to_store()
     outputs = [
         {"id": "overlay", "property": "figure"},
         {"id": "overlay-shape", "property": "data"},
@@ -376,7 +371,8 @@ def chart_callback(run_id: str) -> dict[str, Any]:
         "outputs": outputs,
         "inputs": [
             {"id": "view", "property": "data", "value": view},
-            {"id": "tick", "property": "n_intervals", "value": None},
+            {"id": "draw-tick", "property": "data", "value": None},
+            {"id": "overlay-aids", "property": "data", "value": None},
         ],
         "state": [{"id": "overlay-shape", "property": "data", "value": None}],
         "changedPropIds": ["view.data"],
@@ -780,6 +776,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="CPU niceness of the load generator (10; 0: the server's own priority)",
     )
     parser.add_argument("--workers", type=int, default=None, help="normwatch serve --workers")
+    parser.add_argument(
+        "--server-at",
+        metavar="REV",
+        help="run the server of an earlier commit (built into a temporary folder), on a "
+        "database migrated by it",
+    )
     parser.add_argument("--drain-seconds", type=float, default=60.0, help="after the soak")
     parser.add_argument("--rss-slope-limit", type=float, default=1.0, help="MB/min (1.0)")
     parser.add_argument("--seed", type=int, default=0)
@@ -830,113 +832,136 @@ def main(argv: list[str] | None = None) -> int:
     mp = multiprocessing.get_context("spawn")
     progress_queue = mp.Queue()
     processes: list[Any] = []
-    with (
-        scratch_postgres("normwatch_bench_soak") as url,
-        tempfile.TemporaryDirectory(prefix="normwatch-bench-") as logs,
-        running_server(
-            url,
-            Path(logs),
-            workers=args.workers,
-            NORMWATCH_COMPACTION_MAX_AGE_S=str(args.compaction_max_age),
-            NORMWATCH_COMPACTION_INTERVAL_S=COMPACTION_INTERVAL_S,
-        ) as server,
-    ):
-        ingest, read = make_tokens(url, "soak", "ingest", "read")
-        run_ids = create_runs(server.url, ingest, args.trainers)
-        say(
-            f"history: {args.history:,} steps of the {len(CHART_METRICS)} charted metrics, "
-            f"{args.metrics - len(CHART_METRICS)} more at its last step, in every run"
+    with contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        if args.server_at:
+            # The server (and its database's schema) of another commit; the trainers and
+            # reads are this tree's.
+            lib = stack.enter_context(built(args.server_at))
+            env = {"PYTHONPATH": str(lib), "PYTHONSAFEPATH": "1"}
+            url = stack.enter_context(database(False, env))
+        else:
+            url = stack.enter_context(scratch_postgres("normwatch_bench_soak"))
+        logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="normwatch-bench-"))
+        server = stack.enter_context(
+            running_server(
+                url,
+                Path(logs),
+                workers=args.workers,
+                NORMWATCH_COMPACTION_MAX_AGE_S=str(args.compaction_max_age),
+                NORMWATCH_COMPACTION_INTERVAL_S=COMPACTION_INTERVAL_S,
+                **env,
+            )
         )
-        prefill_points = prefill(server.url, ingest, run_ids, args.history, args.metrics, args.seed)
-        sampler = Sampler(url, server.process.pid, progress_queue)
-        reader: DashboardReader | None = None
-        try:
-            say("waiting for the compactor to compact the history")
-            a = sampler.take()
-            if not sampler.wait_compacted(600.0):
-                raise RuntimeError("the history was not compacted within 600 s")
-            b = sampler.take()
-            say(
-                f"  {prefill_points:,} points of {args.trainers * args.metrics:,} series "
-                f"compacted in {b.at - a.at:.0f} s; CPU s: server {b.server_cpu - a.server_cpu:.1f}"
-                f", Postgres (this database) {b.pg_db_cpu - a.pg_db_cpu:.1f}, whole machine "
-                f"{b.busy - a.busy:.1f}"
+        return _soak(args, url, server, started, mp, progress_queue, processes, seconds)
+
+
+def _soak(
+    args: argparse.Namespace,
+    url: str,
+    server: Any,
+    started: float,
+    mp: Any,
+    progress_queue: Any,
+    processes: list[Any],
+    seconds: float,
+) -> int:
+    ingest, read = make_tokens(url, "soak", "ingest", "read")
+    run_ids = create_runs(server.url, ingest, args.trainers)
+    say(
+        f"history: {args.history:,} steps of the {len(CHART_METRICS)} charted metrics, "
+        f"{args.metrics - len(CHART_METRICS)} more at its last step, in every run"
+    )
+    prefill_points = prefill(server.url, ingest, run_ids, args.history, args.metrics, args.seed)
+    sampler = Sampler(url, server.process.pid, progress_queue)
+    reader: DashboardReader | None = None
+    try:
+        say("waiting for the compactor to compact the history")
+        a = sampler.take()
+        if not sampler.wait_compacted(600.0):
+            raise RuntimeError("the history was not compacted within 600 s")
+        b = sampler.take()
+        say(
+            f"  {prefill_points:,} points of {args.trainers * args.metrics:,} series "
+            f"compacted in {b.at - a.at:.0f} s; CPU s: server {b.server_cpu - a.server_cpu:.1f}"
+            f", Postgres (this database) {b.pg_db_cpu - a.pg_db_cpu:.1f}, whole machine "
+            f"{b.busy - a.busy:.1f}"
+        )
+
+        load_plans = plans(args, server.url, ingest, run_ids, seconds)
+        controls = [mp.Queue() for _ in load_plans]
+        for plan, control in zip(load_plans, controls, strict=True):
+            process = mp.Process(
+                target=load_worker, args=(plan, control, progress_queue), daemon=True
             )
+            process.start()
+            if args.generator_nice:
+                os.setpriority(os.PRIO_PROCESS, process.pid, args.generator_nice)
+            processes.append(process)
+        ready_by = time.monotonic() + 120
+        while len(sampler.load_pids) < len(processes) and time.monotonic() < ready_by:
+            sampler.drain(block_s=1.0)
+        if len(sampler.load_pids) < len(processes):
+            raise RuntimeError("the load generator processes did not start")
 
-            load_plans = plans(args, server.url, ingest, run_ids, seconds)
-            controls = [mp.Queue() for _ in load_plans]
-            for plan, control in zip(load_plans, controls, strict=True):
-                process = mp.Process(
-                    target=load_worker, args=(plan, control, progress_queue), daemon=True
-                )
-                process.start()
-                if args.generator_nice:
-                    os.setpriority(os.PRIO_PROCESS, process.pid, args.generator_nice)
-                processes.append(process)
-            ready_by = time.monotonic() + 120
-            while len(sampler.load_pids) < len(processes) and time.monotonic() < ready_by:
-                sampler.drain(block_s=1.0)
-            if len(sampler.load_pids) < len(processes):
-                raise RuntimeError("the load generator processes did not start")
-
-            reader = DashboardReader(server.url, read, run_ids, args.read_interval)
-            reader.start()
-            say(f"idle dashboard reads for {args.idle_seconds:g} s (baseline)")
-            t_idle = time.monotonic()
-            sampler.take()
-            while time.monotonic() < t_idle + args.idle_seconds:
-                sampler.drain(
-                    block_s=min(args.sample_seconds, t_idle + args.idle_seconds - time.monotonic())
-                )
-                if time.monotonic() >= sampler.samples[-1].at + args.sample_seconds:
-                    sampler.take()
-
-            t0 = time.monotonic() + 0.2
-            for control in controls:
-                control.put(t0)
-            soak_end = t0 + seconds
-            give_up = soak_end + args.drain_seconds + 120
-            say(f"soak: {seconds:g} s of load")
-            sampler.take()
-            next_sample = t0 + args.sample_seconds
-            print_every = 15.0 if seconds >= 300 else 5.0
-            next_print = t0 + print_every
-            while len(sampler.finals) + len(sampler.failures) < len(processes):
-                if time.monotonic() > give_up:
-                    raise RuntimeError("the load generators did not finish")
-                sampler.drain(block_s=max(0.0, min(next_sample, next_print) - time.monotonic()))
-                now = time.monotonic()
-                if now >= next_sample:
-                    sampler.take()
-                    next_sample += args.sample_seconds
-                if now >= next_print and sampler.progress:
-                    next_print = max(next_print + print_every, now)
-                    say(progress_line(sampler, reader, t0, print_every))
-            t_done = time.monotonic()
-            sampler.take()
-            idle_after = min(args.idle_seconds, 30.0)
-            say(
-                f"load drained {t_done - soak_end:.1f} s after the soak; idle reads for "
-                f"{idle_after:g} s"
+        reader = DashboardReader(server.url, read, run_ids, args.read_interval)
+        reader.start()
+        say(f"idle dashboard reads for {args.idle_seconds:g} s (baseline)")
+        t_idle = time.monotonic()
+        sampler.take()
+        while time.monotonic() < t_idle + args.idle_seconds:
+            sampler.drain(
+                block_s=min(args.sample_seconds, t_idle + args.idle_seconds - time.monotonic())
             )
-            t_after = time.monotonic()
-            while time.monotonic() < t_after + idle_after:
-                time.sleep(min(args.sample_seconds, t_after + idle_after - time.monotonic()))
+            if time.monotonic() >= sampler.samples[-1].at + args.sample_seconds:
                 sampler.take()
+
+        t0 = time.monotonic() + 0.2
+        for control in controls:
+            control.put(t0)
+        soak_end = t0 + seconds
+        give_up = soak_end + args.drain_seconds + 120
+        say(f"soak: {seconds:g} s of load")
+        sampler.take()
+        next_sample = t0 + args.sample_seconds
+        print_every = 15.0 if seconds >= 300 else 5.0
+        next_print = t0 + print_every
+        while len(sampler.finals) + len(sampler.failures) < len(processes):
+            if time.monotonic() > give_up:
+                raise RuntimeError("the load generators did not finish")
+            sampler.drain(block_s=max(0.0, min(next_sample, next_print) - time.monotonic()))
+            now = time.monotonic()
+            if now >= next_sample:
+                sampler.take()
+                next_sample += args.sample_seconds
+            if now >= next_print and sampler.progress:
+                next_print = max(next_print + print_every, now)
+                say(progress_line(sampler, reader, t0, print_every))
+        t_done = time.monotonic()
+        sampler.take()
+        idle_after = min(args.idle_seconds, 30.0)
+        say(
+            f"load drained {t_done - soak_end:.1f} s after the soak; idle reads for "
+            f"{idle_after:g} s"
+        )
+        t_after = time.monotonic()
+        while time.monotonic() < t_after + idle_after:
+            time.sleep(min(args.sample_seconds, t_after + idle_after - time.monotonic()))
+            sampler.take()
+        reader.stop()
+        reads = list(reader.reads)
+        read_failures = list(reader.failures)
+        reader = None
+        hot, compacted = sampler.stored_points()
+    finally:
+        if reader is not None:
             reader.stop()
-            reads = list(reader.reads)
-            read_failures = list(reader.failures)
-            reader = None
-            hot, compacted = sampler.stored_points()
-        finally:
-            if reader is not None:
-                reader.stop()
-            sampler.close()
-            for process in processes:
-                process.join(timeout=10)
-                if process.is_alive():
-                    process.terminate()
-        server_log_tail = server.log()[-2000:]
+        sampler.close()
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()
+    server_log_tail = server.log()[-2000:]
 
     say(f"\ntotal wall time {time.monotonic() - started:.0f} s")
     return report(
