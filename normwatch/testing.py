@@ -67,14 +67,17 @@ def free_port() -> int:
         return port
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> bool:
-    """Poll ``url``/healthz until it answers 200; False if ``process`` exits or time runs out."""
+def wait_healthy(
+    url: str, process: subprocess.Popen[bytes], timeout: float = 60.0, path: str = "/healthz"
+) -> bool:
+    """Poll ``url`` + ``path`` until it answers 200; False if ``process`` exits or time runs
+    out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=1).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass

@@ -109,7 +109,7 @@ from _harness import (  # noqa: E402
 )
 
 from normwatch.scratch import admin_dsn, create_database, drop_database  # noqa: E402
-from normwatch.testing import free_port, running_server  # noqa: E402
+from normwatch.testing import free_port, running_server, wait_healthy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MLFLOW_VENV = HERE / ".venv-mlflow"
@@ -590,14 +590,8 @@ def start_mlflow(mlflow: Path, backend: str, workdir: Path) -> MlflowServer:
             start_new_session=True,
         )
     server = MlflowServer(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    if wait_healthy(server.url, process, STARTUP_TIMEOUT_S, path="/health"):
+        return server
     server.stop()
     tail = log_path.read_text(errors="replace")[-3000:]
     raise RuntimeError(f"mlflow server did not become healthy on {backend}:\n{tail}")

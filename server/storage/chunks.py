@@ -208,10 +208,22 @@ def pack(points: Points, precision: str = "float32") -> tuple[bytes, npt.NDArray
 
 
 def holds_float32(blob: bytes) -> bool:
-    """Whether a chunk (`encode`) keeps its values as float32, from its header."""
-    if len(blob) < _HEADER.size:
+    """Whether a chunk (`encode`) keeps its values as float32, from its header (its first
+    two bytes are enough)."""
+    if len(blob) < 2:
         raise ChunkFormatError("chunk shorter than its header")
     return blob[1] == _F32
+
+
+def zlib_coded(head: bytes) -> bool:
+    """Whether a chunk's steps or values are byte-shuffled zlib (written before pcodec), from
+    the first four bytes of its header."""
+    return len(head) >= 4 and (head[2] == _STEPS_DELTA_ZLIB or head[3] == _SHUFFLE_ZLIB)
+
+
+def summary_is_zlib(head: bytes) -> bool:
+    """Whether a summary, from its first byte, is the earlier layout: one zlib stream."""
+    return bool(head) and head[0] == ZLIB_SUMMARY
 
 
 def decode(blob: bytes) -> Points:
@@ -327,7 +339,7 @@ _SUMMARY_PCO, _SUMMARY_SMALL = 2, 3
 fewer than :data:`_PCO_MIN_BUCKETS` buckets, where pcodec's own header outweighs what it
 saves) byte-shuffled zlib; one written before it is a zlib stream, whose first byte is 0x78."""
 _PCO_MIN_BUCKETS = 16
-_SUMMARY_ZLIB = 0x78
+ZLIB_SUMMARY = 0x78
 _SUMMARY_HEADER = struct.Struct("<BBII")  # layout, integer width, buckets, integer bytes
 _INT_FIELDS = ("first_step", "last_step", "min_step", "max_step", "nan_step", "count")
 _FLOAT_FIELDS = ("first", "last", "min", "max")
@@ -443,7 +455,7 @@ def decode_bucket_rows(
                 parts = _pco_parts(blob)
                 counts[i] = parts[0].shape[1]
                 decoded.append(parts)
-            elif blob[0] == _SUMMARY_ZLIB:
+            elif blob[0] == ZLIB_SUMMARY:
                 raw = zlib.decompress(blob)
                 if len(raw) % width:
                     raise ChunkFormatError(

@@ -157,6 +157,12 @@ def encode(buckets: npt.NDArray[np.void], float32: bool | None = None) -> bytes:
     return out.tobytes()
 
 
+def first_layout(head: bytes) -> bool:
+    """Whether an outline, from its first byte, is of the first layout (uint32 offsets,
+    float64 values), which a float32 chunk no longer gets."""
+    return bool(head) and head[0] == _NARROW
+
+
 def part_sql(pick: Pick) -> str:
     """A SQL expression over a ``chunks`` row: the part of its outline that ``pick`` needs,
     or the whole outline for a chunk spanning more than 2³² steps. Which kind a stored

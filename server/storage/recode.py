@@ -39,12 +39,6 @@ RUNS_PER_STEP = 50
 """Runs looked at in one step at most, so that a store of many runs that hold nothing old
 does not keep the compactor from its own work."""
 
-_ZLIB_CODEC = 1
-"""The header's step and value codec for byte-shuffled zlib (see `chunks`)."""
-_F32_KIND = 0
-_ZLIB_STREAM = 0x78
-_OUTLINE_FLOAT64 = 0
-
 
 @dataclass
 class Recoded:
@@ -61,11 +55,11 @@ def chunk_is_old(head: bytes | None, summary_head: bytes, outline_head: bytes | 
     """Whether a chunk row is of an earlier layout, from the first bytes of its data (the
     header up to the value codec), summary and outline."""
     if head is not None and len(head) >= 4:
-        if head[2] == _ZLIB_CODEC or head[3] == _ZLIB_CODEC:
+        if chunks.zlib_coded(head):
             return True
-        if outline_head and head[1] == _F32_KIND and outline_head[0] == _OUTLINE_FLOAT64:
+        if outline_head and chunks.holds_float32(head) and outline.first_layout(outline_head):
             return True
-    return bool(summary_head) and summary_head[0] == _ZLIB_STREAM
+    return chunks.summary_is_zlib(summary_head)
 
 
 def _repacked(data: bytes | None, summary: bytes) -> tuple[bytes | None, bytes, bytes]:
@@ -137,7 +131,7 @@ def recode_run(session: Session, run_key: int, budget: int) -> tuple[Recoded, bo
             "SELECT metric_id, segment, level, seq, buckets FROM rollups WHERE run_key = :rk "
             "AND substr(buckets, 1, 1) = :zlib"
         ),
-        {"rk": run_key, "zlib": bytes((_ZLIB_STREAM,))},
+        {"rk": run_key, "zlib": bytes((chunks.ZLIB_SUMMARY,))},
     ).all()
     for mid, seg, level, seq, blob in rollups[: max(left, 0)]:
         buckets = chunks.decode_buckets(bytes(blob))

@@ -125,8 +125,6 @@ def lock_run(
     """
     conn = session.connection()
     params = {"id": run_id, "pid": project_id, "seg": segment, "last": last_step, "now": now}
-    binds = (bindparam("now", type_=UtcDateTime()),)
-    owned = "" if project_id is None else " AND project_id = :pid"
     if conn.dialect.name == "postgresql":
         statement = _LOCK_PG[project_id is not None]
         # Straight to psycopg, in a pipeline: the transaction's BEGIN goes out with the
@@ -142,6 +140,8 @@ def lock_run(
         if isinstance(tags, str | bytes):
             tags = orjson.loads(tags)
         return LockedRun(key, project, name, tags, seg, last, rules)
+    binds = (bindparam("now", type_=UtcDateTime()),)
+    owned = "" if project_id is None else " AND project_id = :pid"
     locked = conn.execute(
         text(f"UPDATE runs SET last_seen = :now WHERE id = :id{owned}").bindparams(*binds),
         params,
