@@ -21,8 +21,8 @@ from ..schemas import (
 )
 from ..services import ingest, query
 from .body import read_limited_body
-from .context import ContextDep, ServiceContext
-from .deps import Reader, SessionDep, SnapshotDep, Writer, owned_run
+from .context import ServiceContext, context_of
+from .deps import ROUTE_SECURITY, Reader, SessionDep, SnapshotDep, caller, owned_run
 from .errors import API, documented
 
 router = APIRouter(
@@ -39,14 +39,13 @@ router = APIRouter(
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": MetricBatchIn.model_json_schema()}},
-        }
+        },
+        **ROUTE_SECURITY,
     },
 )
 async def post_metrics(
     run_id: str,
     request: Request,
-    who: Writer,
-    context: ContextDep,
     control_read: Annotated[
         int | None,
         Query(
@@ -64,6 +63,9 @@ async def post_metrics(
     ``"-Infinity"``. The batch is stored whole or rejected whole; re-sending it stores
     nothing twice. ``Content-Encoding: gzip`` is accepted.
     """
+    # No dependencies: this route is the one called hundreds of times a second.
+    context = context_of(request.app)
+    who = await caller(request, context, "ingest")
     # Admitted already: a slot of this worker's ingest slots is held (see admission.py).
     body = await read_limited_body(request, context.settings.max_body_bytes)
     small = bool(request.scope.get("state", {}).get("small_batch"))  # see admission.py
