@@ -50,6 +50,10 @@ waits until its compactor has taken in every hot point and reports the server an
 CPU *including* that work as well. MLflow writes its rows at once, so its two numbers are
 the same measurement.
 
+**Before and after.** ``--before REV`` first measures the normwatch server of commit ``REV``
+(built into a temporary folder, on a scratch database its own tree migrated) with the same
+bodies, so that a change is measured against its starting point in one run.
+
 **Check.** After each phase, every point sent must be stored: the script counts the rows
 (MLflow's ``metrics`` table; normwatch's hot and compacted points) and reads one key of
 every run back through each system's API (MLflow ``GET /api/2.0/mlflow/metrics/get-history``,
@@ -76,6 +80,7 @@ more points a second) and MLflow server CPU a request / normwatch server CPU a r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import math
 import os
@@ -107,6 +112,7 @@ from _harness import (  # noqa: E402
     scratch_postgres,
     table,
 )
+from storage import built, database  # noqa: E402
 
 from normwatch.scratch import admin_dsn, create_database, drop_database  # noqa: E402
 from normwatch.testing import free_port, running_server, wait_healthy  # noqa: E402
@@ -443,14 +449,27 @@ def verify_normwatch(
 
 
 def run_normwatch(
-    payloads: Payloads, senders: int, seconds: float, with_gzip: bool, json_requests: int | None
+    payloads: Payloads,
+    senders: int,
+    seconds: float,
+    with_gzip: bool,
+    json_requests: int | None,
+    at: str | None = None,
 ) -> list[Result]:
+    """normwatch's phases; with ``at`` (a commit), the server of that commit instead, on a
+    database its own tree migrated."""
     results = []
-    with (
-        scratch_postgres("normwatch_bench_peers") as url,
-        tempfile.TemporaryDirectory(prefix="normwatch-bench-") as logs,
-    ):
+    with contextlib.ExitStack() as stack:
         settings = {"NORMWATCH_COMPACTION_IDLE_S": "5", "NORMWATCH_COMPACTION_INTERVAL_S": "1"}
+        if at is None:
+            url = stack.enter_context(scratch_postgres("normwatch_bench_peers"))
+        else:
+            lib = stack.enter_context(built(at))
+            # PYTHONSAFEPATH: ``python -m normwatch`` from the repository root would find this
+            # tree's package in the working directory before PYTHONPATH.
+            settings |= {"PYTHONPATH": str(lib), "PYTHONSAFEPATH": "1"}
+            url = stack.enter_context(database(False, settings))
+        logs = stack.enter_context(tempfile.TemporaryDirectory(prefix="normwatch-bench-"))
         with (
             running_server(url, Path(logs), **settings) as server,
             psycopg.connect(admin_dsn(url), autocommit=True) as watch,
@@ -458,7 +477,8 @@ def run_normwatch(
             say(f"normwatch serve (pid {server.process.pid}) at {server.url}")
             ingest, read = make_tokens(url, "bench-peers", "ingest", "read")
             pid = server.process.pid
-            phases = [("normwatch", False)] + ([("normwatch, gzip", True)] if with_gzip else [])
+            name = "normwatch" if at is None else f"normwatch at {at}"
+            phases = [(name, False)] + ([(f"{name}, gzip", True)] if with_gzip else [])
             for label, gz in phases:
                 before = sum(stored_points(watch))
                 run_ids = []
@@ -466,8 +486,8 @@ def run_normwatch(
                     base_url=server.url, headers={"Authorization": f"Bearer {ingest}"}
                 ) as api:
                     for i in range(senders):
-                        name = f"{label.replace(', ', '-')}-{i}"
-                        response = api.post("/api/v1/runs", json={"name": name}, timeout=30)
+                        run_name = f"{label.replace(', ', '-').replace(' ', '-')}-{i}"
+                        response = api.post("/api/v1/runs", json={"name": run_name}, timeout=30)
                         response.raise_for_status()
                         run_ids.append(response.json()["id"])
                 headers = {"Authorization": f"Bearer {ingest}", "Content-Type": "application/json"}
@@ -784,10 +804,10 @@ def report(results: list[Result], senders: int) -> None:
     ml = by_name.get("MLflow")
     if ml is not None and len(results) > 1:
         lines = []
-        for name in ("normwatch", "normwatch, gzip"):
-            nw = by_name.get(name)
-            if nw is None:
+        for nw in results:
+            if nw is ml:
                 continue
+            name = nw.system
             server = ml.per_request_ms("server") / max(nw.per_request_ms("server"), 1e-9)
             server_after = ml.per_request_ms("server") / max(
                 nw.per_request_ms("server", after=True), 1e-9
@@ -830,6 +850,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-gzip", action="store_true", help="leave out the normwatch phase with gzip bodies"
     )
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        default=None,
+        help="also measure the normwatch server of commit REV (its own schema), first",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
@@ -851,6 +877,10 @@ def main(argv: list[str] | None = None) -> int:
         results[:0] = run_normwatch(
             payloads, args.senders, seconds, not args.no_gzip, json_requests=None
         )
+        if args.before:
+            results[:0] = run_normwatch(
+                payloads, args.senders, seconds, False, json_requests=None, at=args.before
+            )
     report(results, args.senders)
     if version is not None:
         say(f"MLflow {version}, backend {backend}, `mlflow server --workers 1` (uvicorn)")
