@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from normwatch.scratch import create_database, drop_database
 from normwatch.server.auth import Scope, create_token
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
-
-from normwatch.scratch import create_database, drop_database
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 T = TypeVar("T")

@@ -59,9 +59,9 @@ import numpy as np
 import orjson
 from _harness import percentile, say, scratch_postgres, table
 from ingest_http import cpu_seconds, machine_busy, metric_names
+
 from normwatch.server.auth import create_token
 from normwatch.server.db import build_engine, session_factory
-
 from normwatch.testing import free_port, running_server
 
 STEPS_PER_BATCH = 25

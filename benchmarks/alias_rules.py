@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from _harness import percentile, say, scratch_postgres, table
+
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.models import AlertRule, Project, Run

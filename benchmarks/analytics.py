@@ -76,6 +76,10 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 from _harness import Timing, make_tokens, say, scratch_postgres, table, timed
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from normwatch.scratch import admin_dsn
 from normwatch.server.analytics.layers import bucket_edges, bucket_max, depth_order, u_index
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
@@ -89,10 +93,6 @@ from normwatch.server.storage import across, blocks, pgcopy, pyramid, schedule
 from normwatch.server.storage.metric_ids import metric_names, resolve_metric_ids
 from normwatch.server.storage.points import point_count, series_keys
 from normwatch.server.storage.policy import Policy
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
-
-from normwatch.scratch import admin_dsn
 from normwatch.testing import CHROMIUM_FLAGS, chromium_path
 
 PREFIX = "grad/norm"

@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from _harness import percentile, say, table
+
 from normwatch.client import PackedMetrics, Run
 from normwatch.client.jax import stability_metrics
 

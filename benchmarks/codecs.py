@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 from _harness import say, table
-from normwatch.client.importers.llmc import parse_llmc_log
 from pcodec import ChunkConfig, standalone
 
+from normwatch.client.importers.llmc import parse_llmc_log
 from normwatch.simulate import SimulatedRun
 
 CHUNK = 4096

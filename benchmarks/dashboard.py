@@ -79,13 +79,13 @@ from _harness import (
     scratch_postgres,
     table,
 )
-from normwatch.server.db import build_engine, session_factory
-from normwatch.server.storage import schedule
-from normwatch.server.storage.policy import Policy
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from normwatch.demo import DEMO_RULES, HISTORY_END, LIVE_END, PROJECT, RUN_NAME
 from normwatch.scratch import create_database
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.storage import schedule
+from normwatch.server.storage.policy import Policy
 from normwatch.simulate import SimulatedRun
 from normwatch.testing import CHROMIUM_FLAGS, chromium_path, running_server
 

@@ -49,7 +49,9 @@ from _harness import (
     table,
     timed,
 )
+
 from normwatch.client import Api
+from normwatch.scratch import admin_dsn
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.models import Run
@@ -58,8 +60,6 @@ from normwatch.server.services import runs
 from normwatch.server.storage import blocks, pgcopy, schedule
 from normwatch.server.storage.metric_ids import resolve_metric_ids
 from normwatch.server.storage.policy import Policy
-
-from normwatch.scratch import admin_dsn
 from normwatch.testing import ServerProcess, start_server
 
 PIECE = 100_000

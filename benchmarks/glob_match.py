@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from _harness import say, table
 from alias_rules import RULES
+
 from normwatch.server.alerts.selectors import NameIndex, metric_matches
 
 

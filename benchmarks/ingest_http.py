@@ -85,9 +85,9 @@ from _harness import (
     scratch_postgres,
     table,
 )
-from normwatch.server.storage.vacuum import vacuum_due
 
 from normwatch.scratch import admin_dsn
+from normwatch.server.storage.vacuum import vacuum_due
 from normwatch.testing import running_server
 
 STEPS_PER_BATCH = 25

@@ -60,9 +60,9 @@ from _harness import (
     table,
 )
 from ingest_http import machine_busy
-from normwatch.client import Run
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from normwatch.client import Run
 from normwatch.testing import CHROMIUM_FLAGS, chromium_path, running_server
 
 PROJECT = "live"

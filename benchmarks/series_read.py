@@ -67,6 +67,9 @@ from typing import Any
 
 import numpy as np
 from _harness import Timing, say, scratch_postgres, scratch_sqlite, table, timed
+from sqlalchemy import Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server import citus
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
@@ -80,8 +83,6 @@ from normwatch.server.storage.metric_ids import resolve_metric_ids
 from normwatch.server.storage.points import point_count, read_points
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
-from sqlalchemy import Engine, make_url
-from sqlalchemy.orm import Session, sessionmaker
 
 METRIC = "grad/norm/total"
 CHUNK = 100_000

@@ -98,9 +98,9 @@ from _harness import (
     table,
 )
 from ingest_http import machine_busy, metric_names
-from normwatch.dashboard.pages.run_view import RunView
 from storage import built, database
 
+from normwatch.dashboard.pages.run_view import RunView
 from normwatch.scratch import admin_dsn
 from normwatch.testing import running_server
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
+
 from normwatch.server.storage.m4 import m4_select
 
 IntArray = npt.NDArray[np.int64]

@@ -49,9 +49,9 @@ from pathlib import Path
 
 import psycopg
 from _harness import base_pg_url, say, table
+
 from normwatch.client import Run
 from normwatch.client.importers.llmc import import_llmc
-
 from normwatch.demo import HISTORY_END, LLMC_LOG
 from normwatch.scratch import create_database, drop_database
 from normwatch.simulate import SimulatedRun

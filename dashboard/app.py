@@ -13,6 +13,7 @@ import dash
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 from itsdangerous import URLSafeTimedSerializer
+
 from normwatch.server.api.context import context_of
 from normwatch.server.auth import instance_secret
 from normwatch.server.config import Settings

@@ -17,10 +17,11 @@ from typing import Any
 
 import orjson
 from dash.exceptions import PreventUpdate
-from normwatch.server.api.errors import internal_error
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from normwatch.server.api.errors import internal_error
 
 __all__ = ["MAX_CALLBACK_BYTES", "CallbackCheck", "CallbackErrors", "callback_problem"]
 

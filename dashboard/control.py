@@ -3,13 +3,14 @@ for admins only (the API's rule: ``POST /api/v1/runs/{id}/control`` takes an adm
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server import errors
 from normwatch.server.auth import Principal
 from normwatch.server.models import Run
 from normwatch.server.schemas.control import ControlAction, ControlCreate, ControlOut
 from normwatch.server.services import control, runs
-from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
 
 
 class ControlRefused(ValueError):

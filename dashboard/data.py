@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.analytics import spikes as spike_finder
 from normwatch.server.analytics.transitions import Fit, fit_transition
@@ -42,8 +45,6 @@ from normwatch.server.services.export_formats import written
 from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.runs import Forbidden
 from normwatch.server.services.transitions import Transitions, run_transitions
-from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
 
 from .control import ControlData
 from .figures import AlertMark, Line, Marker

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from normwatch.server.analytics.fit import fit_line
 
 __all__ = [

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from normwatch.server.analytics.hierarchy import outermost
 from normwatch.server.analytics.layers import u_index
 

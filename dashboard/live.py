@@ -26,11 +26,12 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from fastapi import FastAPI
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 from normwatch.server.workers.live import RunChanges, Watch, WatchesFull
-from starlette.responses import JSONResponse
-from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .data import RunNotFound
 from .security import sent_from_elsewhere

@@ -14,9 +14,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server.auth import authenticate
 from normwatch.server.config import Settings
-from sqlalchemy.orm import Session, sessionmaker
 
 from .session import COOKIE, SessionMiddleware, SessionSigner
 

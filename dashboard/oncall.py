@@ -4,11 +4,12 @@ through the service layer, for admins only (the API's rule: ``POST /api/v1/silen
 
 from __future__ import annotations
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server import errors
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AckCreate, SilenceCreate, SilenceOut
 from normwatch.server.services import silences
-from sqlalchemy.orm import Session, sessionmaker
 
 
 class OnCallRefused(ValueError):

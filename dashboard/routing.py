@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 
 import dash
 from dash import Input, Output, State, dcc, html
+
 from normwatch.server.auth import Principal
 
 from .data import DashboardData, RunNotFound

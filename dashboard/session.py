@@ -17,11 +17,12 @@ import anyio
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from normwatch.server.auth import Principal, principal_for_token_id
-from normwatch.server.models import utcnow
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from normwatch.server.auth import Principal, principal_for_token_id
+from normwatch.server.models import utcnow
 
 COOKIE = "normwatch_session"
 PUBLIC_PREFIXES = (

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 from flax import serialization
+
 from normwatch.client import Run
 from normwatch.client.jax import stability_metrics
 

@@ -27,6 +27,7 @@ import sys
 import httpx
 import numpy as np
 import numpy.typing as npt
+
 from normwatch.client import Run
 
 Array = npt.NDArray[np.float64]

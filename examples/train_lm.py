@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import linen as nn
+
 from normwatch.client import Run
 from normwatch.client.jax import computed_at, is_logging_process, stability_metrics
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy import Connection
+
 from normwatch.server.config import Settings
 from normwatch.server.db import build_engine
 from normwatch.server.models import Base
-from sqlalchemy import Connection
 
 config = context.config
 target_metadata = Base.metadata

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import normwatch.migrations as _migrations
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine
+
+import normwatch.migrations as _migrations
 
 
 def alembic_config(database_url: str) -> Config:

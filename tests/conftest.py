@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 from hypothesis import settings
-from normwatch.server.db import build_engine
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from normwatch.server.db import build_engine
 from normwatch.testing import ServerProcess, start_server
 from tests.helpers.databases import (
     create_scratch_pg,

@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode
 
 import dash
 from dash import Input, Output, State, dcc, html
+
 from normwatch.server.alerts.payloads import dashboard_link
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AlertOut, DeliveryOut

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import Input, Output, State, dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.schemas.analytics import CompareOut

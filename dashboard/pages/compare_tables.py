@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dash import dcc, html
+
 from normwatch.server.schemas import RunOut
 from normwatch.server.schemas.analytics import ComparedRunOut, CompareOut
 

@@ -16,10 +16,11 @@ from typing import Any, Protocol
 
 import dash
 from dash import ALL, Input, Output, State, dcc, html
+from pydantic import ValidationError
+
 from normwatch.server.auth import Principal
 from normwatch.server.models import utcnow
 from normwatch.server.schemas import AlertRuleOut, RunOut, SilenceCreate, SilenceOut
-from pydantic import ValidationError
 
 from ..oncall import OnCallRefused
 from ..session import viewer

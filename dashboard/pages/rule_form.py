@@ -14,8 +14,9 @@ from typing import Any
 
 import dash
 from dash import Input, Output, dcc, html
-from normwatch.server.schemas import AlertRuleCreate, AlertRuleOut, AlertRuleUpdate
 from pydantic import ValidationError
+
+from normwatch.server.schemas import AlertRuleCreate, AlertRuleOut, AlertRuleUpdate
 
 KINDS = ("threshold", "non_finite", "spike", "slope", "forecast", "stale")
 _STEPS = ("for_steps", "resolve_steps", "cooldown_steps")

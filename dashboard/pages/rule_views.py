@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dash import dcc, html
+
 from normwatch.server.schemas import AlertRuleOut, RulePreview, TestDelivery
 
 from ..figures import AlertMark, Line, OverlayView, overlay_figure

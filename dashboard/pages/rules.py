@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import ALL, Input, Output, State, dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import (
     AlertRuleCreate,

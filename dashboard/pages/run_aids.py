@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import dash
 from dash import Input, Output, State
 from dash.exceptions import PreventUpdate
+
 from normwatch.server.alerts.selectors import GlobError, metric_matches, run_matches
 from normwatch.server.analytics.derived import is_derived
 from normwatch.server.analytics.transitions import Fit

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import Input, Output, dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.services.attribution import Attribution
 

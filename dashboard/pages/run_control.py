@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import Input, Output, State, dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas.control import ControlAction, ControlOut
 

@@ -20,6 +20,7 @@ import dash
 from dash import Input, Output
 from fastapi import FastAPI, Query
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+
 from normwatch.server.auth import Principal
 from normwatch.server.services.export import file_stem
 

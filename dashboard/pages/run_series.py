@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+
 from normwatch.server.alerts.selectors import metric_matches
 from normwatch.server.analytics.derived import Name, parse, patterns
 from normwatch.server.auth import Principal

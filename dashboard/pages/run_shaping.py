@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from dash import dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
 

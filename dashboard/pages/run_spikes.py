@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import dash
 from dash import ALL, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+
 from normwatch.server.analytics.spikes import THRESHOLD
 from normwatch.server.auth import Principal
 from normwatch.server.services.analytics import SpikeReport

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import dash
 from dash import ALL, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+
 from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut

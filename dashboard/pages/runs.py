@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import ALL, Input, Output, State, dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dash import dcc, html
+
 from normwatch.server.schemas import RunOut
 
 from .runs_view import PAGE_SIZE, SORTS, STATES, Listing, RunsView

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import dcc, html
+
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 

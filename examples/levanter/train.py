@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import yaml
+
 from normwatch.client.levanter import NormwatchConfig
 
 CONFIG = Path(__file__).resolve().parent / "config.yaml"

@@ -15,6 +15,7 @@ turns every table back into a plain one, rows and all.
 from __future__ import annotations
 
 from alembic import op
+
 from normwatch.server.citus import distribute, undistribute
 
 revision = "0012"

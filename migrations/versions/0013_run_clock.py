@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
 from normwatch.server.citus import distribute
 
 revision = "0013"

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+
 from normwatch.client import retry
 
 from .channels import CHANNEL_TYPES

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from normwatch.server.db import build_engine, session_factory
 from sqlalchemy import event
 
+from normwatch.server.db import build_engine, session_factory
 from tests.helpers.committed import new_run, post
 
 

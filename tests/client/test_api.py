@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from normwatch.client import Api, ApiError
 
+from normwatch.client import Api, ApiError
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant
 

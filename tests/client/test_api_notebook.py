@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from normwatch.client import Api
 
+from normwatch.client import Api
 from normwatch.demo import RUN_NAME
 from normwatch.simulate import SimulatedRun
 from normwatch.testing import ServerProcess

@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from normwatch.client import PackedMetrics
 from normwatch.client._batch import merge_records
 

@@ -7,6 +7,7 @@ import logging
 import threading
 
 import pytest
+
 from normwatch.client._control import ControlInbox
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 import pytest
 from flax import linen as nn
+
 from normwatch.client import Run
 from normwatch.client.jax import (
     PER_LEAF_FAMILIES,
@@ -27,7 +28,6 @@ from normwatch.client.jax import (
     is_logging_process,
     stability_metrics,
 )
-
 from normwatch.testing import ServerProcess
 from tests.helpers.ingest import IngestRecorder
 from tests.helpers.tenants import make_tenant

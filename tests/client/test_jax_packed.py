@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from normwatch.client import PackedMetrics, Run
 from normwatch.client.jax import computed_at, stability_metrics
-
 from tests.helpers.ingest import IngestRecorder
 
 RTOL = 1e-6

@@ -25,11 +25,11 @@ import httpx
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import tests.helpers.levanter_interface as levanter
 from normwatch.client import Run
 from normwatch.client._hparams import fit_config
 from normwatch.client.levanter import NormwatchConfig, NormwatchTracker, register
-
-import tests.helpers.levanter_interface as levanter
 from normwatch.testing import ServerProcess
 from tests.helpers.api import client_for
 from tests.helpers.ingest import IngestRecorder

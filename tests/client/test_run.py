@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+
 from normwatch.client import Run, sync_spool
 from normwatch.client._frames import Kind
 from normwatch.client._queue import EventRecord, SendQueue

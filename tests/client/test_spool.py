@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from normwatch.client import sync_spool
 from normwatch.client._batch import split_document
 from normwatch.client._delivery import with_segment

@@ -7,10 +7,10 @@ import time
 from collections.abc import Mapping
 
 import httpx
-import normwatch.client as nw
 import pytest
-from normwatch.client import CompositeTracker, MemoryTracker, NoopTracker, Run, Tracker
 
+import normwatch.client as nw
+from normwatch.client import CompositeTracker, MemoryTracker, NoopTracker, Run, Tracker
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -20,9 +20,9 @@ import httpx
 import numpy as np
 import pytest
 import wandb
+
 from normwatch.client import MemoryTracker, Run, _wandb_rules
 from normwatch.client.wandb_mirror import mirror_wandb
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 from tests.helpers.wandb_history import recorded_numbers, same_number

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from normwatch.dashboard.data import DashboardData
-from normwatch.server.db import build_engine, session_factory
 from playwright.sync_api import Browser, Page, sync_playwright
 from sqlalchemy.orm import Session, sessionmaker
 
+from normwatch.dashboard.data import DashboardData
+from normwatch.server.db import build_engine, session_factory
 from normwatch.testing import CHROMIUM_FLAGS, chromium_path
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from normwatch.server.auth import Principal, authenticate
 from sqlalchemy.orm import Session, sessionmaker
 
+from normwatch.server.auth import Principal, authenticate
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant
 

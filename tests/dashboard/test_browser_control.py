@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from normwatch.client import Run
 from playwright.sync_api import Page, expect
 
+from normwatch.client import Run
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

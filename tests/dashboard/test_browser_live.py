@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from normwatch.client import Run
 from playwright.sync_api import ConsoleMessage, Page
 
+from normwatch.client import Run
 from normwatch.testing import ServerProcess, free_port, start_server
 from tests.helpers.tenants import make_tenant
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from normwatch.dashboard.graph_config import GRAPH_CONFIG, ZOOMABLE_GRAPH_CONFIG
 from playwright.sync_api import Page
 
+from normwatch.dashboard.graph_config import GRAPH_CONFIG, ZOOMABLE_GRAPH_CONFIG
 from normwatch.testing import ServerProcess
 from tests.dashboard.seed import create_run, post_points
 from tests.helpers.tenants import make_tenant

@@ -10,9 +10,9 @@ import httpx
 import orjson
 import pytest
 from dash.exceptions import PreventUpdate
-from normwatch.dashboard.callback_check import CallbackErrors, callback_problem
 from starlette.types import Message, Receive, Scope, Send
 
+from normwatch.dashboard.callback_check import CallbackErrors, callback_problem
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import make_tenant

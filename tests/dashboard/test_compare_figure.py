@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import pytest
+
 from normwatch.dashboard.compare_figure import (
     BAND_FILL,
     MEAN_COLOR,

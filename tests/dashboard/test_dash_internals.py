@@ -14,13 +14,13 @@ import pytest
 from dash import html
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
+
 from normwatch.dashboard.dash_internals import (
     CHECKED_WITH,
     disable_catchall,
     finish_setup,
     render_index,
 )
-
 from tests.helpers.coroutines import run_async
 
 

@@ -7,6 +7,7 @@ import html
 import math
 
 import pytest
+
 from normwatch.dashboard.figures import (
     EVENT_GREY,
     FIRING_RED,

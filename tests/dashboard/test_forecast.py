@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose
+
 from normwatch.dashboard import forecast as forecast_module
 from normwatch.dashboard.forecast import (
     MIN_POINTS,
@@ -17,7 +19,6 @@ from normwatch.dashboard.forecast import (
     least_squares,
     value_text,
 )
-from numpy.testing import assert_allclose
 
 
 def test_doctests() -> None:

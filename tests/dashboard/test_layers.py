@@ -9,6 +9,7 @@ import statistics
 
 import numpy as np
 import pytest
+
 from normwatch.dashboard import layers
 from normwatch.dashboard.figures import from_typed, plot_text
 from normwatch.dashboard.layers import (

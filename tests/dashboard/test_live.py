@@ -11,13 +11,13 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from normwatch.dashboard.live import MIN_GAP_S, forward
-from normwatch.server.workers.live import Watch
 from starlette.websockets import WebSocket
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Origin
 
+from normwatch.dashboard.live import MIN_GAP_S, forward
+from normwatch.server.workers.live import Watch
 from normwatch.testing import ServerProcess, start_server
 from tests.helpers.api import client_for, create_run, post_metrics
 from tests.helpers.coroutines import run_async

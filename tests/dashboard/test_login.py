@@ -20,6 +20,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from playwright.sync_api import BrowserContext, Page
+from starlette.requests import Request
+
+from normwatch.cli import RedactTokenQuery
 from normwatch.dashboard.login import (
     LOGIN_SCRIPT,
     _safe_next,
@@ -30,10 +34,6 @@ from normwatch.dashboard.login import (
 )
 from normwatch.dashboard.session import COOKIE
 from normwatch.server.config import Settings
-from playwright.sync_api import BrowserContext, Page
-from starlette.requests import Request
-
-from normwatch.cli import RedactTokenQuery
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.tenants import make_tenant
 

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, RunNotFound
 from normwatch.dashboard.pages.alerts import (
     NO_ALERTS,
@@ -22,8 +24,6 @@ from normwatch.dashboard.pages.alerts import (
     run_href,
 )
 from normwatch.server.schemas import AlertOut, DeliveryOut
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard import compare_figure as compare_figure_module
 from normwatch.dashboard.compare_figure import compare_figure
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
@@ -39,8 +41,6 @@ from normwatch.dashboard.routing import query_of, route
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.schemas.analytics import CompareOut
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

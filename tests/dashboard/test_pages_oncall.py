@@ -10,6 +10,8 @@ from typing import Any
 
 import dash
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.oncall import NEEDS_ADMIN, OnCallRefused
 from normwatch.dashboard.pages.alerts import AlertsFilter
@@ -28,8 +30,6 @@ from normwatch.dashboard.pages.oncall import (
     until_text,
 )
 from normwatch.server.schemas import RunOut, SilenceOut
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
 from normwatch.dashboard.figures import FIRING_RED, Line
 from normwatch.dashboard.pages.rule_views import (
     NO_RULES,

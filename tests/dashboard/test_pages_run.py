@@ -9,6 +9,8 @@ from typing import Any
 import dash
 import httpx
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, RunNotFound
 from normwatch.dashboard.figures import empty_figure
 from normwatch.dashboard.pages.run import (
@@ -28,8 +30,6 @@ from normwatch.dashboard.pages.run_overlay import NO_METRICS
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.dashboard.routing import query_of
 from normwatch.server.schemas import RunOut, SegmentOut
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

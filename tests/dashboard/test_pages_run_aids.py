@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
 from normwatch.dashboard.figures import Line, OverlayView
 from normwatch.dashboard.overlay_aids import Aids, FitLines, Threshold
@@ -30,8 +32,6 @@ from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AlertRuleOut, RunOut
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

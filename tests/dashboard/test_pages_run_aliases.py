@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages.run import draw, layout
 from normwatch.dashboard.pages.run_view import RunView, default_metrics
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

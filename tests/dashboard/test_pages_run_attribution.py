@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard import attribution as attribution_module
 from normwatch.dashboard.attribution import (
     MISMATCH_RED,
@@ -26,8 +28,6 @@ from normwatch.dashboard.pages.run_attribution import (
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.auth import Principal
 from normwatch.server.services.attribution import Attribution
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

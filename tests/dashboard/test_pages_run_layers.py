@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
 from normwatch.dashboard.figures import empty_figure, from_typed, plot_text
 from normwatch.dashboard.pages.run_layers import (
@@ -35,8 +37,6 @@ from normwatch.dashboard.pages.run_layers_draw import (
 from normwatch.dashboard.pages.run_view import MAX_STEP, RunView
 from normwatch.server.auth import Principal
 from normwatch.server.services.layers import LayerGrid, Profile
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -9,6 +9,7 @@ from typing import Any
 import dash
 import pytest
 from dash.exceptions import PreventUpdate
+
 from normwatch.dashboard.pages import run_config, run_series
 from normwatch.dashboard.pages.run_config import (
     NO_CONFIG,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from normwatch.dashboard.figures import RAW_OPACITY, Line, Marker
 from normwatch.dashboard.pages.run_axes import clock_axis, tokens_axis, tokens_metric
 from normwatch.dashboard.pages.run_download import export_href

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
 from normwatch.dashboard.pages.run_spikes import (
     ALSO,
@@ -35,8 +37,6 @@ from normwatch.dashboard.pages.run_view import MAX_STEP, RunView
 from normwatch.server.analytics.spikes import LeadLag
 from normwatch.server.auth import Principal
 from normwatch.server.services.analytics import SpikeReport
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
 from normwatch.dashboard.pages import run_transitions
 from normwatch.dashboard.pages.run_transitions import (
@@ -29,8 +31,6 @@ from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 from normwatch.server.services.transitions import Transition, Transitions
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

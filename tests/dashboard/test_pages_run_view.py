@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from normwatch.dashboard.pages import run_view
 from normwatch.dashboard.pages.run_view import (
     MAX_EXTRA,

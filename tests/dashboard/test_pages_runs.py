@@ -12,6 +12,8 @@ import dash
 import httpx
 import pytest
 from dash import html
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData, RunNotFound, TagsRefused
 from normwatch.dashboard.pages import runs, runs_table, runs_tags
 from normwatch.dashboard.pages.runs import (
@@ -28,8 +30,6 @@ from normwatch.dashboard.pages.runs_tags import ADMIN_ONLY, change_tags, typed_t
 from normwatch.dashboard.pages.runs_view import Listing, RunsView
 from normwatch.dashboard.routing import query_of
 from normwatch.server.schemas import MetricOut, RunOut
-from sqlalchemy.orm import Session, sessionmaker
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from normwatch.dashboard.data import DashboardData
-from normwatch.dashboard.routing import PAGES, frame, not_found, query_of, route
 from sqlalchemy.orm import Session, sessionmaker
 
+from normwatch.dashboard.data import DashboardData
+from normwatch.dashboard.routing import PAGES, frame, not_found, query_of, route
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+
 from normwatch.dashboard.pages.rule_form import (
     CONDITION_FIELDS,
     CREATE_LABEL,

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from normwatch.dashboard.pages import run_live
 from normwatch.dashboard.pages.run_live import (
     MAX_BEATS,

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from normwatch.dashboard import config_filter
 from normwatch.dashboard.config_filter import (
     ConfigCondition,

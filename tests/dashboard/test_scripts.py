@@ -7,12 +7,12 @@ from __future__ import annotations
 import gzip
 
 import httpx
-from normwatch.dashboard.scripts import SCRIPTS_PREFIX, ScriptCache
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from normwatch.dashboard.scripts import SCRIPTS_PREFIX, ScriptCache
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import make_tenant

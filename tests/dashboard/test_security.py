@@ -16,6 +16,13 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from playwright.sync_api import Page
+from playwright.sync_api import Route as BrowserRoute
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+
 from normwatch.dashboard.security import (
     BrowserSecurity,
     content_security_policy,
@@ -24,13 +31,6 @@ from normwatch.dashboard.security import (
     origin_of,
     sent_from_elsewhere,
 )
-from playwright.sync_api import Page
-from playwright.sync_api import Route as BrowserRoute
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
-from starlette.routing import Route
-
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import Tenant, make_tenant

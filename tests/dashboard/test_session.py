@@ -6,6 +6,12 @@ from __future__ import annotations
 import httpx
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
 from normwatch.dashboard.session import (
     COOKIE,
     PUBLIC_PREFIXES,
@@ -15,12 +21,6 @@ from normwatch.dashboard.session import (
     viewer,
 )
 from normwatch.server.auth import Principal, revoke_token
-from sqlalchemy.orm import Session, sessionmaker
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
-
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import make_tenant

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+
 from normwatch.dashboard.transforms import ema, interpolate_x, mean_band, normalize, outlier_range
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from normwatch.server.alerts.conditions import parse_condition
 from normwatch.server.alerts.evaluation import preview
 from normwatch.server.alerts.signing import verify
-
 from normwatch.testing import ServerProcess
 from tests.helpers.api import WEBHOOK_SECRET, client_for, create_rule, create_run, post_metrics
 from tests.helpers.receivers import WebhookReceiver

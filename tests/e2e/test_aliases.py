@@ -4,7 +4,6 @@ read and alerted on under normwatch's canonical names, delivered to a real local
 from __future__ import annotations
 
 from normwatch.server.alerts.signing import verify
-
 from normwatch.testing import ServerProcess
 from tests.helpers.api import WEBHOOK_SECRET, client_for, create_rule, create_run, post_metrics
 from tests.helpers.receivers import WebhookReceiver

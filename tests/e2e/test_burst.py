@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from normwatch.server.storage import blocks
 
 from normwatch.scratch import admin_dsn
+from normwatch.server.storage import blocks
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
 from tests.helpers.servers import server_of_its_own

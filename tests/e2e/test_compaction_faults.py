@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import text
+
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.schemas import RunCreate
@@ -19,8 +21,6 @@ from normwatch.server.storage import compaction, pyramid
 from normwatch.server.storage.metric_ids import metric_ids_by_name
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
-from sqlalchemy import text
-
 from tests.helpers.databases import migrated_sqlite, scratch_pg
 
 METRICS = 24

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from flax import serialization
-from normwatch.client import Run
 
+from normwatch.client import Run
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 

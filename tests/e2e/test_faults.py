@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from normwatch.client import Run
 from sqlalchemy import make_url
 
+from normwatch.client import Run
 from normwatch.scratch import admin_dsn
 from normwatch.testing import ServerProcess, free_port, start_server
 from tests.helpers.databases import base_url, scratch_pg

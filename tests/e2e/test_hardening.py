@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.schedule import compact_everything
-
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.api import create_run, post_batch
 from tests.helpers.receivers import Reply, WebhookReceiver

@@ -28,12 +28,12 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from normwatch.client import Run
-from normwatch.server.db import build_engine
-from normwatch.server.migrate import upgrade
 from sqlalchemy import make_url
 
+from normwatch.client import Run
 from normwatch.scratch import admin_dsn
+from normwatch.server.db import build_engine
+from normwatch.server.migrate import upgrade
 from normwatch.testing import ServerProcess, free_port, start_server
 from tests.helpers.databases import scratch_pg
 from tests.helpers.points import EXACT, assert_same, stored_once

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from normwatch.server.config import Settings
 from normwatch.server.telemetry import INGEST_ROUTE
-
 from normwatch.testing import ServerProcess, start_server
 from tests.helpers.api import create_run
 from tests.helpers.databases import scratch_pg

@@ -12,6 +12,9 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import session_scope
@@ -22,8 +25,6 @@ from normwatch.server.storage import compaction, pyramid
 from normwatch.server.storage.metric_ids import metric_ids_by_name
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
-from sqlalchemy import text
-from sqlalchemy.orm import Session, sessionmaker
 
 Sessions = sessionmaker[Session]
 

@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from normwatch.server.db import build_engine, session_factory
-from normwatch.server.migrate import upgrade
 from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.scratch import create_database, drop_database
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.migrate import upgrade
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BACKENDS = ["postgresql", "sqlite"]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import psycopg
-from normwatch.server.storage import blocks, chunks
 
 from normwatch.scratch import admin_dsn
+from normwatch.server.storage import blocks, chunks
 
 EXACT = {"NORMWATCH_COMPACTION_PRECISION": "float64"}
 """Server settings under which :func:`stored_once` gives back exactly what was logged: the

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from normwatch.server.auth import Principal, Scope, authenticate, create_token
 from sqlalchemy.orm import Session
+
+from normwatch.server.auth import Principal, Scope, authenticate, create_token
 
 
 def principal(session: Session, scope: Scope = "admin", project: str | None = None) -> Principal:

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import httpx
+
 from normwatch.client.importers.jsonl import parse_jsonl
 from normwatch.client.importers.llmc import parse_llmc
-
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 from tests.helpers.training_logs import HISTORY_CSV, LLMC_LOG, TB_EXPECTED, by_metric, write_logdir

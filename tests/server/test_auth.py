@@ -8,6 +8,9 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import Engine, update
+from sqlalchemy.orm import Session
+
 from normwatch.server.auth import (
     TokenCache,
     TokenRevoked,
@@ -21,9 +24,6 @@ from normwatch.server.auth import (
 )
 from normwatch.server.db import session_factory
 from normwatch.server.models import ApiToken, utcnow
-from sqlalchemy import Engine, update
-from sqlalchemy.orm import Session
-
 from tests.helpers.principals import principal
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from normwatch.server.batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
 
 

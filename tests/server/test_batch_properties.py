@@ -19,6 +19,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, example, given, settings
+
 from normwatch.server.batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
 
 INT64_MAX = 2**63 - 1

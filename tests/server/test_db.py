@@ -6,12 +6,12 @@ import time
 
 import psycopg
 import pytest
-from normwatch.server import db
-from normwatch.server.db import begin_snapshot, build_engine, session_factory, snapshot_factory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
 from normwatch.scratch import admin_dsn
+from normwatch.server import db
+from normwatch.server.db import begin_snapshot, build_engine, session_factory, snapshot_factory
 
 
 def backend_pid(engine: Engine) -> int:

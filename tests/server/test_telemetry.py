@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
 from normwatch.server.api.context import context_of
 from normwatch.server.app import create_app
 from normwatch.server.config import Settings
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.telemetry import INGEST_ROUTE, Sample, Telemetry
-from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine, text
-from sqlalchemy.orm import Session
 
 
 def pool_gauges(telemetry: Telemetry) -> tuple[float, float, float]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from normwatch.client.importers import ImportFormatError
 from normwatch.client.importers.jsonl import count_jsonl, parse_jsonl
-
 from tests.helpers.training_logs import by_metric, notes_list
 
 

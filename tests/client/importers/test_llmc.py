@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from normwatch.client import MemoryTracker, Run
 from normwatch.client.importers import ImportFormatError
 from normwatch.client.importers.llmc import count_llmc, import_llmc, parse_llmc, parse_llmc_log
-
 from tests.helpers.training_logs import LLMC_LOG
 
 

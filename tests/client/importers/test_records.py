@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from normwatch.client import Run
 from normwatch.client.importers import ImportAborted, import_records
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tensorboardX import SummaryWriter
+
 from normwatch.client.importers import ImportFormatError, MissingDependencyError
 from normwatch.client.importers.tensorboard import (
     count_tensorboard,
     parse_tensorboard,
     shortest_float32,
 )
-from tensorboardX import SummaryWriter
-
 from tests.helpers.training_logs import TB_EXPECTED, by_metric, notes_list, write_logdir
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from normwatch.client.importers import ImportFormatError
 from normwatch.client.importers.wandb_csv import count_wandb_csv, parse_wandb_csv
-
 from tests.helpers.training_logs import HISTORY_CSV, by_metric, notes_list
 
 

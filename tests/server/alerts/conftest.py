@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.alerts.targets import parse_allow
-
 from tests.helpers.notifications import NOW
 
 

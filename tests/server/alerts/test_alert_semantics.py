@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
+
 from normwatch.server.alerts.conditions import (
     ForecastCondition,
     SpikeCondition,
@@ -15,7 +17,6 @@ from normwatch.server.alerts.conditions import (
     parse_condition,
 )
 from normwatch.server.alerts.evaluation import RuleState, Transition, evaluate, preview
-from pydantic import ValidationError
 
 START = 83_000
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from normwatch.server.alerts.channels import mask_channel, validate_channel
 from normwatch.server.alerts.targets import parse_allow
-
 from tests.helpers.dns import DNS, resolver
 from tests.helpers.receivers import WebhookReceiver
 

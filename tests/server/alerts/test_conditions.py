@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
+
 from normwatch.server.alerts.conditions import (
     ForecastCondition,
     NonFiniteCondition,
@@ -14,7 +16,6 @@ from normwatch.server.alerts.conditions import (
     ThresholdCondition,
     parse_condition,
 )
-from pydantic import ValidationError
 
 
 def test_parses_the_contract_example_and_every_kind() -> None:

@@ -17,6 +17,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+
+from normwatch import __version__
 from normwatch.server.alerts.channels import validate_channel
 from normwatch.server.alerts.delivery import (
     Attempt,
@@ -26,8 +28,6 @@ from normwatch.server.alerts.delivery import (
 )
 from normwatch.server.alerts.signing import verify
 from normwatch.server.alerts.targets import parse_allow
-
-from normwatch import __version__
 from tests.helpers.dns import DNS, resolver
 from tests.helpers.notifications import NOW, notification
 from tests.helpers.receivers import Reply, WebhookReceiver

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+import normwatch
 from normwatch.server.alerts.clock import check_stale, stale_due
 from normwatch.server.alerts.conditions import (
     ForecastCondition,
@@ -30,8 +32,6 @@ from normwatch.server.alerts.evaluation import (
     preview,
 )
 from normwatch.server.alerts.selectors import metric_matches
-
-import normwatch
 
 LLMC_LOG = Path(normwatch.__file__).parent / "data" / "llmc_gpt2_124M_modded-nanogpt.log"
 

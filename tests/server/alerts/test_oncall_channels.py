@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 import jsonschema_rs
 import pytest
+
 from normwatch.server.alerts.channels import mask_channel, validate_channel
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.alerts.payloads import (
@@ -17,7 +18,6 @@ from normwatch.server.alerts.payloads import (
     pagerduty_payload,
 )
 from normwatch.server.alerts.targets import parse_allow
-
 from tests.helpers.notifications import notification
 from tests.helpers.oncall_schemas import ALERTMANAGER_POSTABLE_ALERTS, PAGERDUTY_EVENT
 from tests.helpers.receivers import WebhookReceiver

@@ -8,13 +8,13 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+
 from normwatch.server.alerts.payloads import (
     dashboard_link,
     encode_body,
     slack_payload,
     webhook_payload,
 )
-
 from tests.helpers.notifications import notification
 
 

@@ -9,6 +9,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from normwatch.server.alerts.selectors import (
     MAX_GLOB_LENGTH,
     MAX_GLOB_WILDCARDS,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from normwatch.server.alerts.signing import sign, verify
-
 from tests.helpers.notifications import NOW
 
 SECRET = "s3cret"

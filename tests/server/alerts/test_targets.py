@@ -7,13 +7,13 @@ import socket
 from typing import Any
 
 import pytest
+
 from normwatch.server.alerts.targets import (
     TargetRefused,
     check_target,
     parse_allow,
     resolve_target,
 )
-
 from tests.helpers.dns import DNS
 
 LOOPBACK = ipaddress.ip_address("127.0.0.1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from normwatch.server.aliases import EMPTY, PRESETS, AliasError, build
 from normwatch.server.aliases.resolution import MAX_PAIRS, MAX_PRESETS, matching_visible
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from normwatch.server.alerts.selectors import check_glob
 from normwatch.server.analytics import derived
 from normwatch.server.analytics.derived import Call, ExpressionError, Name, evaluate, parse

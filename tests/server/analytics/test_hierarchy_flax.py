@@ -18,13 +18,13 @@ import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from normwatch.client.jax import stability_metrics
 from normwatch.server.analytics.hierarchy import outermost
 from normwatch.server.db import session_scope
 from normwatch.server.services import query
 from normwatch.server.services.attribution import attribution
 from normwatch.server.services.layers import layer_grid
-
 from tests.helpers.committed import Sessions, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
 

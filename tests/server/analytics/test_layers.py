@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from normwatch.server.analytics import layers
 from normwatch.server.analytics.layers import bucket_edges, bucket_max, depth_order, u_index
 

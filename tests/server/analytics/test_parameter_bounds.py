@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from sqlalchemy.orm import Session
+
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.errors import Invalid
 from normwatch.server.schemas import EventCreate
 from normwatch.server.services import analytics, attribution, ingest, layers, transitions
-from sqlalchemy.orm import Session
-
 from tests.helpers.committed import Sessions, new_run, post, the_run
 
 T = TypeVar("T")

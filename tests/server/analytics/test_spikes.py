@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+
 from normwatch.client.importers.llmc import parse_llmc
 from normwatch.server.analytics import spikes as spikes_module
 from normwatch.server.analytics.spikes import (
@@ -20,7 +21,6 @@ from normwatch.server.analytics.spikes import (
     fraction_in_spikes,
     lead_lag,
 )
-
 from tests.helpers.training_logs import LLMC_LOG
 
 SHAPES = ("flat", "heavy", "walk", "ramp", "decay", "quantised", "negative", "zeros")

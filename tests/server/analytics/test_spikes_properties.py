@@ -12,8 +12,8 @@ import math
 import hypothesis.strategies as st
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
-from normwatch.server.analytics.spikes import Spike, find_spikes, fraction_in_spikes, lead_lag
 
+from normwatch.server.analytics.spikes import Spike, find_spikes, fraction_in_spikes, lead_lag
 from tests.server.analytics.test_spikes import (
     SHAPES,
     make_series,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from normwatch.server.analytics import binned, changepoints, summary
 from normwatch.server.analytics import transitions as transitions_module
 from normwatch.server.analytics.transitions import (

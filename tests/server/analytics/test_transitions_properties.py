@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
+
 from normwatch.server.analytics.transitions import Fit, detect_change_points, fit_transition
 
 IntArray = npt.NDArray[np.int64]

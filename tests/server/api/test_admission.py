@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from starlette.types import Message, Receive, Scope, Send
+
 from normwatch.server.api.admission import (
     Admission,
     Busy,
@@ -23,8 +25,6 @@ from normwatch.server.api.admission import (
     is_batch,
 )
 from normwatch.server.api.metrics import LARGE_BATCH_WAIT_S, _Turns
-from starlette.types import Message, Receive, Scope, Send
-
 from normwatch.testing import running_server
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import make_tenant

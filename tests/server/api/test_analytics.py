@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from normwatch.client.importers.llmc import parse_llmc_log
 
+from normwatch.client.importers.llmc import parse_llmc_log
 from tests.helpers.tenants import Tenant
 from tests.helpers.training_logs import LLMC_LOG
 

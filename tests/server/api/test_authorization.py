@@ -47,6 +47,13 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import iter_route_contexts
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.routing import Mount, WebSocketRoute
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+from websockets.typing import Origin
+
 from normwatch.server.api.context import context_of
 from normwatch.server.app import create_app
 from normwatch.server.auth import Scope, create_token, revoke_token
@@ -62,13 +69,6 @@ from normwatch.server.models import (
     Silence,
     utcnow,
 )
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
-from starlette.routing import Mount, WebSocketRoute
-from websockets.exceptions import InvalidStatus
-from websockets.sync.client import connect
-from websockets.typing import Origin
-
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.tenants import Tenant, make_tenant
 

@@ -19,9 +19,9 @@ import orjson
 import pytest
 import uvicorn
 from fastapi import FastAPI
+
 from normwatch.server.app import create_app
 from normwatch.server.config import Settings
-
 from normwatch.testing import free_port
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+
 from normwatch.server.auth import create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.services import ingest, runs
 from normwatch.server.storage import schedule
 from normwatch.server.storage.policy import Policy
-
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.committed import new_run
 from tests.helpers.databases import BACKENDS, own_database

@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.models import AlertRule, Silence, utcnow
 from normwatch.server.services.full_resolution import MAX_ANALYSIS_SERIES
-
 from normwatch.testing import ServerProcess
 from tests.helpers.api import client_for, create_run
 from tests.helpers.tenants import Tenant, make_tenant

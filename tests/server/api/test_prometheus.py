@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import httpx
+
 from normwatch.server.config import Settings
 from normwatch.server.telemetry import INGEST_ROUTE
-
 from normwatch.testing import ServerProcess, free_port, running_server
 from tests.helpers.api import create_run
 from tests.helpers.databases import migrated_sqlite

@@ -32,8 +32,6 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from normwatch.server.auth import create_token
-from normwatch.server.db import build_engine, session_factory
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
@@ -44,6 +42,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from normwatch.server.auth import create_token
+from normwatch.server.db import build_engine, session_factory
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.tenants import Tenant, make_tenant
 

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
 from normwatch.server.alerts.targets import parse_allow
 from normwatch.server.auth import Principal
 from normwatch.server.batch import parse_batch
@@ -30,10 +34,6 @@ from normwatch.server.schemas import (
 from normwatch.server.services import alert_rules, ingest, runs, silences
 from normwatch.server.services.alerting import check_stale_runs
 from normwatch.server.services.repeats import send_due_repeats
-from pydantic import ValidationError
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
-
 from tests.helpers.principals import principal
 
 ALLOW = parse_allow("127.0.0.1")

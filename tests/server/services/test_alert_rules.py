@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
 from normwatch.server.errors import Conflict
 from normwatch.server.models import AlertRule
 from normwatch.server.schemas import AlertRuleCreate
 from normwatch.server.services.alert_rules import MAX_PROJECT_RULES, create_rule
-from sqlalchemy import insert
-from sqlalchemy.orm import Session
-
 from tests.helpers.principals import principal
 
 

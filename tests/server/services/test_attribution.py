@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.errors import Invalid
 from normwatch.server.services.attribution import attribution
-
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_database
 

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from normwatch.server.aliases import EMPTY
 from normwatch.server.db import session_scope
 from normwatch.server.errors import Invalid
 from normwatch.server.services import export
 from normwatch.server.storage.policy import Policy
-
 from tests.helpers.committed import Sessions, compact, new_run, post, resume, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
 

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from normwatch.server.errors import Invalid
 from normwatch.server.services.export import Column, Page
 from normwatch.server.services.export_formats import written

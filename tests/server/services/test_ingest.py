@@ -10,6 +10,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import insert, make_url, select, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
 from normwatch.server.batch import BatchError, parse_batch
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.errors import Conflict
@@ -27,10 +31,6 @@ from normwatch.server.storage.metric_ids import (
 )
 from normwatch.server.storage.points import latest_values, read_points, write_points
 from normwatch.server.storage.runs import MAX_RUN_EVENTS, lineage_of, segments_of
-from sqlalchemy import insert, make_url, select, text
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
-
 from tests.helpers.floats import same_float
 from tests.helpers.principals import principal
 

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from normwatch.server.db import session_scope
 from normwatch.server.schemas import EventCreate
 from normwatch.server.services import ingest, kept
 from normwatch.server.services.attribution import attribution
 from normwatch.server.services.layers import layer_grid, layer_profile
 from normwatch.server.services.transitions import run_transitions
-
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from normwatch.server.analytics.spikes import find_spikes, fraction_in_spikes
 from normwatch.server.analytics.summary import summarize
 from normwatch.server.db import build_engine, session_factory, session_scope
@@ -15,7 +16,6 @@ from normwatch.server.services import analytics, kept, kept_spikes
 from normwatch.server.services.analytics import spike_report
 from normwatch.server.services.full_resolution import Budget, Reader
 from normwatch.server.storage.versions import data_version
-
 from tests.helpers.committed import Sessions, compact, new_run, post, stored, the_run
 from tests.helpers.databases import BACKENDS, own_database
 

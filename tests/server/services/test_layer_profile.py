@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from normwatch.server.db import session_scope
 from normwatch.server.errors import Invalid
 from normwatch.server.services.layers import layer_grid, layer_profile
-
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
 

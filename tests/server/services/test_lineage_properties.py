@@ -20,6 +20,9 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import session_factory, session_scope
@@ -30,9 +33,6 @@ from normwatch.server.storage import compaction, pyramid
 from normwatch.server.storage.points import series_keys
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import Lineage, lineage_of
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
-
 from tests.helpers.m4_reference import Series, reference
 
 I64_MAX = 2**63 - 1

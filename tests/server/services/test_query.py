@@ -8,12 +8,12 @@ import math
 
 import numpy as np
 import pytest
+from sqlalchemy.orm import Session
+
 from normwatch.server.batch import parse_batch
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
 from normwatch.server.storage.points import point_count
-from sqlalchemy.orm import Session
-
 from tests.helpers.principals import principal
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
 from normwatch.server.errors import Conflict, Invalid
 from normwatch.server.models import Run, Segment
 from normwatch.server.schemas import SEGMENT_MAX, RunCreate
 from normwatch.server.services.runs import create_or_resume
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
-
 from tests.helpers.principals import principal
 
 

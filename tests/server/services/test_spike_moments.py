@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+
 from normwatch.server.db import session_scope
 from normwatch.server.services import kept
 from normwatch.server.services.analytics import spike_report
-
 from tests.helpers.committed import Sessions, new_run, post, stored, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
 

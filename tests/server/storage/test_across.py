@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from sqlalchemy import text
+
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.services.layers import layer_grid
 from normwatch.server.storage import across, chunks, outline, pyramid
@@ -14,8 +16,6 @@ from normwatch.server.storage.chunks import Points
 from normwatch.server.storage.metric_ids import metric_ids_by_name
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
-from sqlalchemy import text
-
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 
 NAMES = ["grad/norm/embed", "grad/norm/layers.0", "grad/norm/layers.1", "grad/norm/lm_head"]

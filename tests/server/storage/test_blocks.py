@@ -10,9 +10,10 @@ import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import make_url
+
 from normwatch.server.batch import parse_batch
 from normwatch.server.storage import blocks, pgcopy
-from sqlalchemy import make_url
 
 AWKWARD = [math.nan, math.inf, -math.inf, -0.0, 5e-324, 1.7976931348623157e308, 15.37]
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from normwatch.server.storage import chunks
 from normwatch.server.storage.chunks import NO_STEP, Points
 

@@ -8,13 +8,13 @@ import time
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session
+
 from normwatch.server.batch import BatchError, parse_batch
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, runs
 from normwatch.server.storage.clock import MIN_GAP_S, ClockThinning, clock_of
-from sqlalchemy.orm import Session
-
 from tests.helpers.principals import principal
 
 

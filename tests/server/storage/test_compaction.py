@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from sqlalchemy import text
+
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.storage import chunks
 from normwatch.server.storage.m4 import m4_select
 from normwatch.server.storage.policy import Policy
-from sqlalchemy import text
-
 from tests.helpers.committed import (
     Sessions,
     compact,

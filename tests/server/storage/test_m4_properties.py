@@ -12,8 +12,8 @@ import math
 import hypothesis.strategies as st
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
-from normwatch.server.storage.m4 import m4_select
 
+from normwatch.server.storage.m4 import m4_select
 from tests.helpers.m4_reference import Series, bucket_of, reference
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from normwatch.server.db import build_engine
 from normwatch.server.storage.metric_ids import MetricIdCache, metric_id_cache
 

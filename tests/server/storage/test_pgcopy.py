@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from normwatch.server.storage import pgcopy
 from sqlalchemy import make_url
 
+from normwatch.server.storage import pgcopy
 from tests.helpers.floats import same_float
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

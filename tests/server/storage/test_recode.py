@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from sqlalchemy import text
+
 from normwatch.server.db import session_scope
 from normwatch.server.storage import across, chunks, outline, pyramid, recode
 from normwatch.server.storage.chunks import NO_STEP, Points
@@ -15,8 +17,6 @@ from normwatch.server.storage.metric_ids import metric_ids_by_name
 from normwatch.server.storage.policy import Policy
 from normwatch.server.storage.runs import lineage_of, segments_of
 from normwatch.server.workers.compactor import Compactor
-from sqlalchemy import text
-
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import text
+
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.migrate import upgrade
 from normwatch.server.models import AlertRule, utcnow
 from normwatch.server.storage import retention
-from sqlalchemy import text
-
 from tests.helpers.committed import Sessions, count_rows, new_run, post, series, the_run
 from tests.helpers.databases import migrated_sqlite, scratch_pg
 from tests.helpers.series import noisy

@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.models import utcnow
 from normwatch.server.storage import schedule
 from normwatch.server.storage.policy import Policy
-
 from tests.helpers.committed import count_rows, new_run, post
 from tests.helpers.series import noisy
 

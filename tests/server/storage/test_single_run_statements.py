@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import Engine, event, text
+
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.storage import compaction, retention, schedule
 from normwatch.server.storage.policy import Policy
-from sqlalchemy import Engine, event, text
-
 from tests.helpers.committed import new_run, post, series, stored
 
 SERIES_TABLE = re.compile(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from normwatch.server.storage.sql import padded
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
+from sqlalchemy import text
+
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.storage import vacuum
-from sqlalchemy import text
 
 
 def test_the_compactor_vacuums_the_hot_table_once_its_dead_rows_pile_up(

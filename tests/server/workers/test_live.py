@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from normwatch.server.db import build_engine, session_factory
-from normwatch.server.workers.live import RunChanges, Watch, WatchesFull
 from sqlalchemy.orm import Session, sessionmaker
 
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.workers.live import RunChanges, Watch, WatchesFull
 from normwatch.testing import ServerProcess
 from tests.helpers.api import client_for, create_run, post_metrics
 from tests.helpers.coroutines import run_async
