@@ -1,5 +1,8 @@
 """Stream training metrics to a normwatch server without slowing the training loop.
 
+Imported as ``normwatch.client`` (this folder is mapped onto that name by ``package-dir`` in
+pyproject.toml).
+
 >>> from normwatch.client import Run
 >>> run = Run("http://127.0.0.1:8000", token="...", name="32b-exp1295")  # doctest: +SKIP
 >>> run.log({"train/loss": 2.31, "grad/norm/total": 0.42}, step=81000)  # doctest: +SKIP
