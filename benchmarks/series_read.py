@@ -70,14 +70,13 @@ from _harness import Timing, say, scratch_postgres, scratch_sqlite, table, timed
 from sqlalchemy import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.server import citus
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
-from normwatch.server.storage import blocks, pgcopy, pyramid, schedule
+from normwatch.server.storage import blocks, citus, pgcopy, pyramid, schedule
 from normwatch.server.storage.m4 import m4_select
 from normwatch.server.storage.metric_ids import resolve_metric_ids
 from normwatch.server.storage.points import point_count, read_points

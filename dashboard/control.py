@@ -6,19 +6,14 @@ from __future__ import annotations
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.server import errors
 from normwatch.server.auth import Principal
-from normwatch.server.models import Run
 from normwatch.server.schemas.control import ControlAction, ControlCreate, ControlOut
-from normwatch.server.services import control, runs
+from normwatch.server.services import access, control
 
+from .refusals import invalid
 
-class ControlRefused(ValueError):
-    """A request the service refused, or a run outside the viewer's project; the message
-    says why, for the page."""
-
-
-NEEDS_ADMIN = "asking a trainer to checkpoint or to stop needs an admin token"
+DOING = "asking a trainer to checkpoint or to stop"
+"""What needs an admin token here (`access.authorize`'s words)."""
 
 
 class ControlData:
@@ -29,29 +24,23 @@ class ControlData:
     def control_requests(self, who: Principal, run_id: str) -> list[ControlOut]:
         """The run's requests, newest first."""
         with self.sessions() as session:
-            return control.list_requests(session, _owned(session, who, run_id))
+            return control.list_requests(
+                session, access.owned_run(session, who, run_id, hidden=True)[0]
+            )
 
     def request_control(
         self, who: Principal, run_id: str, action: ControlAction, reason: str
     ) -> tuple[ControlOut, bool]:
         """Ask the run's trainer; ``(request, created)`` as `control.request_control`."""
-        if not who.can("admin"):
-            raise ControlRefused(NEEDS_ADMIN)
+        access.authorize(who, "admin", doing=DOING)
         try:
             body = ControlCreate(action=action, reason=reason)
         except ValidationError as exc:
-            raise ControlRefused(f"the reason: {exc.errors()[0]['msg']}") from None
+            raise invalid(exc, "the reason") from None
         with self.sessions() as session, session.begin():
-            try:
-                return control.request_control(
-                    session, _owned(session, who, run_id), body, token_id=who.token_id
-                )
-            except errors.ServiceError as exc:
-                raise ControlRefused(str(exc)) from None
-
-
-def _owned(session: Session, who: Principal, run_id: str) -> Run:
-    found = runs.get_run(session, run_id)
-    if found is None or found[0].project_id != who.project_id:
-        raise ControlRefused("no such run in your project")
-    return found[0]
+            return control.request_control(
+                session,
+                access.owned_run(session, who, run_id, hidden=True)[0],
+                body,
+                token_id=who.token_id,
+            )

@@ -13,8 +13,7 @@ from normwatch.server.analytics import spikes as spike_finder
 from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.db import begin_snapshot
-from normwatch.server.errors import Invalid, TooLarge
-from normwatch.server.models import Run
+from normwatch.server.errors import Conflict, Invalid
 from normwatch.server.schemas import (
     AlertOut,
     AlertRuleCreate,
@@ -29,6 +28,7 @@ from normwatch.server.schemas import (
 )
 from normwatch.server.schemas.analytics import CompareOut
 from normwatch.server.services import (
+    access,
     alert_rules,
     aliases,
     analytics,
@@ -38,38 +38,17 @@ from normwatch.server.services import (
     runs,
 )
 from normwatch.server.services import export as exporter
+from normwatch.server.services.access import OwnedRun
 from normwatch.server.services.analytics import SpikeReport, full_series
 from normwatch.server.services.attribution import Attribution
 from normwatch.server.services.attribution import attribution as group_shares
 from normwatch.server.services.export_formats import written
 from normwatch.server.services.layers import LayerGrid
-from normwatch.server.services.runs import Forbidden
 from normwatch.server.services.transitions import Transitions, run_transitions
 
 from .control import ControlData
 from .figures import AlertMark, Line, Marker
 from .oncall import OnCallData
-
-
-class RunNotFound(LookupError):
-    """No such run in the viewer's project."""
-
-
-class RuleRefused(ValueError):
-    """A rule change or preview the service refused; the message says why, for the page."""
-
-
-class TagsRefused(ValueError):
-    """A change of a run's tags refused: invalid tags, or a viewer without an admin token;
-    the message says why, for the page."""
-
-
-class MetricRefused(ValueError):
-    """A metric or expression the service would not read (malformed, or too many points);
-    the message says why, for the page."""
-
-
-_REFUSALS = (alert_rules.Conflict, alert_rules.NotFound, Forbidden, ValueError)
 
 
 @dataclass(frozen=True)
@@ -88,22 +67,21 @@ class DashboardData(OnCallData, ControlData):
 
     def set_tags(self, who: Principal, run_id: str, tags: Sequence[str]) -> RunOut:
         """Replace the run's tags, validated as ``PATCH /api/v1/runs/{id}`` validates them
-        (`TagsRefused` saying why, or for a viewer without an admin token)."""
+        (`Invalid` saying why; `Forbidden` for a viewer without an admin token)."""
         return self._retag(who, run_id, lambda _: list(tags))
 
     def remove_tag(self, who: Principal, run_id: str, tag: str) -> RunOut:
-        """Take ``tag`` off the run (`TagsRefused` for a viewer without an admin token)."""
+        """Take ``tag`` off the run (`Forbidden` for a viewer without an admin token)."""
         return self._retag(who, run_id, lambda current: [t for t in current if t != tag])
 
     def _retag(self, who: Principal, run_id: str, edit: Callable[[list[str]], list[str]]) -> RunOut:
-        if not who.can("admin"):
-            raise TagsRefused("changing tags needs an admin token")
+        access.authorize(who, "admin", doing="changing tags")
         with self.sessions() as session, session.begin():
             run, project = self._owned(session, who, run_id)
             try:
                 body = RunUpdate(tags=edit(list(run.tags or [])))
             except ValidationError as exc:
-                raise TagsRefused(_tag_errors(exc)) from None
+                raise Invalid(_tag_errors(exc)) from None
             return runs.update_run(session, run, project, body)
 
     def run(self, who: Principal, run_id: str) -> RunOut:
@@ -122,14 +100,11 @@ class DashboardData(OnCallData, ControlData):
     ) -> tuple[str, Iterator[bytes]]:
         """The run's name, and the CSV of every stored point of ``metrics`` in ``[start,
         end]`` as `services.export` streams it (read in a snapshot of its own as the bytes
-        are taken). `MetricRefused` for a name the export will not take, at once."""
+        are taken). `Invalid` for a name the export will not take, at once."""
         with self.sessions() as session:
             run, _ = self._owned(session, who, run_id)
             known = aliases.project_aliases(session, run.project_id)
-            try:
-                columns = exporter.columns(session, run, metrics, known)
-            except Invalid as exc:
-                raise MetricRefused(str(exc)) from None
+            columns = exporter.columns(session, run, metrics, known)
             name, key = run.name, run.key
         pages = exporter.streamed(self.sessions, key, columns, known, start, end)
         return name, written("csv", columns, pages)
@@ -155,16 +130,11 @@ class DashboardData(OnCallData, ControlData):
         points: int,
     ) -> dict[str, Line]:
         """Each of ``metrics`` (names or derived expressions) over ``[start, end]``, as the
-        chart draws it; `MetricRefused` for an expression the service will not read."""
+        chart draws it; a refusal for an expression the service will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            try:
-                series = query.read_series(
-                    session, run, metrics, start=start, end=end, points=points
-                )
-            except (Invalid, TooLarge) as exc:
-                raise MetricRefused(str(exc)) from None
+            series = query.read_series(session, run, metrics, start=start, end=end, points=points)
         return {
             s.metric: Line(
                 s.metric,
@@ -191,10 +161,9 @@ class DashboardData(OnCallData, ControlData):
         """The project's alerts, newest first; one run's when ``run_id`` is given
         (`RunNotFound` when the viewer's project has no such run)."""
         with self.sessions() as session:
-            try:
-                return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit)
-            except (alert_rules.NotFound, Forbidden):
-                raise RunNotFound(run_id) from None
+            if run_id is not None:
+                access.owned_run(session, who, run_id, hidden=True)
+            return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit)
 
     def firing(self, who: Principal) -> list[AlertOut]:
         with self.sessions() as session:
@@ -220,55 +189,37 @@ class DashboardData(OnCallData, ControlData):
     def create_rule(self, who: Principal, body: AlertRuleCreate) -> AlertRuleOut:
         self._admin(who)
         with self.sessions() as session, session.begin():
-            try:
-                return alert_rules.create_rule(session, who, body, self.webhook_allow)
-            except _REFUSALS as exc:
-                raise RuleRefused(str(exc)) from None
+            return alert_rules.create_rule(session, who, body, self.webhook_allow)
 
     def set_enabled(self, who: Principal, rule_id: int, enabled: bool) -> AlertRuleOut:
         self._admin(who)
         body = AlertRuleUpdate(enabled=enabled)
         with self.sessions() as session, session.begin():
-            try:
-                return alert_rules.update_rule(session, who, rule_id, body, self.webhook_allow)
-            except _REFUSALS as exc:
-                raise RuleRefused(str(exc)) from None
+            return alert_rules.update_rule(session, who, rule_id, body, self.webhook_allow)
 
     def update_rule(self, who: Principal, rule_id: int, body: AlertRuleUpdate) -> AlertRuleOut:
         """Change the given fields of a rule; the service restarts evaluation where needed."""
         self._admin(who)
         with self.sessions() as session, session.begin():
-            try:
-                return alert_rules.update_rule(session, who, rule_id, body, self.webhook_allow)
-            except _REFUSALS as exc:
-                raise RuleRefused(str(exc)) from None
+            return alert_rules.update_rule(session, who, rule_id, body, self.webhook_allow)
 
     def delete_rule(self, who: Principal, rule_id: int) -> None:
         self._admin(who)
         with self.sessions() as session, session.begin():
-            try:
-                alert_rules.delete_rule(session, who, rule_id)
-            except _REFUSALS as exc:
-                raise RuleRefused(str(exc)) from None
+            alert_rules.delete_rule(session, who, rule_id)
 
     def preview(self, who: Principal, rule_id: int, run_id: str) -> RulePreview:
         with self.sessions() as session:
             begin_snapshot(session)
-            try:
-                return alert_rules.preview_rule(session, who, rule_id, run_id)
-            except _REFUSALS as exc:
-                raise RuleRefused(str(exc)) from None
+            return alert_rules.preview_rule(session, who, rule_id, run_id)
 
     def test_rule(self, who: Principal, rule_id: int) -> list[TestDelivery]:
         """Send the sample notification to each of the rule's channels now."""
         self._admin(who)
         if self.deliverer is None:
-            raise RuleRefused("test sends are not available here: no deliverer configured")
+            raise Conflict("test sends are not available here: no deliverer configured")
         with self.sessions() as session:
-            try:
-                rule = alert_rules.get_rule(session, who, rule_id)
-            except _REFUSALS as exc:
-                raise RuleRefused(str(exc)) from None
+            rule = alert_rules.get_rule(session, who, rule_id)
             return alert_rules.send_test(rule, who.project, self.base_url, self.deliverer)
 
     def compare(
@@ -283,17 +234,14 @@ class DashboardData(OnCallData, ControlData):
     ) -> CompareOut:
         """``metric`` (a name or a derived expression) of the viewer's runs ``run_ids`` on
         one step axis, a summary of each over ``[start, end]``, and the config keys that
-        differ; `RunNotFound` for a run outside the viewer's project, `MetricRefused` for a
+        differ; `RunNotFound` for a run outside the viewer's project, a refusal for a
         metric the service will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
             found = [self._owned(session, who, run_id)[0] for run_id in dict.fromkeys(run_ids)]
-            try:
-                return analytics.compare_runs(
-                    session, found, metric, start=start, end=end, points=points
-                )
-            except (Invalid, TooLarge) as exc:
-                raise MetricRefused(str(exc)) from None
+            return analytics.compare_runs(
+                session, found, metric, start=start, end=end, points=points
+            )
 
     def metric_names(self, who: Principal, run_id: str) -> list[str]:
         """The run's metric names, sorted: no values, so cheap for a run of thousands."""
@@ -313,16 +261,13 @@ class DashboardData(OnCallData, ControlData):
         at: int | None = None,
     ) -> LayerGrid:
         """The layer × step grid of the metrics under ``prefix`` (`services.layers`);
-        `MetricRefused` for a prefix with more layers than a grid may have."""
+        a refusal for a prefix with more layers than a grid may have."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            try:
-                return layers.layer_grid(
-                    session, run, prefix, start=start, end=end, points=points, at=at
-                )
-            except Invalid as exc:
-                raise MetricRefused(str(exc)) from None
+            return layers.layer_grid(
+                session, run, prefix, start=start, end=end, points=points, at=at
+            )
 
     def layer_profile(
         self,
@@ -346,18 +291,15 @@ class DashboardData(OnCallData, ControlData):
             if step is None:
                 return None
             end = baseline_end if baseline_end is not None and baseline_end <= step else None
-            try:
-                return layers.layer_profile(
-                    session,
-                    run,
-                    prefix,
-                    at=step,
-                    radius=radius,
-                    relative_to="baseline" if relative else None,
-                    baseline_end=end,
-                )
-            except Invalid as exc:
-                raise MetricRefused(str(exc)) from None
+            return layers.layer_profile(
+                session,
+                run,
+                prefix,
+                at=step,
+                radius=radius,
+                relative_to="baseline" if relative else None,
+                baseline_end=end,
+            )
 
     def spike_report(
         self,
@@ -372,7 +314,7 @@ class DashboardData(OnCallData, ControlData):
     ) -> SpikeReport:
         """Spikes of ``metrics`` and of those of ``optional`` the run has logged
         (`services.analytics.spike_report`: found over the whole run at ``threshold`` noise
-        SDs, listed where they overlap ``[start, end]``); `MetricRefused` for a metric the
+        SDs, listed where they overlap ``[start, end]``); a refusal for a metric the
         service will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
@@ -381,12 +323,9 @@ class DashboardData(OnCallData, ControlData):
             # A canonical name that a stored alias stands for counts as logged.
             logged = set(aliases.project_aliases(session, run.project_id).visible(names))
             chosen = [*metrics, *(m for m in optional if m in logged)]
-            try:
-                return analytics.spike_report(
-                    session, run, chosen, start=start, end=end, threshold=threshold
-                )
-            except (Invalid, TooLarge) as exc:
-                raise MetricRefused(str(exc)) from None
+            return analytics.spike_report(
+                session, run, chosen, start=start, end=end, threshold=threshold
+            )
 
     def transitions(
         self,
@@ -400,17 +339,12 @@ class DashboardData(OnCallData, ControlData):
     ) -> Transitions:
         """The run's events and detected change points in ``[start, end]``, each with every
         metric's slopes before and after it, largest slope change first
-        (`services.transitions.run_transitions`); `MetricRefused` for metrics the service
+        (`services.transitions.run_transitions`); a refusal for metrics the service
         will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            try:
-                return run_transitions(
-                    session, run, list(metrics), start=start, end=end, window=window
-                )
-            except (Invalid, TooLarge) as exc:
-                raise MetricRefused(str(exc)) from None
+            return run_transitions(session, run, list(metrics), start=start, end=end, window=window)
 
     def transition_fits(
         self,
@@ -425,17 +359,14 @@ class DashboardData(OnCallData, ControlData):
     ) -> dict[str, Fit]:
         """Each metric's least-squares lines on the ``window`` steps before ``at`` and from it
         on, from every stored point in ``[start, end]`` (a metric without two points on a
-        side has none); `MetricRefused` for metrics the service will not read."""
+        side has none); a refusal for metrics the service will not read."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
             reader = full_resolution.Reader(
                 session, run, start, end, aliases=aliases.project_aliases(session, run.project_id)
             )
-            try:
-                series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
-            except (Invalid, TooLarge) as exc:
-                raise MetricRefused(str(exc)) from None
+            series = {metric: full_series(reader, metric) for metric in dict.fromkeys(metrics)}
         fits = {m: fit_transition(s, v, at, max(1, window)) for m, (s, v) in series.items()}
         return {metric: fit for metric, fit in fits.items() if fit is not None}
 
@@ -452,28 +383,20 @@ class DashboardData(OnCallData, ControlData):
     ) -> Attribution:
         """Each parameter group's (or part's, ``by="part"``) share of ``<prefix>/total``
         squared at sampled steps, and the steps where the shares do not add up
-        (`services.attribution`); `MetricRefused` for a family the service refuses."""
+        (`services.attribution`); a refusal for a family the service refuses."""
         with self.sessions() as session:
             begin_snapshot(session)
             run, _ = self._owned(session, who, run_id)
-            try:
-                return group_shares(
-                    session, run, prefix, start=start, end=end, points=points, by=by
-                )
-            except Invalid as exc:
-                raise MetricRefused(str(exc)) from None
+            return group_shares(session, run, prefix, start=start, end=end, points=points, by=by)
 
     @staticmethod
     def _admin(who: Principal) -> None:
-        if not who.can("admin"):
-            raise RuleRefused("changing alert rules needs an admin token")
+        access.authorize(who, "admin", doing="changing alert rules")
 
     @staticmethod
-    def _owned(session: Session, who: Principal, run_id: str) -> tuple[Run, str]:
-        found = runs.get_run(session, run_id)
-        if found is None or found[0].project_id != who.project_id:
-            raise RunNotFound(run_id)
-        return found
+    def _owned(session: Session, who: Principal, run_id: str) -> OwnedRun:
+        """The viewer's run: another project's is `RunNotFound` like a missing one."""
+        return access.owned_run(session, who, run_id, hidden=True)
 
 
 def _value_text(value: float | str | None) -> str:

@@ -33,7 +33,7 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 from normwatch.server.workers.live import RunChanges, Watch, WatchesFull
 
-from .data import RunNotFound
+from .refusals import NO_SUCH_RUN, RunNotFound
 from .security import sent_from_elsewhere
 from .session import viewer
 from .wiring import in_thread
@@ -71,7 +71,7 @@ def install_live(
         try:
             await in_thread(data.run, viewer(), run_id)
         except RunNotFound:
-            await _refuse(websocket, 404, "No such run in your project")
+            await _refuse(websocket, 404, NO_SUCH_RUN)
             return
         try:
             async with changes.watch(run_id) as watch:

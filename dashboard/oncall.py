@@ -6,17 +6,12 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.server import errors
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AckCreate, SilenceCreate, SilenceOut
-from normwatch.server.services import silences
+from normwatch.server.services import access, silences
 
-
-class OnCallRefused(ValueError):
-    """A silence or acknowledgement the service refused; the message says why, for the page."""
-
-
-NEEDS_ADMIN = "silencing and acknowledging alerts needs an admin token"
+DOING = "silencing and acknowledging alerts"
+"""What needs an admin token here (`access.authorize`'s words)."""
 
 
 class OnCallData:
@@ -32,29 +27,19 @@ class OnCallData:
     def create_silence(self, who: Principal, body: SilenceCreate) -> SilenceOut:
         _admin(who)
         with self.sessions() as session, session.begin():
-            try:
-                return silences.create_silence(session, who, body)
-            except errors.ServiceError as exc:
-                raise OnCallRefused(str(exc)) from None
+            return silences.create_silence(session, who, body)
 
     def expire_silence(self, who: Principal, silence_id: int) -> None:
         _admin(who)
         with self.sessions() as session, session.begin():
-            try:
-                silences.expire_silence(session, who, silence_id)
-            except errors.ServiceError as exc:
-                raise OnCallRefused(str(exc)) from None
+            silences.expire_silence(session, who, silence_id)
 
     def acknowledge(self, who: Principal, alert_id: int, comment: str = "") -> None:
         """Take the firing alert ``alert_id`` on (the one that opened its episode)."""
         _admin(who)
         with self.sessions() as session, session.begin():
-            try:
-                silences.acknowledge(session, who, alert_id, AckCreate(comment=comment))
-            except errors.ServiceError as exc:
-                raise OnCallRefused(str(exc)) from None
+            silences.acknowledge(session, who, alert_id, AckCreate(comment=comment))
 
 
 def _admin(who: Principal) -> None:
-    if not who.can("admin"):
-        raise OnCallRefused(NEEDS_ADMIN)
+    access.authorize(who, "admin", doing=DOING)

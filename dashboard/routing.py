@@ -18,12 +18,13 @@ from dash import Input, Output, State, dcc, html
 
 from normwatch.server.auth import Principal
 
-from .data import DashboardData, RunNotFound
+from .data import DashboardData
 from .pages import alerts as alerts_page
 from .pages import compare as compare_page
 from .pages import rules as rules_page
 from .pages import run as run_page
 from .pages import runs as runs_page
+from .refusals import RunNotFound
 from .session import viewer
 from .wiring import in_thread
 

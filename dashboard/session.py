@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 import anyio
@@ -22,7 +23,6 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from normwatch.server.auth import Principal, principal_for_token_id
-from normwatch.server.models import utcnow
 
 COOKIE = "normwatch_session"
 PUBLIC_PREFIXES = (
@@ -124,7 +124,7 @@ class SessionMiddleware:
         cached = self._recent.get(token_id)
         if cached is not None and cached[1] > now:
             return cached[0]
-        wall = utcnow()
+        wall = datetime.now(UTC)
         with self.sessions() as session:
             who = principal_for_token_id(session, token_id, wall)
         if who is not None and not who.can("read"):

@@ -64,8 +64,8 @@ def add_db_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from normwatch.server import citus
     from normwatch.server.migrate import upgrade
+    from normwatch.server.storage import citus
 
     settings, engine = settings_and_engine("configured")
     try:
@@ -97,7 +97,7 @@ def _db_downgrade(args: argparse.Namespace) -> int:
 
 
 def _db_distribute(args: argparse.Namespace) -> int:
-    from normwatch.server import citus
+    from normwatch.server.storage import citus
 
     _, engine = settings_and_engine()
     where = engine.url.render_as_string(hide_password=True)

@@ -230,8 +230,9 @@ def _is_token_id(token_id: int) -> bool:
 
 
 def _token_rotate(args: argparse.Namespace) -> int:
-    from normwatch.server.auth import TokenRevoked, rotate_token
+    from normwatch.server.auth import rotate_token
     from normwatch.server.db import session_factory
+    from normwatch.server.errors import TokenRevoked
     from normwatch.server.models import utcnow
 
     settings, engine = settings_and_engine()

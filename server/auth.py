@@ -21,7 +21,7 @@ from typing import Literal, cast
 
 from sqlalchemy.orm import Session
 
-from .errors import Conflict
+from .errors import TokenRevoked
 from .models import ApiToken, Project, utcnow
 from .storage.tokens import (
     active_token,
@@ -31,6 +31,7 @@ from .storage.tokens import (
     token_row,
     token_rows,
     touch_token,
+    update_token,
 )
 
 Scope = Literal["ingest", "read", "admin"]
@@ -44,7 +45,6 @@ __all__ = [
     "Scope",
     "TokenCache",
     "TokenInfo",
-    "TokenRevoked",
     "as_utc",
     "authenticate",
     "create_token",
@@ -273,13 +273,8 @@ def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
     tok, project = found
     now = utcnow()
     if tok.revoked_at is None:
-        tok.revoked_at = now
-        session.flush()
+        update_token(session, tok, {"revoked_at": now})
     return _info(tok, project, now)
-
-
-class TokenRevoked(Conflict):
-    """A revoked token has no successor: create a new one instead."""
 
 
 def rotate_token(
@@ -315,8 +310,8 @@ def rotate_token(
     )
     if grace > timedelta(0):
         ends = now + grace
-        old.expires_at = ends if old.expires_at is None else min(old.expires_at, ends)
+        expires = ends if old.expires_at is None else min(as_utc(old.expires_at) or ends, ends)
+        update_token(session, old, {"expires_at": expires})
     else:
-        old.revoked_at = now
-    session.flush()
+        update_token(session, old, {"revoked_at": now})
     return secret, _info(new, project, now), _info(old, project, now)

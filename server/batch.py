@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from .errors import Invalid
+from .errors import BatchError, BatchTooLarge, BodyNotJson
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 MAX_METRIC_NAME = 512
@@ -30,16 +30,6 @@ _CONTROL = re.compile(r"[\x00-\x1f]")
 _INT: frozenset[type] = frozenset({int})
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
-
-
-class BatchError(Invalid):
-    """A batch that cannot be stored; ``str()`` says which field and index, and why."""
-
-
-class BodyNotJson(BatchError):
-    """The body does not decode as JSON at all."""
-
-    status_code = 400
 
 
 @dataclass(frozen=True)
@@ -154,12 +144,6 @@ def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) ->
         segment=segment,
         time=None if time is None else float(time),
     )
-
-
-class BatchTooLarge(BatchError):
-    """The batch is well-formed but over the configured size."""
-
-    status_code = 413
 
 
 def _parse_steps(raw: Any) -> npt.NDArray[np.int64]:

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
         "normwatch.server.db",
         "normwatch.server.models",
         "normwatch.server.migrate",
-        "normwatch.server.citus",
+        # Where the tables sit on a Citus cluster: storage's, and placed by migrations.
+        "normwatch.server.storage.citus",
         "normwatch.migrations",
     ),
     # Pure domain logic: the batch parser and alerting (conditions, evaluation, delivery).
@@ -152,3 +153,139 @@ def test_the_checks_see_what_they_check() -> None:
     assert layer_of("normwatch.client._run") == 0
     assert layer_of("normwatch.cli") == len(LAYERS) - 1
     assert layer_of("normwatch.server.storage.runs") < layer_of("normwatch.server.services.runs")
+
+
+# --- where SQL is written ---------------------------------------------------------------
+
+SQL_HOMES = (
+    # Statements are written in the storage layer only.
+    "normwatch.server.storage",
+    # Schema history and the schema itself (server defaults and index predicates are SQL).
+    "normwatch.migrations",
+    "normwatch.server.models",
+    # How connections are made and set up (driver cursors, a snapshot's isolation level).
+    "normwatch.server.db",
+)
+SQL_CHECKED = ("normwatch.server", "normwatch.dashboard")
+SQL_BUILDERS = {"select", "text", "insert", "update", "delete", "literal_column", "table"}
+STATEMENT_CALLS = {"execute", "exec_driver_sql", "scalars", "scalar"}
+ORM_WRITES = {"add", "add_all", "delete", "merge", "flush"}
+SESSION_NAMES = {"session", "conn", "connection", "db"}
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def sql_written(path: Path) -> Iterator[str]:
+    """What in the module at ``path`` writes or sends SQL: SQLAlchemy's statement builders
+    imported, statements executed on a session or connection, ORM objects fetched by key,
+    added, deleted or flushed."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
+            for alias in node.names:
+                if alias.name in SQL_BUILDERS:
+                    yield f"line {node.lineno}: imports sqlalchemy's {alias.name}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            name = receiver.id if isinstance(receiver, ast.Name) else None
+            if receiver is not None and isinstance(receiver, ast.Call):
+                # session.connection().execute(...)
+                inner = receiver.func
+                if isinstance(inner, ast.Attribute) and inner.attr == "connection":
+                    name = "conn"
+            if name is None:
+                continue
+            if node.func.attr in STATEMENT_CALLS and name in SESSION_NAMES:
+                yield f"line {node.lineno}: {name}.{node.func.attr}(...)"
+            elif node.func.attr in ORM_WRITES | {"get"} and name == "session":
+                yield f"line {node.lineno}: session.{node.func.attr}(...)"
+
+
+def test_sql_is_written_only_in_storage() -> None:
+    found = sorted(
+        f"{module}, {where}"
+        for module, path in modules().items()
+        if _in(module, SQL_CHECKED) and not _in(module, SQL_HOMES)
+        for where in sql_written(path)
+    )
+    assert found == []
+
+
+def test_the_dashboard_reads_no_orm_models() -> None:
+    """The dashboard goes through the services; the tables' classes are storage's business."""
+    found = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if _in(module, ("normwatch.dashboard",))
+        for target in targets
+        if target == "normwatch.server.models"
+    )
+    assert found == []
+
+
+def test_the_sql_check_sees_sql() -> None:
+    written = list(sql_written(modules()["normwatch.server.storage.runs"]))
+    assert any("imports sqlalchemy's text" in w for w in written)
+    assert any("conn.execute" in w for w in written)
+
+
+# --- one way to refuse --------------------------------------------------------------------
+
+
+def test_routes_raise_refusals_not_http_exceptions() -> None:
+    """A route refuses with a `normwatch.server.errors` refusal; `api.errors` alone turns
+    refusals into HTTP answers."""
+    found = sorted(
+        f"{module}, line {line}"
+        for module, path in modules().items()
+        if _in(module, SQL_CHECKED) and module != "normwatch.server.api.errors"
+        for line in http_exceptions(path.read_text())
+    )
+    assert found == []
+
+
+def http_exceptions(source: str) -> list[int]:
+    """Lines of ``source`` that import or use FastAPI's ``HTTPException``."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Name | ast.alias | ast.ImportFrom)
+        and "HTTPException"
+        in (
+            [node.id]
+            if isinstance(node, ast.Name)
+            else [node.name]
+            if isinstance(node, ast.alias)
+            else [a.name for a in node.names]
+        )
+    ]
+
+
+def test_the_refusal_check_sees_http_exceptions() -> None:
+    source = "from fastapi import HTTPException\n\ndef f():\n    raise HTTPException(404)\n"
+    assert sorted(set(http_exceptions(source))) == [1, 4]
+
+
+def test_every_refusal_is_in_the_one_tree() -> None:
+    """Every refusal class is defined in `normwatch.server.errors` (its docstring draws the
+    tree); nothing else subclasses them."""
+    import importlib
+
+    from normwatch.server import errors
+
+    for module in modules():
+        if _in(module, SQL_CHECKED) and not module.endswith("__main__"):
+            importlib.import_module(module)
+    seen, stack = [], [errors.ServiceError]
+    while stack:
+        cls = stack.pop()
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    outside = sorted(
+        f"{c.__module__}.{c.__qualname__}" for c in seen if c.__module__ != errors.__name__
+    )
+    assert outside == []
+    drawn = errors.__doc__ or ""
+    assert [c.__name__ for c in seen if c.__name__ not in drawn] == []
+    assert len(seen) >= 15

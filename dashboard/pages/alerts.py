@@ -20,7 +20,7 @@ from normwatch.server.alerts.payloads import dashboard_link
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import AlertOut, DeliveryOut
 
-from ..data import RunNotFound
+from ..refusals import RunNotFound
 from ..session import viewer
 from ..wiring import in_thread
 from . import oncall

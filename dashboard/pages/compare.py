@@ -24,9 +24,9 @@ from normwatch.server.schemas.analytics import CompareOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
 from ..compare_figure import compare_figure
-from ..data import MetricRefused, RunNotFound
 from ..figures import empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
+from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import in_thread, or_prevent, triggered_id
 from .compare_controls import controls
@@ -97,9 +97,10 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
     names: list[list[str]] = []
     missing = []
     for run_id in ids:
+        if not RUN_ID.match(run_id):
+            missing.append(run_id)
+            continue
         try:
-            if not RUN_ID.match(run_id):
-                raise RunNotFound(run_id)
             runs.append(data.run(who, run_id))
             names.append([m.name for m in data.metrics(who, run_id)])
         except RunNotFound:
@@ -157,9 +158,9 @@ def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
             who, view.runs, view.metric, start=view.start, end=view.end, points=POINTS
         )
     except RunNotFound as exc:
-        return nothing_drawn(f"No run {exc} in your project.")
-    except MetricRefused as exc:
-        return nothing_drawn(f"Cannot draw {view.metric}: {exc}")
+        return nothing_drawn(f"No run {exc.run_id} in your project.")
+    except Refusal as exc:
+        return nothing_drawn(f"Cannot draw {view.metric}: {said(exc)}")
     labels = run_labels(compared.runs)
     lines = [(label, line_of(r)) for label, r in zip(labels, compared.runs, strict=True)]
     if any(line.steps for _, line in lines):

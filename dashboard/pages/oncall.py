@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import dash
@@ -19,10 +19,10 @@ from dash import ALL, Input, Output, State, dcc, html
 from pydantic import ValidationError
 
 from normwatch.server.auth import Principal
-from normwatch.server.models import utcnow
+from normwatch.server.errors import Invalid, NotFound, RunNotFound
 from normwatch.server.schemas import AlertRuleOut, RunOut, SilenceCreate, SilenceOut
 
-from ..oncall import OnCallRefused
+from ..refusals import Refusal, said
 from ..session import viewer
 from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from .runs import ago
@@ -45,7 +45,7 @@ STEPS_NEED_A_RUN = "Steps count from a run's latest step: pick the run."
 
 
 class OnCallAccess(Protocol):
-    """What the on-call half reads and changes; changes refuse (`OnCallRefused`) non-admins."""
+    """What the on-call half reads and changes; changes refuse (`Invalid`) non-admins."""
 
     def rules(self, who: Principal) -> list[AlertRuleOut]: ...
 
@@ -191,11 +191,11 @@ def _number(value: object) -> float | None:
     if value is None or value == "":
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise OnCallRefused(f"not a number: {value!r}")
+        raise Invalid(f"not a number: {value!r}")
     try:
         return float(value)
     except ValueError:
-        raise OnCallRefused(f"not a number: {value!r}") from None
+        raise Invalid(f"not a number: {value!r}") from None
 
 
 def _text(value: object) -> str | None:
@@ -205,30 +205,30 @@ def _text(value: object) -> str | None:
 def silence_body(
     form: Mapping[str, Any], names: Names, now: datetime | None = None
 ) -> SilenceCreate:
-    """The silence the form's values (by field id) ask for; `OnCallRefused` saying what is
+    """The silence the form's values (by field id) ask for; `Invalid` saying what is
     missing or wrong (no end, steps without a run, a run or rule the viewer has not)."""
     rule = form.get("silence-rule")
     if rule is not None and (not isinstance(rule, int) or rule not in names.rules):
-        raise OnCallRefused(f"no alert rule with id {rule!r}")
+        raise NotFound(f"no alert rule with id {rule!r}")
     run_id = form.get("silence-run") or None
     run = names.runs.get(run_id) if isinstance(run_id, str) else None
     if run_id is not None and run is None:
-        raise OnCallRefused(f"no run with id {run_id!r}")
+        raise RunNotFound(f"no run with id {run_id!r}")
     hours, steps = _number(form.get("silence-hours")), _number(form.get("silence-steps"))
     if not hours and not steps:
-        raise OnCallRefused(NEEDS_AN_END)
+        raise Invalid(NEEDS_AN_END)
     until_step = None
     if steps:
         if run is None:
-            raise OnCallRefused(STEPS_NEED_A_RUN)
+            raise Invalid(STEPS_NEED_A_RUN)
         if steps < 1 or steps != int(steps):
-            raise OnCallRefused("for steps: a whole number of steps, 1 or more")
+            raise Invalid("for steps: a whole number of steps, 1 or more")
         until_step = (run.last_step or 0) + int(steps)
     ends_at = None
     if hours:
         if not 0 < hours <= 24 * 366:
-            raise OnCallRefused("for hours: more than 0 and at most a year")
-        ends_at = (now or utcnow()) + timedelta(hours=hours)
+            raise Invalid("for hours: more than 0 and at most a year")
+        ends_at = (now or datetime.now(UTC)) + timedelta(hours=hours)
     try:
         return SilenceCreate(
             rule_id=rule,
@@ -243,7 +243,7 @@ def silence_body(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         field = {"comment": "why", "metric": "metric", "created_by": "who"}.get(where, where)
-        raise OnCallRefused(f"{field}: {first['msg']}") from None
+        raise Invalid(f"{field}: {first['msg']}") from None
 
 
 def error(message: str) -> html.Span:
@@ -268,8 +268,8 @@ def submit(
     try:
         names = Names.read(data, who)
         made = data.create_silence(who, silence_body(form, names))
-    except OnCallRefused as exc:
-        return error(str(exc)), dash.no_update
+    except Refusal as exc:
+        return error(said(exc)), dash.no_update
     return ok(f"Silenced {covers(made, names)} until {until_text(made)}."), _next(changed)
 
 
@@ -293,8 +293,8 @@ def act(
                 changed
             )
         data.expire_silence(who, target)
-    except OnCallRefused as exc:
-        return error(str(exc)), dash.no_update
+    except Refusal as exc:
+        return error(said(exc)), dash.no_update
     return ok(f"Silence {target} expired."), _next(changed)
 
 

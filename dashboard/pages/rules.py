@@ -14,6 +14,7 @@ import dash
 from dash import ALL, Input, Output, State, dcc, html
 
 from normwatch.server.auth import Principal
+from normwatch.server.errors import NotFound
 from normwatch.server.schemas import (
     AlertRuleCreate,
     AlertRuleOut,
@@ -23,8 +24,8 @@ from normwatch.server.schemas import (
     TestDelivery,
 )
 
-from ..data import RuleRefused
 from ..figures import Line
+from ..refusals import Refusal, said
 from ..session import viewer
 from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from . import rule_form
@@ -124,7 +125,7 @@ def _rule(data: RuleAccess, who: Principal, rule_id: int) -> AlertRuleOut:
     """One of the project's rules, as the table shows it (channels masked)."""
     found = next((r for r in data.rules(who) if r.id == rule_id), None)
     if found is None:
-        raise RuleRefused(f"no alert rule with id {rule_id}")
+        raise NotFound(f"no alert rule with id {rule_id}")
     return found
 
 
@@ -161,9 +162,10 @@ def submit(
             rule = data.update_rule(who, editing.rule_id, rule_form.to_update(form, current))
         else:
             rule = data.create_rule(who, rule_form.to_create(form))
-    except (RuleRefused, ValueError) as exc:
-        message = str(exc) if isinstance(exc, RuleRefused) else rule_form.explain(exc)
-        return error(message), dash.no_update, dash.no_update, *unchanged
+    except Refusal as exc:
+        return error(said(exc)), dash.no_update, dash.no_update, *unchanged
+    except ValueError as exc:  # the form's own check
+        return error(rule_form.explain(exc)), dash.no_update, dash.no_update, *unchanged
     if editing is not None:
         return ok(f"Saved rule {rule.name}."), _next(changed), None, *rule_form.defaults()
     return ok(f"Created rule {rule.name}."), _next(changed), dash.no_update, *unchanged
@@ -181,8 +183,8 @@ def edit(data: RuleAccess, who: Principal, trigger: TriggerId, click: bool) -> E
         return None
     try:
         rule = _rule(data, who, rule_id)
-    except RuleRefused as exc:
-        return error(str(exc)), dash.no_update, *[dash.no_update] * len(rule_form.FIELDS)
+    except Refusal as exc:
+        return error(said(exc)), dash.no_update, *[dash.no_update] * len(rule_form.FIELDS)
     return None, Editing(rule.id, rule.name).to_store(), *rule_form.values_of(rule)
 
 
@@ -207,8 +209,8 @@ def act(
             return ok("Rule deleted."), _next(changed)
         current = _rule(data, who, rule_id)
         out = data.set_enabled(who, rule_id, not current.enabled)
-    except RuleRefused as exc:
-        return error(str(exc)), dash.no_update
+    except Refusal as exc:
+        return error(said(exc)), dash.no_update
     state = "enabled" if out.enabled else "disabled"
     return ok(f"Rule {out.name} {state}."), _next(changed)
 
@@ -231,12 +233,12 @@ def run_preview(
         return html.P(PICK_FIRST, className="message error")
     try:
         result = data.preview(who, rule, run)
-    except RuleRefused as exc:
-        return html.P(str(exc), className="message error")
-    if not result.transitions:
-        return preview_result(result, None)
-    metric = result.transitions[0].metric
-    lines = data.lines(who, run, [metric], start=None, end=None, points=PREVIEW_POINTS)
+        if not result.transitions:
+            return preview_result(result, None)
+        metric = result.transitions[0].metric
+        lines = data.lines(who, run, [metric], start=None, end=None, points=PREVIEW_POINTS)
+    except Refusal as exc:
+        return html.P(said(exc), className="message error")
     return preview_result(result, lines.get(metric))
 
 

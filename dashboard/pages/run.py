@@ -23,9 +23,9 @@ from dash import ALL, Input, Output, State, dcc, html
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 
-from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
+from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, said
 from ..session import viewer
 from ..transforms import NORMALIZE_MODES
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread, or_prevent, triggered_id
@@ -69,7 +69,7 @@ from .run_view import (
 
 ROUTES = ("/runs/{run_id}",)
 _PATH = re.compile(r"^/runs/([0-9A-Za-z_-]+)/?$")
-RUN_NOT_FOUND = "No such run in your project"
+RUN_NOT_FOUND = NO_SUCH_RUN
 OPTIONS_EVERY = 5
 """The metric pickers' options are read again every this many beats (`.run_live`)."""
 DRAW_EVERY = 3
@@ -325,8 +325,8 @@ def draw(
         )
     except RunNotFound:
         return not_found_drawn()
-    except MetricRefused as exc:
-        return empty_figure(f"Cannot draw these series: {exc}"), [], "", event_list(markers)
+    except Refusal as exc:
+        return empty_figure(f"Cannot draw these series: {said(exc)}"), [], "", event_list(markers)
     overlay = overlay_for(view, lines, markers, run_shaping.watching(alerts, lines))
     # Rule lines, fits and forecasts are in the metrics' own units: none on a normalized chart.
     fig = view_figure(overlay, None if view.norm else run_aids.aids_of(aids, view, overlay))

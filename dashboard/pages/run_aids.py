@@ -27,16 +27,17 @@ import dash
 from dash import Input, Output, State
 from dash.exceptions import PreventUpdate
 
-from normwatch.server.alerts.selectors import GlobError, metric_matches, run_matches
+from normwatch.server.alerts.selectors import metric_matches, run_matches
 from normwatch.server.analytics.derived import is_derived
 from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
+from normwatch.server.errors import GlobError
 from normwatch.server.schemas import AlertRuleOut, RunOut
 
-from ..data import MetricRefused, RunNotFound
 from ..figures import OverlayView
 from ..forecast import forecast
 from ..overlay_aids import Aids, FitLines, Threshold
+from ..refusals import Refusal, RunNotFound
 from ..session import viewer
 from ..wiring import in_thread
 from .run_view import RunView
@@ -179,7 +180,7 @@ def read_aids(data: AidReads, who: Principal, view: RunView | None) -> dict[str,
                     end=view.end,
                     window=window,
                 )
-            except MetricRefused:
+            except Refusal:
                 fits = {}  # the chart says why; the rules' lines still draw
     except RunNotFound:
         return None

@@ -19,10 +19,10 @@ from normwatch.server.auth import Principal
 from normwatch.server.services.attribution import Attribution
 
 from ..attribution import attribution_families, attribution_figure, sum_check_text
-from ..data import MetricRefused, RunNotFound
 from ..figures import Figure
 from ..graph_config import GRAPH_CONFIG
 from ..layers import small_empty
+from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import in_thread
 from .run_view import RunView
@@ -127,8 +127,8 @@ def draw_attribution(
         )
     except RunNotFound:
         return small_empty(NO_TOTAL, HEIGHT), ""
-    except MetricRefused as exc:
-        return small_empty(str(exc), HEIGHT), ""
+    except Refusal as exc:
+        return small_empty(said(exc), HEIGHT), ""
     if not shares.steps:
         return small_empty(f"No step logs {picked}/total and its parts here.", HEIGHT), ""
     fig = attribution_figure(

@@ -15,7 +15,7 @@ from dash import Input, Output, State, dcc, html
 from normwatch.server.auth import Principal
 from normwatch.server.schemas.control import ControlAction, ControlOut
 
-from ..control import ControlRefused
+from ..refusals import Refusal, said
 from ..session import viewer
 from ..wiring import TriggerId, clicked, in_thread, triggered_id
 from .run_view import RunView
@@ -109,8 +109,8 @@ def act(
         else:
             try:
                 made, created = data.request_control(who, view.run, action, text)
-            except ControlRefused as exc:
-                message = refused(str(exc))
+            except Refusal as exc:
+                message = refused(said(exc))
             else:
                 message = (
                     f"Asked the trainer to {action} (request {made.id})."
@@ -119,7 +119,7 @@ def act(
                 )
     try:
         requests = data.control_requests(who, view.run)
-    except ControlRefused:  # a run outside the viewer's project: nothing of it is shown
+    except Refusal:  # a run outside the viewer's project: nothing of it is shown
         return (message if asked else ""), requests_table([])
     return message, requests_table(requests)
 

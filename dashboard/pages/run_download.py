@@ -24,7 +24,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from normwatch.server.auth import Principal
 from normwatch.server.services.export import file_stem
 
-from ..data import MetricRefused, RunNotFound
+from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, said
 from ..session import viewer
 from .run_view import RunView
 
@@ -75,9 +75,9 @@ def install_export(server: FastAPI, data: ExportReads) -> None:
         try:
             name, body = data.export_csv(viewer(), run_id, metric, start=start, end=end)
         except RunNotFound:
-            return PlainTextResponse("No such run in your project", 404)
-        except MetricRefused as exc:
-            return PlainTextResponse(str(exc), 422)
+            return PlainTextResponse(NO_SUCH_RUN, 404)
+        except Refusal as exc:
+            return PlainTextResponse(said(exc), 422)
         stem = file_stem(name, run_id, start, end)
         return StreamingResponse(
             body,

@@ -10,7 +10,6 @@ from typing import Any, Protocol
 from normwatch.server.auth import Principal
 from normwatch.server.services.layers import LayerGrid
 
-from ..data import MetricRefused, RunNotFound
 from ..figures import Figure, empty_figure
 from ..layers import (
     LayerHeatmap,
@@ -22,6 +21,7 @@ from ..layers import (
     small_empty,
     u_index_figure,
 )
+from ..refusals import Refusal, RunNotFound, said
 from .run_view import RunView
 
 NO_LAYERS = (
@@ -116,8 +116,8 @@ def draw_grid(
         )
     except RunNotFound:
         return empty
-    except MetricRefused as exc:
-        return small_empty(str(exc), 320), small_empty("", 210), ""
+    except Refusal as exc:
+        return small_empty(said(exc), 320), small_empty("", 210), ""
     keep = layer_rows(grid.layers)
     values = [grid.values[i] for i in keep]
     u_index = grid.u_index if len(keep) == len(grid.layers) else rows_u_index(values)
@@ -207,8 +207,8 @@ def draw_depth(
         )
     except RunNotFound:  # the view names no run of the viewer's project
         return no_layers([])
-    except MetricRefused as exc:
-        figure: Figure = empty_figure(str(exc))
+    except Refusal as exc:
+        figure: Figure = empty_figure(said(exc))
         return figure, "", family_options(families), picked
     if grid is None or grid.profile is None:
         return no_layers(family_options(families))

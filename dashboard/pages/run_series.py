@@ -22,7 +22,7 @@ from normwatch.server.analytics.derived import Name, parse, patterns
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
 
-from ..data import RunNotFound
+from ..refusals import RunNotFound
 from ..session import viewer
 from ..wiring import in_thread, triggered_id
 from .run_view import MAX_EXTRA, RunView, expression_error, extra_series

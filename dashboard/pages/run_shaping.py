@@ -12,8 +12,8 @@ from dash import dcc, html
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
 
-from ..data import MetricRefused, RunNotFound
 from ..figures import AlertMark, Line
+from ..refusals import Refusal
 from .run_axes import XAxis, clock_axis, tokens_axis, tokens_metric
 from .run_overlay import POINTS
 from .run_view import MAX_SMOOTHING, RunView
@@ -146,7 +146,7 @@ def x_axis(data: AxisReads, who: Principal, view: RunView) -> XAxis | None:
             return None if read is None else tokens_axis(metric, read.steps, read.values)
         if view.x == "time":
             return clock_axis(*data.clock(who, view.run))
-    except (RunNotFound, MetricRefused):
+    except Refusal:
         return None
     return None
 

@@ -23,8 +23,8 @@ from normwatch.server.analytics.spikes import THRESHOLD
 from normwatch.server.auth import Principal
 from normwatch.server.services.analytics import SpikeReport
 
-from ..data import MetricRefused, RunNotFound
 from ..layers import family_of
+from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread
 from .run_layers import pin_store
@@ -354,8 +354,8 @@ def draw_spikes(
         )
     except RunNotFound:
         return nothing, nothing, nothing
-    except MetricRefused as exc:
-        return html.P(str(exc), className="muted"), nothing, nothing
+    except Refusal as exc:
+        return html.P(said(exc), className="muted"), nothing, nothing
     return spike_table(report.spikes), fractions_table(report), lead_lag_table(report)
 
 

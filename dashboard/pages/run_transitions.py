@@ -25,8 +25,8 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 from normwatch.server.services.transitions import Transitions
 
-from ..data import MetricRefused, RunNotFound
 from ..overlay_aids import number_text
+from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread
 from .run_aids import fit_window
@@ -196,8 +196,8 @@ def draw_transitions(data: TransitionReads, who: Principal, view: RunView | None
         )
     except RunNotFound:
         return html.P("", className="muted")
-    except MetricRefused as exc:
-        return html.P(str(exc), className="muted")
+    except Refusal as exc:
+        return html.P(said(exc), className="muted")
     return transition_table(found, view.metrics, view.focused)
 
 

@@ -20,7 +20,7 @@ from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
 from ..config_filter import ConfigFilterError, parse_conditions
-from ..data import RunNotFound
+from ..refusals import RunNotFound
 from ..session import viewer
 from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from .compare_view import compare_href, default_metric

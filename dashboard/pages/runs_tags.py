@@ -14,7 +14,7 @@ from dash import dcc, html
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 
-from ..data import RunNotFound, TagsRefused
+from ..refusals import Refusal, RunNotFound, said
 from ..wiring import TriggerId
 from .run_view import RUN_ID
 
@@ -115,12 +115,12 @@ def change_tags(
             )
         if kind in ("runs-tag-save", "runs-tag-input"):
             run = data.set_tags(who, run_id, typed_tags(typed))
-            said = ", ".join(run.tags) or "none"
-            return None, _ok(f"Tags of {run.name}: {said}."), _next(changed), True, "", ""
+            now = ", ".join(run.tags) or "none"
+            return None, _ok(f"Tags of {run.name}: {now}."), _next(changed), True, "", ""
     except RunNotFound:
         return keep, _error(f"No run {run_id} in your project."), keep, keep, keep, keep
-    except TagsRefused as exc:
-        return keep, _error(f"{exc}."), keep, keep, keep, keep
+    except Refusal as exc:
+        return keep, _error(f"{said(exc)}."), keep, keep, keep, keep
     return None
 
 

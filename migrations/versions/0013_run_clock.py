@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from normwatch.server.citus import distribute
+from normwatch.server.storage.citus import distribute
 
 revision = "0013"
 down_revision = "0012"

@@ -34,7 +34,7 @@ from typing import Protocol
 
 import re2
 
-from ..errors import Invalid
+from ..errors import GlobError
 
 __all__ = [
     "GLOB_CHARS",
@@ -53,11 +53,6 @@ MAX_GLOB_LENGTH = 512
 MAX_GLOB_WILDCARDS = 16
 """Runs of ``*`` in one glob (``**`` and ``***`` count once); ``?`` and classes are free."""
 GLOB_CHARS = frozenset("*?[")
-
-
-class GlobError(Invalid):
-    """A glob that cannot be matched: too long, too many wildcards, or an empty range.
-    Where a request brings one, it is answered 422 with this message."""
 
 
 def check_glob(pattern: str, *, segmented: bool = True) -> None:

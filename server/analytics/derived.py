@@ -40,7 +40,8 @@ from functools import reduce
 import numpy as np
 import numpy.typing as npt
 
-from ..alerts.selectors import GLOB_CHARS, GlobError, check_glob
+from ..alerts.selectors import GLOB_CHARS, check_glob
+from ..errors import GlobError
 
 __all__ = [
     "Call",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 
 from ..schemas import (
     INT32_MAX,
@@ -20,6 +20,7 @@ from ..schemas import (
 )
 from ..services import alert_rules as rules
 from ..services import silences
+from ..services.access import own_project
 from .context import ContextDep
 from .deps import Admin, Reader, SessionDep, SnapshotDep
 from .errors import API, documented
@@ -118,8 +119,7 @@ def list_alerts(
     limit: Annotated[int, Query(ge=1, le=2000)] = 200,
 ) -> list[AlertOut]:
     """Alert history, newest first: rule, run, metric, state, step, value and deliveries."""
-    if project is not None and project != who.project:
-        raise HTTPException(403, f"this token belongs to project {who.project!r}")
+    own_project(who, project)
     return rules.list_alerts(session, who, run_id=run, state=state, limit=limit)
 
 
@@ -140,8 +140,7 @@ def list_silences(
     session: SessionDep, who: Reader, project: str | None = None, active: bool = False
 ) -> list[SilenceOut]:
     """The project's silences, newest first; ``active=true`` for those in force."""
-    if project is not None and project != who.project:
-        raise HTTPException(403, f"this token belongs to project {who.project!r}")
+    own_project(who, project)
     return silences.list_silences(session, who, active_only=active)
 
 

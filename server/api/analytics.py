@@ -19,7 +19,8 @@ from ..schemas.analytics import (
     TransitionsOut,
 )
 from ..services import analytics, attribution, layers, query, transitions
-from .deps import Reader, SnapshotDep, owned_run
+from ..services.access import owned_run
+from .deps import Reader, SnapshotDep
 from .errors import API, documented
 
 router = APIRouter(

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import zlib
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import ServiceError, TooLarge, Unsupported
 from .admission import is_batch
 
 
@@ -25,7 +26,7 @@ async def read_limited_body(request: Request, limit: int) -> bytes:
         raise _too_large(limit)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", ""):
-        raise HTTPException(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none")
+        raise Unsupported(f"unsupported Content-Encoding {encoding!r}; use gzip or none")
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
     wire = 0
     parts: list[bytes] = []
@@ -43,7 +44,7 @@ async def read_limited_body(request: Request, limit: int) -> bytes:
             try:
                 out = inflater.decompress(data, limit + 1 - size)
             except zlib.error as exc:
-                raise HTTPException(400, f"body is not valid gzip: {exc}") from None
+                raise ServiceError(f"body is not valid gzip: {exc}") from None
             size += len(out)
             if size > limit:
                 raise _too_large(limit)
@@ -52,12 +53,12 @@ async def read_limited_body(request: Request, limit: int) -> bytes:
             if inflater.eof:
                 break
     if inflater is not None and not inflater.eof and wire:
-        raise HTTPException(400, "body is truncated gzip")
+        raise ServiceError("body is truncated gzip")
     return b"".join(parts)
 
 
-def _too_large(limit: int) -> HTTPException:
-    return HTTPException(413, f"body larger than {limit} bytes (after decompression)")
+def _too_large(limit: int) -> TooLarge:
+    return TooLarge(f"body larger than {limit} bytes (after decompression)")
 
 
 class RequestBounds:

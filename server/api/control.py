@@ -8,7 +8,8 @@ from fastapi.responses import JSONResponse
 
 from ..schemas.control import ControlCreate, ControlOut
 from ..services import control
-from .deps import Admin, Reader, SessionDep, owned_run
+from ..services.access import owned_run
+from .deps import Admin, Reader, SessionDep
 from .errors import API, documented
 
 router = APIRouter(

@@ -5,20 +5,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from ..auth import Principal, Scope
 from ..config import Settings
-from ..models import Run
-from ..services import runs as run_service
+from ..errors import Unauthenticated
+from ..services.access import authorize
 from .context import ContextDep, ServiceContext
-
-MAX_RUN_ID = 64
-"""Run ids are 32 hex digits; longer ones name no run."""
-
 
 # Dependencies that never block are ``async def``: FastAPI runs a plain ``def`` one in the
 # thread pool, a hand-off that cost more than a small batch's parse.
@@ -72,12 +68,10 @@ async def bearer_token(
     return token
 
 
-def _no_token() -> HTTPException:
-    return HTTPException(
-        401,
+def _no_token() -> Unauthenticated:
+    return Unauthenticated(
         "missing bearer token: send 'Authorization: Bearer <token>' "
-        "(create one with `normwatch token create`)",
-        headers={"WWW-Authenticate": "Bearer"},
+        "(create one with `normwatch token create`)"
     )
 
 
@@ -90,13 +84,12 @@ async def get_principal(
     if who is None:
         who = await run_in_threadpool(context.token_cache.lookup, context.sessions, token)
     if who is None:
-        raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
+        raise Unauthenticated("invalid or revoked token")
     return who
 
 
 def _check_scope(who: Principal, scope: Scope) -> Principal:
-    if not who.can(scope):
-        raise HTTPException(403, f"this token's scope is '{who.scope}'; '{scope}' is needed")
+    authorize(who, scope)
     return who
 
 
@@ -126,16 +119,3 @@ ROUTE_SECURITY: dict[str, Any] = {"security": [{_BEARER.scheme_name: []}]}
 Reader = Annotated[Principal, Depends(require("read"))]
 Writer = Annotated[Principal, Depends(require("ingest"))]
 Admin = Annotated[Principal, Depends(require("admin"))]
-
-
-def owned_run(session: Session, who: Principal, run_id: str) -> tuple[Run, str]:
-    """The run if it exists and belongs to the caller's project (404, then 403)."""
-    if len(run_id) > MAX_RUN_ID:  # no run has such an id; do not echo it back either
-        raise HTTPException(404, "no run with that id")
-    found = run_service.get_run(session, run_id)
-    if found is None:
-        raise HTTPException(404, f"no run with id {run_id!r}")
-    run, project = found
-    if run.project_id != who.project_id:
-        raise HTTPException(403, "this run belongs to another project")
-    return run, project

@@ -1,7 +1,9 @@
 """How failures become HTTP answers: one mapping for the whole service.
 
-- A refusal of :mod:`normwatch.server.errors` (not found, forbidden, conflict, too large,
-  invalid, a bad metric batch): its status and ``{"detail": "<why>"}``.
+- A refusal of :mod:`normwatch.server.errors` (unauthenticated, forbidden, not found,
+  conflict, too large, invalid, a bad metric batch...): its status and
+  ``{"detail": "<why>"}``; a 401 with ``WWW-Authenticate: Bearer``. Routes raise these,
+  never a ``HTTPException`` of their own.
 - A request body or query that fails validation: 422 in FastAPI's shape
   ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``, without the offending input (a 40 MiB
   field is not sent back) and with context values shortened.
@@ -30,7 +32,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..db import is_unavailable
-from ..errors import ServiceError
+from ..errors import ServiceError, Unauthenticated
 from ..schemas import ErrorOut
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "documented",
     "install",
     "is_unavailable",
+    "refusal",
     "unavailable",
     "validation_details",
 ]
@@ -94,12 +97,18 @@ def unavailable(reason: str, retry_after_s: float = RETRY_AFTER_S) -> JSONRespon
     )
 
 
+def refusal(exc: ServiceError) -> JSONResponse:
+    """The answer to a refusal: its status, its message, and for a 401 the scheme to use."""
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthenticated) else None
+    return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
     @app.exception_handler(ServiceError)
     async def service_error(_request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+        return refusal(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:

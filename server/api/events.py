@@ -6,8 +6,9 @@ from fastapi import APIRouter
 
 from ..schemas import EventCreate, EventOut
 from ..services import ingest, query
+from ..services.access import owned_run
 from .context import ContextDep
-from .deps import Reader, SessionDep, Writer, owned_run
+from .deps import Reader, SessionDep, Writer
 from .errors import API, documented
 
 router = APIRouter(

@@ -9,10 +9,11 @@ from fastapi.responses import StreamingResponse
 
 from ..schemas import INT64_MAX, MetricName
 from ..services import export as exporter
+from ..services.access import owned_run
 from ..services.aliases import project_aliases
 from ..services.export_formats import FORMATS, Format, media_type, written
 from .context import ContextDep
-from .deps import Reader, SnapshotDep, owned_run
+from .deps import Reader, SnapshotDep
 from .errors import API, documented
 
 router = APIRouter(prefix="/api/v1/runs/{run_id}", tags=["export"], responses=documented(*API, 404))

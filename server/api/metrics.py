@@ -20,9 +20,10 @@ from ..schemas import (
     SeriesResponse,
 )
 from ..services import ingest, query
+from ..services.access import owned_run
 from .body import read_limited_body
 from .context import ServiceContext, context_of
-from .deps import ROUTE_SECURITY, Reader, SessionDep, SnapshotDep, caller, owned_run
+from .deps import ROUTE_SECURITY, Reader, SessionDep, SnapshotDep, caller
 from .errors import API, documented
 
 router = APIRouter(

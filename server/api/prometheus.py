@@ -12,10 +12,11 @@ import logging
 import time
 
 import orjson
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import Unauthenticated
 from ..telemetry import INGEST_ROUTE, Telemetry
 from .context import ContextDep
 
@@ -42,10 +43,8 @@ def prometheus_metrics(request: Request, context: ContextDep) -> Response:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         expected = settings.metrics_token.get_secret_value().encode()
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
-            raise HTTPException(
-                401,
-                "send 'Authorization: Bearer <NORMWATCH_METRICS_TOKEN>' to read the metrics",
-                headers={"WWW-Authenticate": "Bearer"},
+            raise Unauthenticated(
+                "send 'Authorization: Bearer <NORMWATCH_METRICS_TOKEN>' to read the metrics"
             )
     body, content_type = context.telemetry.render(request.headers.get("accept", ""))
     return Response(body, media_type=content_type)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 
 from ..schemas import INT64_MAX, RunCreate, RunOut, RunUpdate
 from ..services import runs as run_service
-from .deps import Reader, SessionDep, Writer, owned_run
+from ..services.access import own_project, owned_run
+from .deps import Reader, SessionDep, Writer
 from .errors import API, documented
 
 router = APIRouter(prefix="/api/v1/runs", tags=["runs"], responses=documented(*API))
@@ -30,9 +31,7 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=10_000, description="Most runs returned.")] = 1000,
 ) -> list[RunOut]:
     """Runs of a project, most recently active first."""
-    if project is not None and project != who.project:
-        raise HTTPException(403, f"this token belongs to project {who.project!r}")
-    return run_service.list_runs(session, who.project, limit=limit)
+    return run_service.list_runs(session, own_project(who, project), limit=limit)
 
 
 @router.get("/{run_id}", response_model=RunOut, responses=documented(404))

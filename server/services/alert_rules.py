@@ -15,6 +15,7 @@ from ..alerts.evaluation import preview
 from ..alerts.selectors import GLOB_CHARS, NameIndex, check_glob
 from ..analytics import derived
 from ..auth import Principal
+from ..errors import Conflict, NotFound
 from ..models import AlertRule, Run, utcnow
 from ..schemas import (
     AlertOut,
@@ -39,11 +40,11 @@ from ..storage.alerts import (
     save_rule,
 )
 from ..storage.alerts import delete_rule as remove_rule
-from ..storage.runs import lineage_of, run_by_id, run_owner, segments_of
+from ..storage.runs import lineage_of, segments_of
+from .access import own_project, owned_run, owns
 from .aliases import project_aliases
 from .full_resolution import Budget, Reader
 from .query import compute, encode_value, parse_expression
-from .runs import Forbidden
 
 PREVIEW_MAX_METRICS = 256
 PREVIEW_MAX_POINTS = 20_000_000
@@ -52,14 +53,6 @@ MAX_PROJECT_RULES = 1_000
 """Rules a project may have: every batch of its runs is matched against each."""
 MIN_REPEAT_SECONDS = 60
 """The shortest ``repeat_every_seconds`` by default (``NORMWATCH_ALERT_REPEAT_MIN_S``)."""
-
-
-class Conflict(errors.Conflict):
-    """A rule of that name already exists in the project."""
-
-
-class NotFound(errors.NotFound):
-    """No such rule or run in the caller's project."""
 
 
 def to_out(rule: AlertRule, project: str, *, admin: bool = True) -> AlertRuleOut:
@@ -115,9 +108,7 @@ def create_rule(
     *,
     min_repeat_s: int = MIN_REPEAT_SECONDS,
 ) -> AlertRuleOut:
-    project = body.project or who.project
-    if project != who.project:
-        raise Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
+    project = own_project(who, body.project)
     have = rule_count(session, who.project_id)
     if have >= MAX_PROJECT_RULES:
         raise Conflict(f"project {project!r} has {have} rules, the most it may have")
@@ -152,8 +143,7 @@ def get_rule(session: Session, who: Principal, rule_id: int) -> AlertRule:
     rule = rule_by_id(session, rule_id)
     if rule is None:
         raise NotFound(f"no alert rule with id {rule_id}")
-    if rule.project_id != who.project_id:
-        raise Forbidden("this rule belongs to another project")
+    owns(who, rule.project_id, "rule")
     return rule
 
 
@@ -238,12 +228,7 @@ def delete_rule(session: Session, who: Principal, rule_id: int) -> None:
 def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) -> RulePreview:
     """Where the rule would have fired on a stored run (latest lineage), from scratch."""
     rule = get_rule(session, who, rule_id)
-    found = run_by_id(session, run_id)
-    if found is None:
-        raise NotFound(f"no run with id {run_id!r}")
-    run = found[0]
-    if run.project_id != who.project_id:
-        raise Forbidden("this run belongs to another project")
+    run = owned_run(session, who, run_id)[0]
     condition = parse_condition(rule.condition)
     if isinstance(condition, StaleCondition):
         raise errors.Invalid("a stale rule depends on arrival times, which cannot be replayed")
@@ -362,11 +347,7 @@ def list_alerts(
     """
     admin = who.can("admin")
     if run_id is not None:
-        owner = run_owner(session, run_id)
-        if owner is None:
-            raise NotFound(f"no run with id {run_id!r}")
-        if owner != who.project_id:
-            raise Forbidden("this run belongs to another project")
+        owned_run(session, who, run_id)
     rows = alert_history(session, who.project_id, run_id=run_id, state=state, limit=limit)
     out = []
     for alert, rule, run, notifications in rows:

@@ -22,12 +22,13 @@ from ..alerts.clock import check_stale
 from ..alerts.conditions import StaleCondition, StepCondition, parse_condition
 from ..alerts.evaluation import RuleState, Transition, evaluate
 from ..alerts.grouping import GroupState, advance
-from ..alerts.selectors import GlobError, NameIndex, check_glob, run_matches
+from ..alerts.selectors import NameIndex, check_glob, run_matches
 from ..aliases import EMPTY, AliasMap
 from ..aliases.resolution import matching_visible
 from ..analytics import derived
 from ..batch import MetricBatch
 from ..db import PerEngine
+from ..errors import GlobError
 from ..models import AlertState
 from ..storage.alerts import (
     enabled_rules,

@@ -13,10 +13,12 @@ from sqlalchemy.orm import Session
 
 from ..aliases import EMPTY, PRESETS, AliasError, AliasMap, build
 from ..auth import Principal
-from ..errors import Forbidden, Invalid
-from ..models import ApiToken, MetricAliases
+from ..errors import Invalid
+from ..models import MetricAliases
 from ..schemas.aliases import AliasesIn, AliasesOut, AliasOut, AliasPair, PresetOut
 from ..storage.aliases import aliases_row, save_aliases
+from ..storage.tokens import token_name
+from .access import own_project
 
 
 def project_aliases(session: Session, project_id: int) -> AliasMap:
@@ -47,7 +49,7 @@ def list_presets() -> list[PresetOut]:
 
 
 def get_aliases(session: Session, who: Principal, project: str) -> AliasesOut:
-    _own(who, project)
+    own_project(who, project)
     row = aliases_row(session, who.project_id)
     if row is None:
         return AliasesOut(project=project, presets=[], aliases={}, resolved=[], revision=0)
@@ -56,25 +58,19 @@ def get_aliases(session: Session, who: Principal, project: str) -> AliasesOut:
 
 def set_aliases(session: Session, who: Principal, project: str, body: AliasesIn) -> AliasesOut:
     """Replace the project's aliases whole; `Invalid` (422) says what cannot resolve."""
-    _own(who, project)
+    own_project(who, project)
     try:
         aliases = build(body.presets, body.aliases)
     except AliasError as exc:
         raise Invalid(str(exc)) from None
-    token = session.get(ApiToken, who.token_id)
     row = save_aliases(
         session,
         who.project_id,
         body.presets,
         body.aliases,
-        updated_by=(token.name if token is not None else "") or "token",
+        updated_by=token_name(session, who.token_id) or "token",
     )
     return _out(row, project, aliases)
-
-
-def _own(who: Principal, project: str) -> None:
-    if project != who.project:
-        raise Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
 
 
 def _out(row: MetricAliases, project: str, aliases: AliasMap) -> AliasesOut:

@@ -17,10 +17,11 @@ from sqlalchemy.orm import Session
 
 from .. import errors
 from ..alerts.state import Transition
-from ..models import ApiToken, ControlRequest, Event, Run, utcnow
+from ..models import ControlRequest, Event, Run, utcnow
 from ..schemas.control import ControlCreate, ControlForTrainer, ControlOut, ControlState
 from ..storage import control as stored
 from ..storage.runs import MAX_RUN_EVENTS, add_event, event_count, same_event
+from ..storage.tokens import token_name
 
 MAX_RUN_REQUESTS = 1_000
 """Requests a run may hold in all: each is an event on every chart of the run."""
@@ -66,8 +67,7 @@ def request_control(
         )
     by = body.by
     if not by and token_id is not None:
-        token = session.get(ApiToken, token_id)
-        by = token.name if token is not None else None
+        by = token_name(session, token_id) or None
     made = _add(
         session,
         run_key=run.key,

@@ -9,7 +9,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from .. import errors
-from ..batch import BatchError, MetricBatch
+from ..batch import MetricBatch
+from ..errors import BatchError
 from ..models import Event, Run, utcnow
 from ..schemas import EventCreate, EventOut
 from ..storage.clock import ClockThinning, clock_thinning, mark
@@ -18,14 +19,6 @@ from ..storage.points import write_points
 from ..storage.runs import MAX_RUN_EVENTS, event_count, lock_run, run_exists, same_event
 from ..storage.runs import add_event as store_event
 from . import alerting, control
-
-
-class RunNotFound(errors.NotFound):
-    """No run has that id."""
-
-
-class RunForbidden(errors.Forbidden):
-    """The run belongs to another project than the caller's."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +86,7 @@ def ingest_batch(
     The run's row is locked first (and marked seen, its last step moved), so concurrent
     batches of one run are stored and evaluated one after the other (the lock is held until
     commit), each seeing the run's segment and last step as the one before left them. With
-    ``project_id`` a run of another project raises `RunForbidden`. Metric ids found in
+    ``project_id`` a run of another project raises `Forbidden`. Metric ids found in
     ``known`` are not looked up; it is not written here (see `Ingested.metric_ids`). Rules
     come from ``rules`` while the project's rules are unchanged. A batch that would give
     the run more than ``max_run_metrics`` metric names raises `TooManyMetrics`. With
@@ -112,10 +105,10 @@ def ingest_batch(
         last_step=last,
         now=now,
     )
-    if run is None:
+    if run is None:  # the lock is `access.owned_run`'s check, made in the same statement
         if project_id is not None and run_exists(session, run_id):
-            raise RunForbidden("this run belongs to another project")
-        raise RunNotFound(f"no run with id {run_id!r}")
+            raise errors.Forbidden("this run belongs to another project")
+        raise errors.RunNotFound(f"no run with id {run_id!r}", run_id)
     segment = batch.segment or run.segment
     if segment > run.segment:
         raise BatchError(f"segment: run has {run.segment} segment(s), got {segment}")

@@ -27,10 +27,7 @@ from ..storage.runs import (
 )
 from ..storage.runs import update_run as update_stored_run
 from . import control
-
-
-class Forbidden(errors.Forbidden):
-    """The principal may not act on that project."""
+from .access import own_project
 
 
 def to_out(run: Run, project: str, segments: list[Segment] | None = None) -> RunOut:
@@ -60,9 +57,7 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
     A ``start_step`` at or below the run's last logged step means the trainer restarted
     from an earlier checkpoint: a new segment opens and every stored point is kept.
     """
-    project_name = body.project or who.project
-    if project_name != who.project:
-        raise Forbidden(f"this token belongs to project {who.project!r}, not {project_name!r}")
+    project_name = own_project(who, body.project)
     project = get_or_create_project(session, project_name)
     run = run_for_update(session, project.id, body.name)
     if run is None:
@@ -83,23 +78,22 @@ def create_or_resume(session: Session, who: Principal, body: RunCreate) -> RunOu
                 "start a run of another name"
             )
         open_segment(session, run, body.start_step)
+    values: dict[str, object] = {"status": "running", "last_seen": utcnow()}
     if body.config:
         config = {**(run.config or {}), **body.config}
         try:
             json_document(config)
         except ValueError as exc:
             raise errors.Invalid(f"config: merged with the run's, it {exc}") from None
-        run.config = config
+        values["config"] = config
     if body.tags:
         tags = sorted(set(run.tags or []) | set(body.tags))
         if len(tags) > MAX_TAGS:
             raise errors.Invalid(
                 f"tags: the run would have {len(tags)} tags; a run may have at most {MAX_TAGS}"
             )
-        run.tags = tags
-    run.status = "running"
-    run.last_seen = utcnow()
-    session.flush()
+        values["tags"] = tags
+    update_stored_run(session, run, values)
     return to_out(run, project.name, segments(session, run.key))
 
 

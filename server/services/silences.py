@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import errors
 from ..alerts.selectors import GLOB_CHARS, check_glob
 from ..auth import Principal
-from ..models import Alert, AlertRule, ApiToken, Run, Silence, utcnow
+from ..models import Alert, Silence, utcnow
 from ..schemas import AckCreate, SilenceCreate, SilenceOut
+from ..storage.alerts import rule_by_id
+from ..storage.silences import add_silence, alert_by_id, silence_by_id, silences_of_project
+from ..storage.tokens import token_name
+from .access import own_project, owned_run, owns
 
 MAX_ACTIVE = 1000
 """Silences a project may have in force at once (each is checked for every transition)."""
@@ -52,9 +55,7 @@ def to_out(silence: Silence, project: str, run_id: str | None) -> SilenceOut:
 
 
 def create_silence(session: Session, who: Principal, body: SilenceCreate) -> SilenceOut:
-    project = body.project or who.project
-    if project != who.project:
-        raise errors.Forbidden(f"this token belongs to project {who.project!r}, not {project!r}")
+    project = own_project(who, body.project)
     if body.ends_at is None and body.until_step is None:
         raise errors.Invalid("a silence needs ends_at, until_step or both: it must end")
     if body.metric is not None and not GLOB_CHARS.isdisjoint(body.metric):
@@ -63,23 +64,16 @@ def create_silence(session: Session, who: Principal, body: SilenceCreate) -> Sil
     if ends_at is not None and ends_at <= utcnow():
         raise errors.Invalid(f"ends_at ({ends_at.isoformat()}) is not in the future")
     if body.rule_id is not None:
-        rule = session.get(AlertRule, body.rule_id)
+        rule = rule_by_id(session, body.rule_id)
         if rule is None:
             raise errors.NotFound(f"no alert rule with id {body.rule_id}")
-        if rule.project_id != who.project_id:
-            raise errors.Forbidden("this rule belongs to another project")
+        owns(who, rule.project_id, "rule")
     run_key = None
     if body.run is not None:
-        run = session.scalars(select(Run).where(Run.id == body.run)).first()
-        if run is None:
-            raise errors.NotFound(f"no run with id {body.run!r}")
-        if run.project_id != who.project_id:
-            raise errors.Forbidden("this run belongs to another project")
-        run_key = run.key
+        run_key = owned_run(session, who, body.run)[0].key
     active = len(list_silences(session, who, active_only=True))
     if active >= MAX_ACTIVE:
         raise errors.Conflict(f"project {project!r} has {active} silences in force, the most")
-    token = session.get(ApiToken, who.token_id)
     silence = Silence(
         project_id=who.project_id,
         rule_id=body.rule_id,
@@ -87,35 +81,27 @@ def create_silence(session: Session, who: Principal, body: SilenceCreate) -> Sil
         metric=body.metric,
         ends_at=ends_at,
         until_step=body.until_step,
-        created_by=body.created_by or (token.name if token is not None else "") or "token",
+        created_by=body.created_by or token_name(session, who.token_id) or "token",
         comment=body.comment,
     )
-    session.add(silence)
-    session.flush()
-    return to_out(silence, project, body.run)
+    return to_out(add_silence(session, silence), project, body.run)
 
 
 def list_silences(
     session: Session, who: Principal, *, active_only: bool = False
 ) -> list[SilenceOut]:
     """The project's silences, newest first (only those in force with ``active_only``)."""
-    rows = session.execute(
-        select(Silence, Run.id)
-        .outerjoin(Run, Run.key == Silence.run_key)
-        .where(Silence.project_id == who.project_id)
-        .order_by(Silence.id.desc())
-    ).all()
+    rows = silences_of_project(session, who.project_id)
     out = [to_out(silence, who.project, run_id) for silence, run_id in rows]
     return [s for s in out if s.active] if active_only else out
 
 
 def expire_silence(session: Session, who: Principal, silence_id: int) -> None:
     """End a silence now; it stays in the list, expired, for the history."""
-    silence = session.get(Silence, silence_id)
+    silence = silence_by_id(session, silence_id)
     if silence is None:
         raise errors.NotFound(f"no silence with id {silence_id}")
-    if silence.project_id != who.project_id:
-        raise errors.Forbidden("this silence belongs to another project")
+    owns(who, silence.project_id, "silence")
     if silence.expired_at is None:
         silence.expired_at = utcnow()
 
@@ -123,24 +109,18 @@ def expire_silence(session: Session, who: Principal, silence_id: int) -> None:
 def acknowledge(session: Session, who: Principal, alert_id: int, body: AckCreate) -> Alert:
     """Take a firing alert on: its repeats are recorded and not sent. Acknowledging again
     keeps the first acknowledgement."""
-    found = session.execute(
-        select(Alert, Run.project_id)
-        .join(Run, Run.key == Alert.run_key)
-        .where(Alert.id == alert_id)
-    ).first()
+    found = alert_by_id(session, alert_id)
     if found is None:
         raise errors.NotFound(f"no alert with id {alert_id}")
     alert, project_id = found
-    if project_id != who.project_id:
-        raise errors.Forbidden("this alert belongs to another project")
+    owns(who, project_id, "alert")
     if alert.state != "firing" or alert.repeat:
         raise errors.Conflict(
             f"alert {alert_id} is a {alert.state} {'repeat' if alert.repeat else 'message'}: "
             "acknowledge the firing alert it belongs to"
         )
     if alert.acked_at is None:
-        token = session.get(ApiToken, who.token_id)
         alert.acked_at = utcnow()
-        alert.acked_by = body.by or (token.name if token is not None else "") or "token"
+        alert.acked_by = body.by or token_name(session, who.token_id) or "token"
         alert.ack_comment = body.comment
     return alert

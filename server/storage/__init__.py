@@ -11,6 +11,7 @@ Lowest first:
 - ``pyramid``: chart reads over hot points, chunks and summaries.
 - ``policy``, ``placement``, ``compaction``, ``schedule``, ``vacuum``, ``retention``: moving
   hot points into chunks, when, and forgetting old runs.
+- ``citus``: where the tables sit on a Citus cluster (below the rest: migrations place them).
 - ``outbox``, ``gauges``, and the rest of the metadata's SQL: alert notifications, scrape-time
   gauges.
 

@@ -15,9 +15,10 @@ from sqlalchemy.orm import Session
 
 from ..alerts.evaluation import Transition
 from ..alerts.grouping import GroupMessage
-from ..alerts.selectors import GlobError, metric_matches
-from ..citus import one_connection_a_node
+from ..alerts.selectors import metric_matches
+from ..errors import GlobError
 from ..models import Alert, AlertRule, AlertState, Metric, Notification, Run, Silence, utcnow
+from .citus import one_connection_a_node
 
 _log = logging.getLogger(__name__)
 

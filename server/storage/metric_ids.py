@@ -27,14 +27,13 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session
 
-from ..batch import BatchError
 from ..db import PerEngine
+from ..errors import TooManyMetrics
 from ..models import Metric
 
 __all__ = [
     "DEFAULT_MAX_NAMES",
     "MetricIdCache",
-    "TooManyMetrics",
     "metric_id_cache",
     "metric_ids_by_name",
     "resolve_metric_ids",
@@ -160,10 +159,6 @@ def resolve_metric_ids(
         )
     ids.update(_metric_ids(conn, run_key, missing))
     return ids
-
-
-class TooManyMetrics(BatchError):
-    """A batch would take its run past the configured number of metric names."""
 
 
 _SQLITE_NAMES_A_STATEMENT = 10_000

@@ -70,6 +70,19 @@ def token_rows(
     return [(tok, name) for tok, name in session.execute(query.order_by(Project.name, ApiToken.id))]
 
 
+def token_name(session: Session, token_id: int | None) -> str:
+    """The token's name ("" for none, or no such token)."""
+    if token_id is None:
+        return ""
+    return session.scalar(select(ApiToken.name).where(ApiToken.id == token_id)) or ""
+
+
+def update_token(session: Session, token: ApiToken, values: dict[str, object]) -> None:
+    """Set columns of the token and read it back."""
+    session.execute(update(ApiToken).where(ApiToken.id == token.id).values(**values))
+    session.refresh(token)
+
+
 def token_row(session: Session, token_id: int) -> tuple[ApiToken, str] | None:
     """The token (whatever its state) and its project's name."""
     row = session.execute(

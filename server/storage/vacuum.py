@@ -8,7 +8,7 @@ import time
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..citus import placed
+from .citus import placed
 
 VACUUM_THRESHOLD = 50_000
 

@@ -12,9 +12,9 @@ import psycopg
 from sqlalchemy import make_url
 
 from normwatch.scratch import admin_dsn
-from normwatch.server import citus
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import upgrade
+from normwatch.server.storage import citus
 from tests.helpers.committed import compact, new_run, post, stored
 from tests.helpers.databases import scratch_pg
 

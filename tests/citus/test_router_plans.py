@@ -23,11 +23,10 @@ import pytest
 import uvicorn
 
 from normwatch.scratch import admin_dsn
-from normwatch.server import citus
 from normwatch.server.app import create_app
 from normwatch.server.config import Settings
 from normwatch.server.db import build_engine, session_factory
-from normwatch.server.storage import schedule
+from normwatch.server.storage import citus, schedule
 from normwatch.server.storage.policy import Policy
 from normwatch.testing import free_port
 from tests.helpers.receivers import WebhookReceiver

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages.alerts import (
     NO_ALERTS,
     NOTHING_FIRING,
@@ -23,6 +23,7 @@ from normwatch.dashboard.pages.alerts import (
     refresh,
     run_href,
 )
+from normwatch.server.errors import RunNotFound
 from normwatch.server.schemas import AlertOut, DeliveryOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.dashboard import compare_figure as compare_figure_module
 from normwatch.dashboard.compare_figure import compare_figure
-from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import RUN_COLORS, empty_figure
 from normwatch.dashboard.pages import compare_tables, compare_view, runs
 from normwatch.dashboard.pages.compare import (
@@ -39,6 +39,7 @@ from normwatch.dashboard.pages.compare_view import (
 from normwatch.dashboard.pages.run_overlay import POINTS
 from normwatch.dashboard.routing import query_of, route
 from normwatch.server.auth import Principal
+from normwatch.server.errors import Invalid, RunNotFound
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.schemas.analytics import CompareOut
 from normwatch.testing import ServerProcess
@@ -142,12 +143,12 @@ class FakeReads:
 
     def run(self, who: Principal, run_id: str) -> RunOut:
         if run_id not in self.runs:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         return run_out(run_id, self.runs[run_id][0])
 
     def metrics(self, who: Principal, run_id: str) -> list[MetricOut]:
         if run_id not in self.runs:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         return [MetricOut(name=n, last_step=1, last_value=1.0) for n in self.runs[run_id][1]]
 
     def compare(
@@ -542,9 +543,9 @@ def test_draw_of_a_metric_none_of_the_runs_logged() -> None:
 def test_draw_says_why_there_is_nothing_to_draw() -> None:
     assert draw(fake(), WHO, None) == nothing_drawn(NO_RUNS)
     assert draw(fake(), WHO, CompareView(("r1",))) == nothing_drawn(NO_METRIC)
-    gone = FakeReads(fake().runs, RunNotFound("r2"))
+    gone = FakeReads(fake().runs, RunNotFound("no run with id 'r2'", "r2"))
     assert draw(gone, WHO, VIEW) == nothing_drawn("No run r2 in your project.")
-    refused = FakeReads(fake().runs, MetricRefused("unbalanced parentheses"))
+    refused = FakeReads(fake().runs, Invalid("unbalanced parentheses"))
     view = CompareView(("r1", "r2"), "share(")
     assert draw(refused, WHO, view) == nothing_drawn("Cannot draw share(: unbalanced parentheses")
     figure, *_ = nothing_drawn("x")
@@ -708,7 +709,7 @@ def test_data_compare_refuses_runs_outside_the_project_and_bad_expressions(
     for run_ids in ([world.off, world.their_run], [world.off, "f" * 32]):
         with pytest.raises(RunNotFound):
             dashboard_data.compare(who, run_ids, TOTAL, start=None, end=None, points=POINTS)
-    with pytest.raises(MetricRefused):
+    with pytest.raises(Invalid):
         dashboard_data.compare(who, [world.off], "share(", start=None, end=None, points=POINTS)
 
 

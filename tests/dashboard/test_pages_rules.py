@@ -12,6 +12,8 @@ from typing import Any
 import dash
 import httpx
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages import rule_form
 from normwatch.dashboard.pages.rule_form import Editing
@@ -27,8 +29,7 @@ from normwatch.dashboard.pages.rules import (
 )
 from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.alerts.targets import parse_allow
-from sqlalchemy.orm import Session, sessionmaker
-
+from normwatch.server.services import alert_rules
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
@@ -376,6 +377,26 @@ def test_run_preview_refuses_another_projects_rule_or_run(
             "P",
             {"children": reason, "className": "message error"},
         )
+
+
+def test_run_preview_over_its_point_limit_is_a_message(
+    world: World,
+    pg_server: ServerProcess,
+    dashboard_data: DashboardData,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the API answers 413 is a message on the page, not a failed callback."""
+    rule_id, _ = fresh_rule(world, pg_server)
+    monkeypatch.setattr(alert_rules, "PREVIEW_MAX_POINTS", 3)  # the run holds 4 points
+    shown = tree(run_preview(dashboard_data, world.mine.read, 1, rule_id, world.run))
+    assert (shown["type"], shown["props"]) == (
+        "P",
+        {
+            "children": "the rule matches more than 3 stored points of this run; "
+            "preview it with a narrower metric",
+            "className": "message error",
+        },
+    )
 
 
 def test_run_preview_needs_a_click_a_rule_and_a_run(

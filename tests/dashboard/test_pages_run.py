@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import empty_figure
 from normwatch.dashboard.pages.run import (
     RUN_NOT_FOUND,
@@ -29,6 +29,7 @@ from normwatch.dashboard.pages.run_live import PUSHED_MS, TICK_MS
 from normwatch.dashboard.pages.run_overlay import NO_METRICS
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.dashboard.routing import query_of
+from normwatch.server.errors import RunNotFound
 from normwatch.server.schemas import RunOut, SegmentOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant

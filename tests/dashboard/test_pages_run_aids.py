@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import Line, OverlayView
 from normwatch.dashboard.overlay_aids import Aids, FitLines, Threshold
 from normwatch.dashboard.pages import run_aids
@@ -31,6 +31,7 @@ from normwatch.dashboard.pages.run_aids import (
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
+from normwatch.server.errors import Invalid, RunNotFound
 from normwatch.server.schemas import AlertRuleOut, RunOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
@@ -196,7 +197,7 @@ class FakeAids:
 
     def run(self, who: Principal, run_id: str) -> RunOut:
         if run_id != RUN:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         return a_run()
 
     def rules(self, who: Principal) -> list[AlertRuleOut]:
@@ -217,7 +218,7 @@ class FakeAids:
             {"metrics": list(metrics), "at": at, "start": start, "end": end, "window": window}
         )
         if self.refusal:
-            raise MetricRefused(self.refusal)
+            raise Invalid(self.refusal)
         steps, values = steps_values()
         inside = (steps >= (start or 0)) & (steps <= (end or 4000))
         fit = fit_transition(steps[inside], values[inside], at, window)
@@ -456,7 +457,7 @@ def test_the_real_fits_of_an_expression(world: World, dashboard_data: DashboardD
         window=1000,
     )
     assert list(fits) == [ratio]
-    with pytest.raises(MetricRefused, match="share takes 2 arguments"):
+    with pytest.raises(Invalid, match="share takes 2 arguments"):
         dashboard_data.transition_fits(
             world.mine.read, world.run, ["share(a)"], at=2000, start=None, end=None, window=10
         )

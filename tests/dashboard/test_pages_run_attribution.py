@@ -18,7 +18,7 @@ from normwatch.dashboard.attribution import (
     attribution_figure,
     sum_check_text,
 )
-from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages.run_attribution import (
     COLUMNS,
     NO_TOTAL,
@@ -27,6 +27,7 @@ from normwatch.dashboard.pages.run_attribution import (
 )
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.auth import Principal
+from normwatch.server.errors import Invalid, RunNotFound
 from normwatch.server.services.attribution import Attribution
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
@@ -131,7 +132,7 @@ class FakeAttribution:
 
     def metric_names(self, who: Principal, run_id: str) -> list[str]:
         if run_id != RUN:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         return NAMES
 
     def attribution(
@@ -149,7 +150,7 @@ class FakeAttribution:
             {"prefix": prefix, "start": start, "end": end, "points": points, "by": by}
         )
         if self.refusal:
-            raise MetricRefused(self.refusal)
+            raise Invalid(self.refusal)
         return self.shares
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import empty_figure, from_typed, plot_text
 from normwatch.dashboard.pages.run_layers import (
     Refreshes,
@@ -36,6 +36,7 @@ from normwatch.dashboard.pages.run_layers_draw import (
 )
 from normwatch.dashboard.pages.run_view import MAX_STEP, RunView
 from normwatch.server.auth import Principal
+from normwatch.server.errors import Invalid, RunNotFound
 from normwatch.server.services.layers import LayerGrid, Profile
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
@@ -104,7 +105,7 @@ class FakeLayers:
             ("grid", {"prefix": prefix, "start": start, "end": end, "points": points})
         )
         if self.refusal:
-            raise MetricRefused(self.refusal)
+            raise Invalid(self.refusal)
         return self.grid
 
     def layer_profile(
@@ -124,13 +125,13 @@ class FakeLayers:
             asked |= {"relative": True, "baseline_end": baseline_end}
         self.calls.append(("profile", asked))
         if self.refusal:
-            raise MetricRefused(self.refusal)
+            raise Invalid(self.refusal)
         return self.profile
 
     @staticmethod
     def _own(run_id: str) -> None:
         if run_id != RUN:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
 
 
 def profile_grid(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages.run_spikes import (
     ALSO,
     MIN_PAD,
@@ -36,6 +36,7 @@ from normwatch.dashboard.pages.run_spikes import (
 from normwatch.dashboard.pages.run_view import MAX_STEP, RunView
 from normwatch.server.analytics.spikes import LeadLag
 from normwatch.server.auth import Principal
+from normwatch.server.errors import Invalid, RunNotFound
 from normwatch.server.services.analytics import SpikeReport
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
@@ -97,7 +98,7 @@ class FakeSpikes:
         threshold: float = 10.0,
     ) -> SpikeReport:
         if run_id != RUN:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         self.calls.append(
             {
                 "metrics": list(metrics),
@@ -108,7 +109,7 @@ class FakeSpikes:
             }
         )
         if self.refusal:
-            raise MetricRefused(self.refusal)
+            raise Invalid(self.refusal)
         return self.report
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, MetricRefused, RunNotFound
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages import run_transitions
 from normwatch.dashboard.pages.run_transitions import (
     HEADER,
@@ -29,6 +29,7 @@ from normwatch.dashboard.pages.run_transitions import (
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
+from normwatch.server.errors import Invalid, RunNotFound
 from normwatch.server.schemas import RunOut
 from normwatch.server.services.transitions import Transition, Transitions
 from normwatch.testing import ServerProcess
@@ -98,7 +99,7 @@ class FakeTransitions:
 
     def run(self, who: Principal, run_id: str) -> RunOut:
         if run_id != RUN:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         now = "2025-01-01T00:00:00Z"
         return RunOut.model_validate(
             {
@@ -126,10 +127,10 @@ class FakeTransitions:
         window: int | None = None,
     ) -> Transitions:
         if run_id != RUN:
-            raise RunNotFound(run_id)
+            raise RunNotFound(f"no run with id {run_id!r}", run_id)
         self.calls.append({"metrics": list(metrics), "start": start, "end": end, "window": window})
         if self.refusal:
-            raise MetricRefused(self.refusal)
+            raise Invalid(self.refusal)
         return self.found
 
 

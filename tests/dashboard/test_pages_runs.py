@@ -14,7 +14,7 @@ import pytest
 from dash import html
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard.data import DashboardData, RunNotFound, TagsRefused
+from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages import runs, runs_table, runs_tags
 from normwatch.dashboard.pages.runs import (
     NO_MATCH,
@@ -29,6 +29,7 @@ from normwatch.dashboard.pages.runs_table import count_text, header, sort_labels
 from normwatch.dashboard.pages.runs_tags import ADMIN_ONLY, change_tags, typed_tags
 from normwatch.dashboard.pages.runs_view import Listing, RunsView
 from normwatch.dashboard.routing import query_of
+from normwatch.server.errors import Forbidden, RunNotFound
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
@@ -402,7 +403,7 @@ def test_an_admin_edits_tags_through_the_service_and_no_one_else(
     assert tags_of(pg_server, other, theirs) == ["7b"]
 
     # The data layer refuses on its own, whatever page calls it.
-    with pytest.raises(TagsRefused, match="admin token"):
+    with pytest.raises(Forbidden, match="admin token"):
         dashboard_data.set_tags(me.read, run_id, [])
     with pytest.raises(RunNotFound):
         dashboard_data.remove_tag(me.admin, theirs, "7b")

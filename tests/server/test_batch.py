@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from normwatch.server.batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
+from normwatch.server.batch import loads, parse_batch
+from normwatch.server.errors import BatchError, BatchTooLarge, BodyNotJson
 
 
 def test_parses_columns_nulls_and_non_finite() -> None:

@@ -20,7 +20,8 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, example, given, settings
 
-from normwatch.server.batch import BatchError, BatchTooLarge, BodyNotJson, loads, parse_batch
+from normwatch.server.batch import loads, parse_batch
+from normwatch.server.errors import BatchError, BatchTooLarge, BodyNotJson
 
 INT64_MAX = 2**63 - 1
 MAX_NAME = 512

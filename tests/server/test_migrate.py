@@ -10,11 +10,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from normwatch.server import citus
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
-from normwatch.server.storage import blocks, chunks, outline
+from normwatch.server.storage import blocks, chunks, citus, outline
 from normwatch.server.storage.policy import Policy
 from tests.helpers.committed import compact, new_run, post
 from tests.helpers.databases import scratch_pg

@@ -14,9 +14,9 @@ from sqlalchemy import insert, make_url, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from normwatch.server.batch import BatchError, parse_batch
+from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory
-from normwatch.server.errors import Conflict
+from normwatch.server.errors import BatchError, Conflict
 from normwatch.server.models import Event, Run
 from normwatch.server.schemas import AlertRuleCreate, EventCreate, RunCreate
 from normwatch.server.services import alert_rules, ingest, runs

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from normwatch.server.batch import BatchError, parse_batch
+from normwatch.server.batch import parse_batch
+from normwatch.server.errors import BatchError
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, runs
