@@ -17,7 +17,7 @@ from normwatch.client._frames import MAGIC, Dropped, Kind, SpoolBusy, SpoolRecor
 from normwatch.client._spool import Spool
 from normwatch.client._streams import new_stream_dir, run_folder, stream_dirs
 
-from .test_run import TOKEN, FakeIngest, endpoint
+from .fake_ingest import TOKEN, FakeIngest, endpoint
 
 METADATA = {"version": 1, "url": "http://normwatch.test", "project": "marin", "name": "exp1"}
 

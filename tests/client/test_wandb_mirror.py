@@ -27,7 +27,7 @@ from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 from tests.helpers.wandb_history import recorded_numbers, same_number
 
-from .test_run import TOKEN, URL, FakeIngest
+from .fake_ingest import TOKEN, URL, FakeIngest
 
 WANDB_ENV = {
     "WANDB_MODE": "offline",

@@ -6,24 +6,14 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from playwright.sync_api import Page
 
 from normwatch.testing import ServerProcess
+from tests.dashboard.browser_page import FIGURE_JS, GRAPH, figure, login
 from tests.helpers.tenants import Tenant, make_tenant
-
-GRAPH = "#overlay .js-plotly-plot"
-FIGURE_JS = f"""() => {{
-  const gd = document.querySelector('{GRAPH}');
-  if (!gd || !gd.data) return null;
-  return {{data: gd.data.map(t => ({{name: t.name, yaxis: t.yaxis || 'y',
-            color: t.line && t.line.color, x: Array.from(t.x || [])}})),
-          layout: {{shapes: gd.layout.shapes || [], annotations: gd.layout.annotations || [],
-                    xrange: gd.layout.xaxis.range, y2: gd.layout.yaxis2 || null}}}};
-}}"""
 
 
 def seed_run(server: ServerProcess, tenant: Tenant, steps: int = 2000) -> str:
@@ -46,19 +36,6 @@ def seed_run(server: ServerProcess, tenant: Tenant, steps: int = 2000) -> str:
         event = {"step": 1000, "kind": "config", "text": "near-dropless EP routing"}
         assert api.post(f"/api/v1/runs/{run['id']}/events", json=event).status_code == 201
     return str(run["id"])
-
-
-def figure(page: Page) -> dict[str, Any]:
-    page.wait_for_function(
-        f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.length >= 2; }}"
-    )
-    result: dict[str, Any] = page.evaluate(f"({FIGURE_JS})()")
-    return result
-
-
-def login(page: Page, server: ServerProcess, token: str) -> None:
-    page.goto(f"{server.url}/login?token={token}")
-    page.wait_for_selector("table.runs")
 
 
 def test_overlay_red_blue_twin_axes_with_event(

@@ -15,7 +15,7 @@ from playwright.sync_api import Page
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
-from .test_security import BrowserProblems
+from .browser_page import BrowserProblems
 
 GRAPH = "#compare-chart .js-plotly-plot"
 CHART_JS = f"""() => {{

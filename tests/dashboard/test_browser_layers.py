@@ -14,8 +14,8 @@ from playwright.sync_api import ConsoleMessage, Error, Page
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
+from .browser_page import FIGURE_JS, figure, login
 from .seed import create_run, post_points
-from .test_browser import FIGURE_JS, figure, login
 
 STEPS = 2000
 LEADS = (400, 1000, 1600)

@@ -16,8 +16,8 @@ from playwright.sync_api import ConsoleMessage, Error, Page
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
+from .browser_page import FIGURE_JS, login
 from .seed import create_rule, create_run, post_event, post_points, threshold_rule
-from .test_browser import FIGURE_JS, login
 
 STEPS = 4000
 EVENT = 2000

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
-from .test_security import BrowserProblems
+from .browser_page import BrowserProblems
 
 RUNS = [
     # name, tags, optimizer.lr (None: a flat "optimizer.lr" key of 1e-2), state, last step

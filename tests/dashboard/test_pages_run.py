@@ -32,6 +32,7 @@ from normwatch.dashboard.routing import query_of
 from normwatch.server.errors import RunNotFound
 from normwatch.server.schemas import RunOut, SegmentOut
 from normwatch.testing import ServerProcess
+from tests.dashboard.callbacks import CALLBACK, callback_request
 from tests.helpers.tenants import make_tenant
 
 from .components import find, nodes, rows, text
@@ -75,7 +76,6 @@ TICK_OUTPUTS = [
     "x-axis.options",
 ]
 ZOOM = {"type": "event-zoom", "step": 1000}
-CALLBACK = "/_dash-update-component"
 
 
 @dataclass(frozen=True)
@@ -509,24 +509,6 @@ CRAFTED = [
     {"run": "0" * 32, "left": {"$ne": 1}},
     {"left": "grad/norm/total"},
 ]
-
-
-def callback_request(
-    outputs: list[str], inputs: dict[str, Any], state: dict[str, Any], changed: list[str]
-) -> dict[str, Any]:
-    """The JSON a browser posts to run the callback of ``outputs`` (``id.property`` each)."""
-
-    def spec(key: str, value: Any = None, with_value: bool = False) -> dict[str, Any]:
-        component, _, prop = key.rpartition(".")
-        return {"id": component, "property": prop, **({"value": value} if with_value else {})}
-
-    return {
-        "output": (".." + "...".join(outputs) + "..") if len(outputs) > 1 else outputs[0],
-        "outputs": [spec(o) for o in outputs] if len(outputs) > 1 else spec(outputs[0]),
-        "inputs": [spec(k, v, True) for k, v in inputs.items()],
-        "state": [spec(k, v, True) for k, v in state.items()],
-        "changedPropIds": changed,
-    }
 
 
 @pytest.mark.parametrize("store", CRAFTED)

@@ -41,9 +41,9 @@ from normwatch.server.services.layers import LayerGrid, Profile
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 
+from .callbacks import CALLBACK, callback_request
 from .components import find
 from .seed import Viewers, create_run, post_points, viewers
-from .test_pages_run import CALLBACK, callback_request
 
 WHO = Principal(token_id=1, project_id=1, project="p", scope="read")
 RUN = "r1"

@@ -32,6 +32,7 @@ from normwatch.dashboard.security import (
     sent_from_elsewhere,
 )
 from normwatch.testing import ServerProcess
+from tests.dashboard.browser_page import BrowserProblems
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import Tenant, make_tenant
 
@@ -330,38 +331,7 @@ def test_callback_with_session_refused_cross_site_handled_same_origin(
 
 # --- in the browser ---------------------------------------------------------------------
 
-VIOLATIONS_INIT = """
-window.__cspViolations = [];
-document.addEventListener('securitypolicyviolation', e => {
-  window.__cspViolations.push(
-    e.violatedDirective + ' ' + e.blockedURI + ' ' + e.sourceFile + ':' + e.lineNumber);
-});
-"""
 GRAPH = "#overlay .js-plotly-plot"
-
-
-class BrowserProblems:
-    """Console errors, uncaught page errors and CSP violations seen on a page."""
-
-    def __init__(self, page: Page) -> None:
-        self.page = page
-        self.console: list[str] = []
-        self.violations: list[str] = []
-        page.add_init_script(VIOLATIONS_INIT)
-        page.on(
-            "console",
-            lambda m: self.console.append(m.text) if m.type in ("error", "warning") else None,
-        )
-        page.on("pageerror", lambda e: self.console.append(f"page error: {e}"))
-
-    def collect(self) -> None:
-        """Read this document's violations (call before leaving it)."""
-        self.violations += self.page.evaluate("window.__cspViolations")
-
-    def assert_none(self) -> None:
-        self.collect()
-        assert self.violations == []
-        assert self.console == []
 
 
 def seed_run(server: ServerProcess, tenant: Tenant) -> str:
