@@ -1,5 +1,6 @@
 # make demo — serve a live simulated run on http://127.0.0.1:8000 (SQLite)
 # make test — the whole suite against Postgres (NORMWATCH_TEST_DATABASE_URL)
+# make test-fast — its unit and database tiers only: no server process, no browser (~2 min)
 # make test-citus — tests/citus and the storage, alerting, API and end-to-end tests on Citus
 #   (a local cluster, scripts/citus-cluster; its build needs CITUS_SOURCE, a citusdata/citus repository)
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export NORMWATCH_TEST_DATABASE_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 
-.PHONY: demo test test-citus lint typecheck clean
+.PHONY: demo test test-fast test-citus lint typecheck clean
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed (set PYTHON=...)")'
@@ -29,6 +30,12 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed
 	./scripts/ensure-postgres
 	$(PY) -m pytest
+
+# Tiers (tests/conftest.py gives each test one): unit, db, e2e (a real server process),
+# browser (Chromium); slow on top. Any other selection: $(PY) -m pytest -m "<expression>".
+test-fast: $(VENV)/.installed
+	./scripts/ensure-postgres
+	$(PY) -m pytest -m "(unit or db) and not slow"
 
 CITUS_TESTS := tests/citus tests/server/storage tests/server/alerts tests/server/workers \
 	tests/server/services tests/server/api tests/server/aliases tests/server/analytics \

@@ -50,6 +50,70 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return not any(p == CITUS_TESTS or CITUS_TESTS in p.parents for p in named)
 
 
+# --- tiers ----------------------------------------------------------------------------------
+# Every test gets one tier marker from what it uses, so that a run can pick a tier
+# (``make test-fast`` is ``-m "unit or db"``): ``browser`` drives Chromium, ``e2e`` starts a
+# real server process, ``db`` talks to a real database, ``unit`` neither. A module that
+# starts servers or makes databases through the helpers rather than fixtures is told apart
+# by what it calls. ``slow`` (declared on the test) is added on top: minutes of real time.
+TIERS = ("browser", "e2e", "db", "unit")
+BROWSER_FIXTURES = {"chromium", "browser", "page"}
+E2E_FIXTURES = {"pg_server", "sqlite_server", "server", "alerting_server", "tenant", "api"}
+DB_FIXTURES = {
+    "pg_url",
+    "fresh_pg_url",
+    "sqlite_url",
+    "db_url",
+    "db_engine",
+    "db_session",
+    "dashboard_sessions",
+    "dashboard_data",
+}
+E2E_CALLS = (
+    "start_server(",
+    "running_server(",
+    "server_of_its_own(",
+    "ServerProcess(",
+    "subprocess.Popen(",  # a `normwatch serve` or `demo` of the test's own
+)
+E2E_FOLDER = Path(__file__).resolve().parent / "e2e"
+DB_CALLS = (
+    "own_database(",
+    "own_sessions(",
+    "scratch_pg(",
+    "create_scratch_pg(",
+    "migrated_sqlite(",
+    "build_engine(",
+    "create_database(",
+)
+
+
+def tier_of(fixtures: set[str], source: str, path: Path) -> str:
+    """The tier of a test that uses ``fixtures`` in the module at ``path``, whose text is
+    ``source``."""
+    if fixtures & BROWSER_FIXTURES:
+        return "browser"
+    if E2E_FOLDER in path.parents or fixtures & E2E_FIXTURES:
+        return "e2e"
+    if any(call in source for call in E2E_CALLS):
+        return "e2e"
+    if fixtures & DB_FIXTURES or any(call in source for call in DB_CALLS):
+        return "db"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sources: dict[Path, str] = {}
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIERS):
+            continue  # declared on the test itself
+        path = Path(item.path)
+        if path not in sources:
+            sources[path] = path.read_text()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        item.add_marker(getattr(pytest.mark, tier_of(fixtures, sources[path], path)))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def spool_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every client of the session (and the processes it starts) spools to a scratch folder."""

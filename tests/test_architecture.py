@@ -289,3 +289,19 @@ def test_every_refusal_is_in_the_one_tree() -> None:
     drawn = errors.__doc__ or ""
     assert [c.__name__ for c in seen if c.__name__ not in drawn] == []
     assert len(seen) >= 15
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in helper modules (``tests/helpers``, or a non-``test_``
+    module beside them), so that running one test file never runs another's module."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            if any(n.rpartition(".")[2].startswith("test_") for n in names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,9 +51,12 @@ class Dispatcher:
         max_retry_delay_s: float = delivery.BACKOFF_CAP_S,
         rng: random.Random | None = None,
         ahead: Callable[[], AbstractContextManager[object]] | None = None,
+        now: Callable[[], datetime] = utcnow,
     ) -> None:
         """``ahead`` marks the dispatcher's deliveries as work that large metric batches in
-        this worker stand aside for (a crossing point's notification, not bulk upload)."""
+        this worker stand aside for (a crossing point's notification, not bulk upload).
+        ``now`` is the clock that leases, schedules retries and stamps deliveries (a test's
+        own, to play an outage of minutes in seconds)."""
         self._ahead = ahead or contextlib.nullcontext
         self._sessions = sessions
         self._deliverer = deliverer
@@ -63,6 +66,7 @@ class Dispatcher:
         self._lease = timedelta(seconds=lease_s)
         self._max_retry_delay = max_retry_delay_s
         self._rng = rng or random.Random()
+        self._now = now
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -135,7 +139,7 @@ class Dispatcher:
 
     def deliver_due(self) -> int:
         """Lease and try every due notification once; returns how many were tried."""
-        now = utcnow()
+        now = self._now()
         with self._sessions() as session, session.begin():
             claimed = claim_notifications(session, now, now + self._lease, self._batch_size)
         for notification_id in claimed:
@@ -161,13 +165,13 @@ class Dispatcher:
                 return
             if attempt.ok:
                 row.status = "delivered"
-                row.delivered_at = utcnow()
+                row.delivered_at = self._now()
                 row.last_error = None
             elif attempt.retryable:
                 delay = delivery.next_attempt_delay(
                     row.attempts, attempt.retry_after_s, self._rng, max_delay=self._max_retry_delay
                 )
-                row.next_attempt_at = utcnow() + timedelta(seconds=delay)
+                row.next_attempt_at = self._now() + timedelta(seconds=delay)
                 row.last_error = attempt.error or f"HTTP {attempt.status_code}"
             else:
                 row.status = "failed"

@@ -1,5 +1,7 @@
 """The dispatcher in a real server process: the stale clock, retries through a receiver that is
-down or failing, a SIGKILL before delivery, a long outage; each notification arrives once.
+down or failing, a SIGKILL before delivery, an outage; each notification arrives once.
+(A two-minute outage, played in seconds on a clock of the test's own:
+``test_dispatcher_clock.py``.)
 """
 
 from __future__ import annotations
@@ -98,13 +100,13 @@ def test_sigkill_before_delivery_delivers_after_restart_once(
         receiver.stop()
 
 
-def test_two_minute_outage_then_every_notification_arrives_once(
-    fresh_pg_url: str, tmp_path: Path
-) -> None:
-    """A minute of refused connections, a minute of 500s, then up: all arrive, each once."""
+def test_an_outage_then_every_notification_arrives_once(fresh_pg_url: str, tmp_path: Path) -> None:
+    """Refused connections, then 500s, then up: all arrive, each once, from a real server's
+    dispatcher thread. (Two minutes of it, on a clock of the test's own:
+    ``test_dispatcher_clock.py``.)"""
     pg_url = fresh_pg_url
     receiver = WebhookReceiver()
-    server = start_server(pg_url, tmp_path, NORMWATCH_RETRY_MAX_DELAY_S="5", **ALERTING)
+    server = start_server(pg_url, tmp_path, NORMWATCH_RETRY_MAX_DELAY_S="1", **ALERTING)
     tenant = make_tenant(pg_url)
     try:
         with client_for(server, tenant) as api:
@@ -118,11 +120,11 @@ def test_two_minute_outage_then_every_notification_arrives_once(
             run = create_run(api, name="r", start_step=0)
             post_metrics(api, run, list(range(6)), g=[2.0, 0.0] * 3)  # 3 firings, 3 resolves
             started = time.monotonic()
-            time.sleep(60)  # connection refused all along
-            receiver.healthy_at = time.monotonic() + 60
-            receiver.start()  # a minute of 500s
-            payloads = receiver.wait_for(6, timeout=120)
-            assert time.monotonic() - started >= 120
+            time.sleep(6)  # connection refused all along
+            receiver.healthy_at = time.monotonic() + 6
+            receiver.start()  # then 500s
+            payloads = receiver.wait_for(6, timeout=60)
+            assert time.monotonic() - started >= 12
             time.sleep(2)
             ids = [r.headers["x-normwatch-delivery"] for r in receiver.delivered]
             assert len(ids) == len(set(ids)) == 6
@@ -136,7 +138,7 @@ def test_two_minute_outage_then_every_notification_arrives_once(
             ]
             history = api.get("/api/v1/alerts", params={"run": run}).json()
             attempts = [a["notifications"][0]["attempts"] for a in history]
-            assert all(n >= 10 for n in attempts), attempts
+            assert all(n >= 5 for n in attempts), attempts
             assert all(a["notifications"][0]["status"] == "delivered" for a in history)
     finally:
         server.stop()
