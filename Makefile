@@ -7,6 +7,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export NORMWATCH_TEST_DATABASE_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+# Test processes (pytest-xdist): one a core, at most four (each holds a few dozen Postgres
+# connections: its own server processes and pools). WORKERS=0 runs in this process.
+WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(WORKERS) --maxprocesses=4 --dist worksteal
 
 .PHONY: demo test test-fast test-citus lint typecheck clean
 
@@ -29,13 +33,13 @@ demo: $(VENV)/.installed-demo
 
 test: $(VENV)/.installed
 	./scripts/ensure-postgres
-	$(PY) -m pytest
+	$(PYTEST)
 
 # Tiers (tests/conftest.py gives each test one): unit, db, e2e (a real server process),
 # browser (Chromium); slow on top. Any other selection: $(PY) -m pytest -m "<expression>".
 test-fast: $(VENV)/.installed
 	./scripts/ensure-postgres
-	$(PY) -m pytest -m "(unit or db) and not slow"
+	$(PYTEST) -m "(unit or db) and not slow"
 
 CITUS_TESTS := tests/citus tests/server/storage tests/server/alerts tests/server/workers \
 	tests/server/services tests/server/api tests/server/aliases tests/server/analytics \

@@ -55,8 +55,9 @@ class Dispatcher:
     ) -> None:
         """``ahead`` marks the dispatcher's deliveries as work that large metric batches in
         this worker stand aside for (a crossing point's notification, not bulk upload).
-        ``now`` is the clock that leases, schedules retries and stamps deliveries (a test's
-        own, to play an outage of minutes in seconds)."""
+        ``now`` is the clock that leases, schedules retries, stamps deliveries and decides
+        which runs went stale and which alerts are due to be sent again (a test's own, to
+        play minutes in seconds)."""
         self._ahead = ahead or contextlib.nullcontext
         self._sessions = sessions
         self._deliverer = deliverer
@@ -120,7 +121,7 @@ class Dispatcher:
     def check_stale(self) -> int:
         try:
             with self._sessions() as session, session.begin():
-                owed = alerting.check_stale_runs(session)
+                owed = alerting.check_stale_runs(session, self._now().timestamp())
         except SQLAlchemyError as exc:  # e.g. two workers creating the same state row
             log.debug("stale check skipped: %s", exc)
             return 0
@@ -131,7 +132,7 @@ class Dispatcher:
         notification; returns how many notifications that owes."""
         try:
             with self._sessions() as session, session.begin():
-                owed = repeats.send_due_repeats(session)
+                owed = repeats.send_due_repeats(session, self._now().timestamp())
         except SQLAlchemyError as exc:  # e.g. a lock wait that ended in a deadlock
             log.debug("repeat check skipped: %s", exc)
             return 0
