@@ -91,6 +91,7 @@ def create_app(
         Deliverer(allow=webhook_allow),
         base_url=settings.base_url,
         tick_s=settings.dispatch_tick_s,
+        lease_s=settings.dispatch_lease_s,
         max_retry_delay_s=settings.retry_max_delay_s,
         ahead=reads_first.small_batch,
     )

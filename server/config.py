@@ -80,6 +80,13 @@ class Settings(BaseSettings):
         gt=0,
         description="How often the alert dispatcher looks for due retries and stale runs.",
     )
+    dispatch_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="How long a notification a worker took to send is its own: one whose "
+        "worker died while sending it is sent by another this long after.",
+    )
     alert_repeat_min_s: int = Field(
         default=60,
         ge=1,

@@ -73,7 +73,8 @@ def test_sigkill_before_delivery_delivers_after_restart_once(
 ) -> None:
     pg_url = fresh_pg_url
     receiver = WebhookReceiver()  # down while the alert fires
-    server = start_server(pg_url, tmp_path, **ALERTING)
+    # A notification the killed worker was sending is another's after the lease: 3 s here.
+    server = start_server(pg_url, tmp_path, NORMWATCH_DISPATCH_LEASE_S="3", **ALERTING)
     tenant = make_tenant(pg_url)
     try:
         with client_for(server, tenant) as api:
@@ -90,7 +91,9 @@ def test_sigkill_before_delivery_delivers_after_restart_once(
         server.process.wait(10)
         receiver.start()
         port = int(server.url.rsplit(":", 1)[1])
-        server = start_server(pg_url, tmp_path, port=port, **ALERTING)
+        server = start_server(
+            pg_url, tmp_path, port=port, NORMWATCH_DISPATCH_LEASE_S="3", **ALERTING
+        )
         payloads = receiver.wait_for(1, timeout=60)
         time.sleep(1.0)
         assert [(p["state"], p["step"]) for p in receiver.payloads()] == [("firing", 0)]
