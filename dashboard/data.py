@@ -14,16 +14,13 @@ from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.db import begin_snapshot
 from normwatch.server.errors import Conflict, Invalid
-from normwatch.server.schemas import (
+from normwatch.server.schemas import EventOut, MetricOut, RunOut, RunUpdate
+from normwatch.server.schemas.alerts import (
     AlertOut,
     AlertRuleCreate,
     AlertRuleOut,
     AlertRuleUpdate,
-    EventOut,
-    MetricOut,
     RulePreview,
-    RunOut,
-    RunUpdate,
     TestDelivery,
 )
 from normwatch.server.schemas.analytics import CompareOut

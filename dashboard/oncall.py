@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.server.auth import Principal
-from normwatch.server.schemas import AckCreate, SilenceCreate, SilenceOut
+from normwatch.server.schemas.alerts import AckCreate, SilenceCreate, SilenceOut
 from normwatch.server.services import access, silences
 
 DOING = "silencing and acknowledging alerts"

@@ -18,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 
 from normwatch.server.alerts.payloads import dashboard_link
 from normwatch.server.auth import Principal
-from normwatch.server.schemas import AlertOut, DeliveryOut
+from normwatch.server.schemas.alerts import AlertOut, DeliveryOut
 
 from ..refusals import RunNotFound
 from ..session import viewer

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from normwatch.server.auth import Principal
 from normwatch.server.errors import Invalid, NotFound, RunNotFound
-from normwatch.server.schemas import AlertRuleOut, RunOut, SilenceCreate, SilenceOut
+from normwatch.server.schemas import RunOut
+from normwatch.server.schemas.alerts import AlertRuleOut, SilenceCreate, SilenceOut
 
 from ..refusals import Refusal, said
 from ..session import viewer

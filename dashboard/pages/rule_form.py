@@ -16,7 +16,7 @@ import dash
 from dash import Input, Output, dcc, html
 from pydantic import ValidationError
 
-from normwatch.server.schemas import AlertRuleCreate, AlertRuleOut, AlertRuleUpdate
+from normwatch.server.schemas.alerts import AlertRuleCreate, AlertRuleOut, AlertRuleUpdate
 
 KINDS = ("threshold", "non_finite", "spike", "slope", "forecast", "stale")
 _STEPS = ("for_steps", "resolve_steps", "cooldown_steps")

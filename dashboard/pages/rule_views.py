@@ -11,7 +11,7 @@ from typing import Any
 
 from dash import dcc, html
 
-from normwatch.server.schemas import AlertRuleOut, RulePreview, TestDelivery
+from normwatch.server.schemas.alerts import AlertRuleOut, RulePreview, TestDelivery
 
 from ..figures import AlertMark, Line, OverlayView, overlay_figure
 from ..graph_config import GRAPH_CONFIG

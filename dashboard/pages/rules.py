@@ -15,12 +15,12 @@ from dash import ALL, Input, Output, State, dcc, html
 
 from normwatch.server.auth import Principal
 from normwatch.server.errors import NotFound
-from normwatch.server.schemas import (
+from normwatch.server.schemas import RunOut
+from normwatch.server.schemas.alerts import (
     AlertRuleCreate,
     AlertRuleOut,
     AlertRuleUpdate,
     RulePreview,
-    RunOut,
     TestDelivery,
 )
 

@@ -32,7 +32,8 @@ from normwatch.server.analytics.derived import is_derived
 from normwatch.server.analytics.transitions import Fit
 from normwatch.server.auth import Principal
 from normwatch.server.errors import GlobError
-from normwatch.server.schemas import AlertRuleOut, RunOut
+from normwatch.server.schemas import RunOut
+from normwatch.server.schemas.alerts import AlertRuleOut
 
 from ..figures import OverlayView
 from ..forecast import forecast

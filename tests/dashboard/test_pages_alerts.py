@@ -24,7 +24,7 @@ from normwatch.dashboard.pages.alerts import (
     run_href,
 )
 from normwatch.server.errors import RunNotFound
-from normwatch.server.schemas import AlertOut, DeliveryOut
+from normwatch.server.schemas.alerts import AlertOut, DeliveryOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -29,7 +29,8 @@ from normwatch.dashboard.pages.oncall import (
     until_text,
 )
 from normwatch.server.errors import Invalid, ServiceError
-from normwatch.server.schemas import RunOut, SilenceOut
+from normwatch.server.schemas import RunOut
+from normwatch.server.schemas.alerts import SilenceOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

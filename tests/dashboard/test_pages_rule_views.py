@@ -19,8 +19,8 @@ from normwatch.dashboard.pages.rule_views import (
     rules_table,
     send_test_text,
 )
-from normwatch.server import schemas
-from normwatch.server.schemas import AlertRuleOut, RulePreview
+from normwatch.server.schemas import alerts as alert_bodies
+from normwatch.server.schemas.alerts import AlertRuleOut, RulePreview
 
 from .components import find, header, rows, text, tree
 
@@ -185,8 +185,8 @@ def test_rule_options() -> None:
 
 def sent(
     channel: str, ok: bool, status: int | None, error: str | None = None
-) -> schemas.TestDelivery:
-    return schemas.TestDelivery(
+) -> alert_bodies.TestDelivery:
+    return alert_bodies.TestDelivery(
         channel=channel, ok=ok, status_code=status, error=error, duration_ms=3.0
     )
 

@@ -32,7 +32,8 @@ from normwatch.dashboard.pages.run_view import RunView
 from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.errors import Invalid, RunNotFound
-from normwatch.server.schemas import AlertRuleOut, RunOut
+from normwatch.server.schemas import RunOut
+from normwatch.server.schemas.alerts import AlertRuleOut
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 

@@ -28,7 +28,7 @@ from normwatch.dashboard.pages.rule_form import (
     to_update,
     values_of,
 )
-from normwatch.server.schemas import AlertRuleOut
+from normwatch.server.schemas.alerts import AlertRuleOut
 
 from .components import find
 

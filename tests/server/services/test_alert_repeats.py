@@ -22,13 +22,11 @@ from normwatch.server.auth import Principal
 from normwatch.server.batch import parse_batch
 from normwatch.server.errors import Invalid
 from normwatch.server.models import Alert, Notification
-from normwatch.server.schemas import (
-    MAX_REPEAT_SECONDS,
+from normwatch.server.schemas import MAX_REPEAT_SECONDS, RunCreate, RunUpdate
+from normwatch.server.schemas.alerts import (
     AckCreate,
     AlertRuleCreate,
     AlertRuleUpdate,
-    RunCreate,
-    RunUpdate,
     SilenceCreate,
 )
 from normwatch.server.services import alert_rules, ingest, runs, silences

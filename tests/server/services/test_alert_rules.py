@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from normwatch.server.errors import Conflict
 from normwatch.server.models import AlertRule
-from normwatch.server.schemas import AlertRuleCreate
+from normwatch.server.schemas.alerts import AlertRuleCreate
 from normwatch.server.services.alert_rules import MAX_PROJECT_RULES, create_rule
 from tests.helpers.principals import principal
 

@@ -18,7 +18,8 @@ from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.errors import BatchError, Conflict
 from normwatch.server.models import Event, Run
-from normwatch.server.schemas import AlertRuleCreate, EventCreate, RunCreate
+from normwatch.server.schemas import EventCreate, RunCreate
+from normwatch.server.schemas.alerts import AlertRuleCreate
 from normwatch.server.services import alert_rules, ingest, runs
 from normwatch.server.services.alerting import PAUSE_EVERY
 from normwatch.server.services.ingest import add_event

@@ -22,7 +22,8 @@ from normwatch.server.alerts.delivery import Deliverer
 from normwatch.server.auth import Principal, authenticate
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import build_engine, session_factory
-from normwatch.server.schemas import AlertRuleCreate, RunCreate
+from normwatch.server.schemas import RunCreate
+from normwatch.server.schemas.alerts import AlertRuleCreate
 from normwatch.server.services import alert_rules, ingest, runs
 from normwatch.server.workers.dispatcher import Dispatcher
 from tests.helpers.databases import scratch_pg
