@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Response
 
-from ..schemas import (
-    INT32_MAX,
+from ..schemas import INT32_MAX
+from ..schemas.alerts import (
     AckCreate,
     AlertOut,
     AlertRuleCreate,

@@ -13,13 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from ..auth import TokenInfo
-from ..schemas import (
-    TokenCreate,
-    TokenCreated,
-    TokenOut,
-    TokenRotate,
-    TokenRotated,
-)
+from ..schemas.tokens import TokenCreate, TokenCreated, TokenOut, TokenRotate, TokenRotated
 from ..services import tokens
 from .deps import Admin, SessionDep
 from .errors import API, documented

@@ -17,7 +17,7 @@ from ..analytics import derived
 from ..auth import Principal
 from ..errors import Conflict, NotFound
 from ..models import AlertRule, Run, utcnow
-from ..schemas import (
+from ..schemas.alerts import (
     AlertOut,
     AlertRuleCreate,
     AlertRuleOut,

@@ -18,7 +18,7 @@ from .. import errors
 from ..alerts.selectors import GLOB_CHARS, check_glob
 from ..auth import Principal
 from ..models import Alert, Silence, utcnow
-from ..schemas import AckCreate, SilenceCreate, SilenceOut
+from ..schemas.alerts import AckCreate, SilenceCreate, SilenceOut
 from ..storage.alerts import rule_by_id
 from ..storage.silences import add_silence, alert_by_id, silence_by_id, silences_of_project
 from ..storage.tokens import token_name

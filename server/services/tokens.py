@@ -14,7 +14,7 @@ from .. import auth
 from ..auth import Principal, TokenInfo
 from ..errors import Forbidden, Invalid, NotFound
 from ..models import utcnow
-from ..schemas import TEN_YEARS_S, TokenCreate, TokenExpiry, TokenRotate
+from ..schemas.tokens import TEN_YEARS_S, TokenCreate, TokenExpiry, TokenRotate
 from .access import own_project, owns
 
 
