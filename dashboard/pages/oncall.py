@@ -9,6 +9,8 @@ goes through `DashboardData`, which refuses a viewer without an admin token.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 
 import dash
 from dash import ALL, Input, Output, State, dcc, html
+from plotly.utils import PlotlyJSONEncoder
 from pydantic import ValidationError
 
 from normwatch.server.auth import Principal
@@ -77,13 +80,15 @@ def section(data: OnCallAccess, who: Principal) -> html.Div:
     """The Silences heading, the form (admins only), the list and the change counter."""
     admin = who.can("admin")
     names = Names.read(data, who)
+    table = silences_table(data.silences(who), names, admin=admin)
     return html.Div(
         [
             html.H3("Silences"),
             html.Div(id="oncall-message", className="message"),
             silence_form(names) if admin else None,
-            html.Div(silences_table(data.silences(who), names, admin=admin), id="silences-table"),
+            html.Div(table, id="silences-table"),
             dcc.Store(id="oncall-changed", data=0),
+            dcc.Store(id="silences-shown", data=fingerprint(table)),
         ],
         className="silences",
     )
@@ -274,6 +279,12 @@ def submit(
     return ok(f"Silenced {covers(made, names)} until {until_text(made)}."), _next(changed)
 
 
+def fingerprint(component: Any) -> str:
+    """A digest of what a component draws, to tell whether a refresh changed anything."""
+    text = json.dumps(component, cls=PlotlyJSONEncoder, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def act(
     data: OnCallAccess, who: Principal, trigger: TriggerId, click: bool, changed: object
 ) -> tuple[Any, Any] | None:
@@ -331,9 +342,17 @@ def register(app: dash.Dash, data: OnCallAccess) -> None:
 
     @app.callback(
         Output("silences-table", "children"),
+        Output("silences-shown", "data"),
         Input("oncall-changed", "data"),
         Input("alerts-refresh", "n_intervals"),
+        State("silences-shown", "data"),
         prevent_initial_call=True,
     )
-    async def on_change(_changed: object, _n: object) -> Any:
-        return await in_thread(refresh, data, viewer())
+    async def on_change(_changed: object, _n: object, shown: object) -> tuple[Any, Any]:
+        # Drawn again only when it changed: a table drawn anew every refresh replaces its
+        # Expire buttons, and a click's answer in flight then was dropped for the redraw's.
+        table = await in_thread(refresh, data, viewer())
+        drawn = fingerprint(table)
+        if drawn == shown:
+            return dash.no_update, dash.no_update
+        return table, drawn
