@@ -1,6 +1,6 @@
 # make demo — serve a live simulated run on http://127.0.0.1:8000 (SQLite)
 # make test — the whole suite against Postgres (NORMWATCH_TEST_DATABASE_URL)
-# make test-fast — its unit and database tiers only: no server process, no browser (~2 min)
+# make test-fast — its unit and database tiers only: no server process, no browser (~1.5 min)
 # make test-citus — tests/citus and the storage, alerting, API and end-to-end tests on Citus
 #   (a local cluster, scripts/citus-cluster; its build needs CITUS_SOURCE, a citusdata/citus repository)
 PYTHON ?= python3
