@@ -158,9 +158,7 @@ class DashboardData(OnCallData, ControlData):
         """The project's alerts, newest first; one run's when ``run_id`` is given
         (`RunNotFound` when the viewer's project has no such run)."""
         with self.sessions() as session:
-            if run_id is not None:
-                access.owned_run(session, who, run_id, hidden=True)
-            return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit)
+            return alert_rules.list_alerts(session, who, run_id=run_id, limit=limit, hidden=True)
 
     def firing(self, who: Principal) -> list[AlertOut]:
         with self.sessions() as session:

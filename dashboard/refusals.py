@@ -9,6 +9,8 @@ it has a not-found view of its own, then `Refusal`, and shows `said`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import ValidationError
 
 from normwatch.server.errors import Invalid, RunNotFound, ServiceError
@@ -29,7 +31,14 @@ def said(exc: ServiceError) -> str:
     return str(exc)
 
 
-def invalid(exc: ValidationError, field: str) -> Invalid:
-    """A form field the dashboard's own check refused, as the service would refuse it:
-    "<field>: <the first fault>"."""
-    return Invalid(f"{field}: {exc.errors()[0]['msg']}")
+def invalid(
+    exc: ValidationError, field: str | None = None, names: Mapping[str, str] | None = None
+) -> Invalid:
+    """A form the dashboard's own check refused, as the service would refuse it:
+    "<field>: <the first fault>". The field is ``field``, else the first fault's place as
+    the form names it (``names``: the model's field to the form's word)."""
+    first = exc.errors()[0]
+    if field is None:
+        where = ".".join(str(p) for p in first["loc"])
+        field = (names or {}).get(where, where)
+    return Invalid(f"{field}: {first['msg']}")

@@ -26,7 +26,7 @@ from normwatch.server.errors import Invalid, NotFound, RunNotFound
 from normwatch.server.schemas import RunOut
 from normwatch.server.schemas.alerts import AlertRuleOut, SilenceCreate, SilenceOut
 
-from ..refusals import Refusal, said
+from ..refusals import Refusal, invalid, said
 from ..session import viewer
 from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from .runs import ago
@@ -246,10 +246,7 @@ def silence_body(
             created_by=_text(form.get("silence-by")),
         )
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        field = {"comment": "why", "metric": "metric", "created_by": "who"}.get(where, where)
-        raise Invalid(f"{field}: {first['msg']}") from None
+        raise invalid(exc, names={"comment": "why", "created_by": "who"}) from None
 
 
 def error(message: str) -> html.Span:

@@ -88,16 +88,12 @@ async def get_principal(
     return who
 
 
-def _check_scope(who: Principal, scope: Scope) -> Principal:
-    authorize(who, scope)
-    return who
-
-
 def require(scope: Scope) -> Callable[[Principal], Awaitable[Principal]]:
     """A dependency admitting principals whose scope covers ``scope``."""
 
     async def check(who: Annotated[Principal, Depends(get_principal)]) -> Principal:
-        return _check_scope(who, scope)
+        authorize(who, scope)
+        return who
 
     return check
 
@@ -109,7 +105,9 @@ async def caller(request: Request, context: ServiceContext, scope: Scope) -> Pri
     token = bearer_of(request.headers.get("authorization"))
     if token is None:
         raise _no_token()
-    return _check_scope(await get_principal(context, token), scope)
+    who = await get_principal(context, token)
+    authorize(who, scope)
+    return who
 
 
 ROUTE_SECURITY: dict[str, Any] = {"security": [{_BEARER.scheme_name: []}]}

@@ -339,15 +339,17 @@ def list_alerts(
     run_id: str | None = None,
     state: str | None = None,
     limit: int = 200,
+    hidden: bool = False,
 ) -> list[AlertOut]:
-    """The project's alert history, newest first, with each notification's delivery.
+    """The project's alert history, newest first, with each notification's delivery; one
+    run's with ``run_id`` (`access.owned_run`'s refusals, ``hidden`` as it takes it).
 
     A delivery's last error is shown whole to admins only: it may quote the receiver's
     answer or a redirect's target. Others see its kind (``HTTP 500``, ``timed out``).
     """
     admin = who.can("admin")
     if run_id is not None:
-        owned_run(session, who, run_id)
+        owned_run(session, who, run_id, hidden=hidden)
     rows = alert_history(session, who.project_id, run_id=run_id, state=state, limit=limit)
     out = []
     for alert, rule, run, notifications in rows:
