@@ -52,7 +52,8 @@ libc.fflush(fd)
 def test_trim_hands_freed_heap_pages_back() -> None:
     """In a fresh process: 64 MB of small blocks freed below a live one stay resident
     (``free`` cannot shrink the heap past it); `trim` gives them back, and a second call,
-    with nothing left to give, changes nothing."""
+    with nothing left to give, gives back nothing more than a stray page or two (the
+    interpreter itself may touch or drop one between the reads)."""
     probe = """
 import os
 from normwatch.server import memory
@@ -76,4 +77,4 @@ print(loaded, freed, trimmed, resident())
     blocks = 16000 * 4000
     assert loaded - freed < 0.05 * blocks, (loaded, freed)
     assert freed - trimmed > 0.95 * blocks, (freed, trimmed)
-    assert again == trimmed
+    assert abs(again - trimmed) <= 16 * 4096, (trimmed, again)
