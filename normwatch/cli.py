@@ -250,12 +250,15 @@ class _CompactorProcess:
             if proc is None or proc.poll() is None:
                 self._stop.wait(1.0)
                 continue
-            print(
-                f"normwatch: the compactor exited with {proc.returncode}; restarting it",
-                file=sys.stderr,
-            )
+            # A signal to the whole process group (Ctrl-C, `timeout`, a service manager's
+            # stop) ends the compactor a moment before serve: wait first, so that a serve
+            # that is stopping neither restarts it nor says it will.
             if self._stop.wait(self._restart_after_s):
                 return
+            print(
+                f"normwatch: the compactor exited with {proc.returncode}; restarted it",
+                file=sys.stderr,
+            )
             self._proc = self._spawn()
 
     def stop(self, timeout: float = 15.0) -> None:

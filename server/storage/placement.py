@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 from . import chunks
 from .chunks import FANOUT, LEVELS, Points
 from .policy import Policy
-from .sql import KEYS_PER_QUERY, any_key
+from .sql import KEYS_PER_QUERY, any_key, fetch
 
 
 @dataclass
@@ -131,12 +131,12 @@ def load_tails(
     for i in range(0, len(keys), KEYS_PER_QUERY):
         clause, params = any_key(("metric_id", "seq"), keys[i : i + KEYS_PER_QUERY])
         params.update(rk=run_key, seg=segment)
-        rows = conn.execute(
-            text(
-                "SELECT metric_id, data FROM chunks WHERE run_key = :rk AND segment = :seg "
-                f"AND ({clause})"
-            ),
+        rows = fetch(
+            conn,
+            "SELECT metric_id, data FROM chunks WHERE run_key = :rk AND segment = :seg "
+            f"AND ({clause})",
             params,
+            prepare=False,
         )
         for mid, data in rows:
             if data is not None:
@@ -159,12 +159,12 @@ def load_rollups(
     for i in range(0, len(keys), KEYS_PER_QUERY):
         clause, params = any_key(("metric_id", "level", "seq"), keys[i : i + KEYS_PER_QUERY])
         params.update(rk=run_key, seg=segment)
-        rows = conn.execute(
-            text(
-                "SELECT metric_id, level, seq, buckets FROM rollups WHERE run_key = :rk "
-                f"AND segment = :seg AND ({clause})"
-            ),
+        rows = fetch(
+            conn,
+            "SELECT metric_id, level, seq, buckets FROM rollups WHERE run_key = :rk "
+            f"AND segment = :seg AND ({clause})",
             params,
+            prepare=False,
         )
         for mid, level, seq, blob in rows:
             out[(int(mid), int(level), int(seq))] = Rollup(

@@ -1,4 +1,5 @@
-"""Long outages under a live trainer: the database stopped for a minute, the spool's disk full.
+"""Long outages under a live trainer: the database stopped past every timeout, the spool's
+disk full.
 
 Real parts only: a PostgreSQL cluster of the test's own (initdb, pg_ctl), ``normwatch serve``
 processes, the real client in this process or in a trainer subprocess, and a real full
@@ -32,6 +33,7 @@ from sqlalchemy import make_url
 
 from normwatch.client import Run
 from normwatch.scratch import admin_dsn
+from normwatch.server.config import Settings
 from normwatch.server.db import build_engine
 from normwatch.server.migrate import upgrade
 from normwatch.testing import ServerProcess, free_port, start_server
@@ -40,7 +42,15 @@ from tests.helpers.points import EXACT, assert_same, stored_once
 from tests.helpers.series import TRAINER_METRICS, trainer_points, trainer_value
 from tests.helpers.tenants import make_tenant
 
-OUTAGE_S = 60.0
+CLIENT_TIMEOUT_S = 10.0
+IDLE_COMPACTION_S = 10.0
+"""A run quiet this long is compacted: the outage makes the test's run quiet, so the
+compactor meets the stopped database too, and compacts the run once it is back."""
+POOL_TIMEOUT_S = Settings.model_fields["db_pool_timeout_s"].default
+OUTAGE_S = 25.0
+"""Twice the longest wait on either side: the client's request timeout, the server's wait
+for a pooled connection (10 s by default) and the idle compaction above, so that every one
+of them runs out while the database is away."""
 PROMPT_S = 5.0
 """The longest any answer may take while the database is away ("no hang")."""
 LOG_BOUND_S = 0.25
@@ -200,12 +210,15 @@ def ask(http: httpx.Client, kind: str, method: str, path: str, **kwargs: object)
     )
 
 
-def test_database_stopped_for_a_minute_under_ingest_and_reads(
+def test_database_stopped_past_every_timeout_under_ingest_and_reads(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    # float64 chunks: the points compacted after the outage (the run sat idle for a
-    # minute) read back exactly.
-    server = start_server(cluster.url, tmp_path, **EXACT)
+    assert OUTAGE_S >= 2 * max(CLIENT_TIMEOUT_S, IDLE_COMPACTION_S, POOL_TIMEOUT_S)
+    # float64 chunks: the points compacted after the outage (the run sat idle through it)
+    # read back exactly.
+    server = start_server(
+        cluster.url, tmp_path, **EXACT, NORMWATCH_COMPACTION_IDLE_S=str(IDLE_COMPACTION_S)
+    )
     try:
         outage_and_recovery(cluster, server, tmp_path)
     finally:
@@ -223,7 +236,7 @@ def outage_and_recovery(cluster: Cluster, server: ServerProcess, tmp_path: Path)
         spool_dir=tmp_path / "spool",
         flush_interval=0.05,
         max_batch_points=400,
-        timeout=10.0,
+        timeout=CLIENT_TIMEOUT_S,
         transport=RecordingTransport(client_answers),
     )
     stop = threading.Event()

@@ -416,6 +416,9 @@ UNKNOWN = Objects("no-such-project", "f" * 32, "", 2**31 - 1, "", 2**31 - 1, "",
 @dataclass
 class World:
     server: ServerProcess
+    http: httpx.Client
+    """Every request of the matrix goes through it (a client made per request loads the CA
+    bundle, 20 ms each); it keeps no cookie, so each request says its own."""
     sessions: sessionmaker[Session]
     own: Tenant
     other: Tenant
@@ -445,7 +448,7 @@ class World:
             "metric": "grad/norm/total",
             "condition": {"kind": "non_finite"},
         }
-        made = httpx.post(
+        made = self.http.post(
             f"{self.server.url}/api/v1/alert-rules",
             json=rule,
             headers=self.tenant(target).headers("admin"),
@@ -473,7 +476,7 @@ class World:
         ``unknown``)."""
         if target == "unknown":
             return UNKNOWN.rule_id
-        made = httpx.post(
+        made = self.http.post(
             f"{self.server.url}/api/v1/silences",
             json={"until_step": 5, "comment": f"{target} fresh {self.next()}"},
             headers=self.tenant(target).headers("admin"),
@@ -547,8 +550,8 @@ def seed(server: ServerProcess, tenant: Tenant, label: str) -> Objects:
     )
 
 
-def log_in(server: ServerProcess, token: str) -> str:
-    r = httpx.post(f"{server.url}/login", data={"token": token, "next": "/"}, timeout=30)
+def log_in(http: httpx.Client, server: ServerProcess, token: str) -> str:
+    r = http.post(f"{server.url}/login", data={"token": token, "next": "/"}, timeout=30)
     assert r.status_code == 303, r.text
     return r.cookies["normwatch_session"]
 
@@ -557,6 +560,11 @@ def log_in(server: ServerProcess, token: str) -> str:
 def world(fresh_pg_url: str, tmp_path: Path) -> Iterator[World]:
     engine = build_engine(fresh_pg_url, pool_size=1)
     sessions = session_factory(engine)
+
+    def forget_cookies(response: httpx.Response) -> None:
+        http.cookies.clear()
+
+    http = httpx.Client(timeout=30, event_hooks={"response": [forget_cookies]})
     try:
         with running_server(
             fresh_pg_url,
@@ -569,10 +577,10 @@ def world(fresh_pg_url: str, tmp_path: Path) -> Iterator[World]:
             own, other = make_tenant(fresh_pg_url), make_tenant(fresh_pg_url)
             # Lives long enough to open a session; runs out while the rest is seeded.
             expiring, expiring_id = add_token(sessions, own.project, "admin", expires_in_s=3)
-            expired_cookie = log_in(server, expiring)
+            expired_cookie = log_in(http, server, expiring)
             objects = {"own": seed(server, own, "own"), "other": seed(server, other, "other")}
             revoked, revoked_id = add_token(sessions, own.project, "admin")
-            revoked_cookie = log_in(server, revoked)
+            revoked_cookie = log_in(http, server, revoked)
             with sessions() as session, session.begin():
                 assert revoke_token(session, revoked_id) is not None
                 expires_at = session.get_one(ApiToken, expiring_id).expires_at
@@ -580,6 +588,7 @@ def world(fresh_pg_url: str, tmp_path: Path) -> Iterator[World]:
             time.sleep(max(0.0, (expires_at - utcnow()).total_seconds() + 0.1))
             yield World(
                 server,
+                http,
                 sessions,
                 own,
                 other,
@@ -597,11 +606,12 @@ def world(fresh_pg_url: str, tmp_path: Path) -> Iterator[World]:
                     "revoked": revoked_cookie,
                     "expired": expired_cookie,
                     "ingest": None,  # an ingest token opens no session (the login rows check)
-                    "read": log_in(server, own.read),
-                    "admin": log_in(server, own.admin),
+                    "read": log_in(http, server, own.read),
+                    "admin": log_in(http, server, own.admin),
                 },
             )
     finally:
+        http.close()
         engine.dispose()
 
 
@@ -757,7 +767,7 @@ def _login_link(w: World, caller: str) -> Request:
 
 def _script(w: World) -> str:
     """A fingerprinted Dash script the index page names (public, like every static file)."""
-    page = httpx.get(f"{w.server.url}/", headers=_cookie(w.cookies["read"]), timeout=30).text
+    page = w.http.get(f"{w.server.url}/", headers=_cookie(w.cookies["read"]), timeout=30).text
     found = re.search(r'src="(/_dash-component-suites/[^"]+)"', page)
     assert found is not None, page[:500]
     return found.group(1)
@@ -818,7 +828,7 @@ def send(w: World, request: Request, caller: str, *, bearer: bool, cookie: bool)
     if cookie:
         headers.update(_cookie(w.cookies[caller]))
     w.requests += 1
-    return httpx.request(
+    return w.http.request(
         request.method,
         f"{w.server.url}{request.path}",
         params=request.params,
@@ -924,20 +934,31 @@ class State:
 
 
 def read_state(sessions: sessionmaker[Session]) -> State:
+    """Rows as plain tuples (no ORM objects: this runs twice for most cells)."""
     with sessions() as s:
+
+        def rows(*columns: Any) -> dict[Any, tuple[Any, ...]]:
+            return {row[0]: tuple(row[1:]) for row in s.execute(select(*columns))}
+
+        metrics = s.execute(
+            select(Metric.run_key, Metric.name, Metric.last_step, Metric.last_value)
+        )
         return State(
-            rules={
-                r.id: (r.project_id, r.name, r.enabled, r.metric, r.condition, r.updated_at)
-                for r in s.scalars(select(AlertRule))
-            },
-            tokens={t.id: (t.revoked_at, t.expires_at) for t in s.scalars(select(ApiToken))},
-            runs={r.id: (r.status, r.tags, r.config, r.last_step) for r in s.scalars(select(Run))},
+            rules=rows(
+                AlertRule.id,
+                AlertRule.project_id,
+                AlertRule.name,
+                AlertRule.enabled,
+                AlertRule.metric,
+                AlertRule.condition,
+                AlertRule.updated_at,
+            ),
+            tokens=rows(ApiToken.id, ApiToken.revoked_at, ApiToken.expires_at),
+            runs=rows(Run.id, Run.status, Run.tags, Run.config, Run.last_step),
             events=s.scalar(select(func.count()).select_from(Event)) or 0,
-            metrics={
-                (m.run_key, m.name): (m.last_step, m.last_value) for m in s.scalars(select(Metric))
-            },
-            silences={x.id: (x.project_id, x.expired_at) for x in s.scalars(select(Silence))},
-            acks={a.id: a.acked_at for a in s.scalars(select(Alert))},
+            metrics={(key, name): (step, value) for key, name, step, value in metrics},
+            silences=rows(Silence.id, Silence.project_id, Silence.expired_at),
+            acks={id_: acked for id_, acked in s.execute(select(Alert.id, Alert.acked_at))},
         )
 
 
@@ -1197,7 +1218,7 @@ def _tag_save(w: World, o: Objects) -> Callback:
 def _tag_removal(w: World, t: str, o: Objects) -> Callback:
     """The × of a tag the target's run is given first (through the API)."""
     tag = f"doomed {w.next()}"
-    given = httpx.patch(
+    given = w.http.patch(
         f"{w.server.url}/api/v1/runs/{o.run_id}",
         json={"tags": [tag]},
         headers=w.tenant(t).headers("admin"),
@@ -1427,7 +1448,7 @@ def app_routes(database_url: str) -> set[str]:
 
 def server_callbacks(w: World) -> dict[str, dict[str, Any]]:
     """The dashboard's server-side callbacks, by `callback_key`."""
-    listed = httpx.get(
+    listed = w.http.get(
         f"{w.server.url}/_dash-dependencies", headers=_cookie(w.cookies["read"]), timeout=30
     )
     assert listed.status_code == 200
@@ -1528,7 +1549,7 @@ def callback_cell(
     )
     before = read_state(w.sessions)
     w.requests += 1
-    response = httpx.post(
+    response = w.http.post(
         f"{w.server.url}/_dash-update-component",
         json=body,
         headers=_cookie(w.cookies[caller]),
@@ -1587,7 +1608,7 @@ def test_authorization_matrix(world: World, fresh_pg_url: str) -> None:
                     cell(w, findings, row, caller, target, want)
 
     # The scrape token itself opens /metrics (API tokens do not, above).
-    scrape = httpx.get(
+    scrape = w.http.get(
         f"{w.server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
     )
     assert scrape.status_code == 200
