@@ -25,6 +25,7 @@ from normwatch.server.api.admission import (
     is_batch,
 )
 from normwatch.server.api.metrics import LARGE_BATCH_WAIT_S, _Turns
+from normwatch.server.config import Settings
 from normwatch.testing import running_server
 from tests.helpers.coroutines import run_async
 from tests.helpers.tenants import make_tenant
@@ -32,10 +33,17 @@ from tests.helpers.tenants import make_tenant
 # --- slots ------------------------------------------------------------------------------------
 
 
+# These run on a clock that jumps to the next timer (`run_async(jumping_clock=True)`):
+# the waits are the service's own defaults, checked to the millisecond, in no real time.
+
+READ_WAIT_S = Settings.model_fields["read_wait_s"].default
+
+
 def test_a_request_waits_for_a_slot_freed_in_time_and_is_refused_after_the_wait() -> None:
     async def scenario() -> None:
-        slots = Slots(1, wait_s=0.5)
+        slots = Slots(1, wait_s=READ_WAIT_S)
         order: list[str] = []
+        loop = asyncio.get_running_loop()
 
         async def request(name: str) -> None:
             async with slots.slot():
@@ -43,29 +51,31 @@ def test_a_request_waits_for_a_slot_freed_in_time_and_is_refused_after_the_wait(
 
         async with slots.slot():
             waiting = asyncio.create_task(request("second"))
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(READ_WAIT_S - 0.001)
             assert not waiting.done()  # held back while the only slot is taken
             assert slots.waiting == 1
             order.append("first")
+        freed = loop.time()
         await asyncio.wait_for(waiting, 1.0)
+        assert loop.time() == freed  # the slot went to it at once
         assert order == ["first", "second"] and slots.in_flight == 0
 
         async with slots.slot():
-            loop = asyncio.get_running_loop()
             started = loop.time()
             with pytest.raises(Busy):
                 await request("third")
-            assert 0.45 <= loop.time() - started < 1.5
+            assert loop.time() - started == pytest.approx(READ_WAIT_S, abs=1e-3)
         assert slots.in_flight == 0 and slots.waiting == 0 and order == ["first", "second"]
 
-    run_async(scenario())
+    run_async(scenario(), jumping_clock=True)
 
 
 def test_slots_go_to_the_line_in_order_and_a_full_line_is_refused_at_once() -> None:
     async def scenario() -> None:
-        slots = Slots(2, wait_s=5.0, queue_limit=3)
+        slots = Slots(2, wait_s=READ_WAIT_S, queue_limit=3)
         order: list[int] = []
         release = asyncio.Event()
+        loop = asyncio.get_running_loop()
 
         async def request(n: int) -> None:
             async with slots.slot():
@@ -75,16 +85,16 @@ def test_slots_go_to_the_line_in_order_and_a_full_line_is_refused_at_once() -> N
         running = [asyncio.create_task(request(n)) for n in range(5)]
         await asyncio.sleep(0.05)
         assert (slots.in_flight, slots.waiting, order) == (2, 3, [0, 1])
-        loop = asyncio.get_running_loop()
         started = loop.time()
         assert await slots.acquire() is False  # the line is full: no wait at all
-        assert loop.time() - started < 0.05
-        release.set()
+        assert loop.time() == started
+        await asyncio.sleep(READ_WAIT_S - 0.1)
+        release.set()  # just in time for the three in line
         await asyncio.wait_for(asyncio.gather(*running), 2.0)
         assert order == [0, 1, 2, 3, 4]
         assert (slots.in_flight, slots.waiting) == (0, 0)
 
-    run_async(scenario())
+    run_async(scenario(), jumping_clock=True)
 
 
 def test_a_request_that_leaves_the_line_gives_back_what_it_was_given() -> None:
@@ -92,7 +102,7 @@ def test_a_request_that_leaves_the_line_gives_back_what_it_was_given() -> None:
     moment must go to the next in line, not be lost."""
 
     async def scenario() -> None:
-        slots = Slots(1, wait_s=5.0)
+        slots = Slots(1, wait_s=READ_WAIT_S)
         assert await slots.acquire()
         leaving = asyncio.create_task(slots.acquire())
         staying = asyncio.create_task(slots.acquire())
@@ -105,7 +115,7 @@ def test_a_request_that_leaves_the_line_gives_back_what_it_was_given() -> None:
         slots.release()
         assert slots.in_flight == 0
 
-    run_async(scenario())
+    run_async(scenario(), jumping_clock=True)
 
 
 # --- interactive requests first ---------------------------------------------------------------
@@ -383,8 +393,9 @@ def test_one_caller_holds_at_most_its_share_of_the_read_slots() -> None:
     users were answered 503 after waiting 10 s."""
 
     async def scenario() -> None:
-        reads = Slots(4, wait_s=5.0)
-        shares = CallerShares(2, wait_s=0.5)
+        reads = Slots(4, wait_s=READ_WAIT_S)
+        shares = CallerShares(2, wait_s=READ_WAIT_S)
+        loop = asyncio.get_running_loop()
         release = asyncio.Event()
         entered: list[bytes] = []
         answers: list[tuple[bytes, int, dict[bytes, bytes]]] = []
@@ -417,6 +428,7 @@ def test_one_caller_holds_at_most_its_share_of_the_read_slots() -> None:
 
             await admission(scope, receive, send)
 
+        sent = loop.time()
         greedy = [asyncio.create_task(call(b"Bearer a")) for _ in range(6)]
         await asyncio.sleep(0.05)
         assert entered == [b"Bearer a"] * 2 and reads.in_flight == 2
@@ -427,7 +439,10 @@ def test_one_caller_holds_at_most_its_share_of_the_read_slots() -> None:
         await asyncio.sleep(0.05)
         assert sorted(entered) == [b"-", b"Bearer a", b"Bearer a", b"Bearer b"]  # at once
         assert reads.in_flight == 4 and len(shares) == 3
-        await asyncio.sleep(0.6)  # the greedy caller's four others wait for its own slots
+        # The greedy caller's four others wait for its own slots, the read wait long.
+        await asyncio.sleep(sent + READ_WAIT_S - 0.001 - loop.time())
+        assert answers == []
+        await asyncio.sleep(0.002)
         refused = [(who, status) for who, status, _ in answers]
         assert refused == [(b"Bearer a", 503)] * 4
         assert all(headers[b"retry-after"] == b"1" for _, _, headers in answers)
@@ -436,7 +451,7 @@ def test_one_caller_holds_at_most_its_share_of_the_read_slots() -> None:
         assert sorted(status for _, status, _ in answers) == [200] * 4 + [503] * 4
         assert reads.in_flight == 0 and len(shares) == 0
 
-    run_async(scenario())
+    run_async(scenario(), jumping_clock=True)
 
 
 def test_callers_are_told_by_token_then_session_then_address() -> None:
