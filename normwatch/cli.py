@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from normwatch.server.migrate import upgrade
+    from normwatch.server.migrate import schema_behind, upgrade
 
     settings, engine = settings_and_engine("any")
     if args.host:
@@ -148,6 +148,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if not args.no_migrate:
         upgrade(engine)
+    elif (behind := schema_behind(engine)) is not None:
+        engine.dispose()
+        where = engine.url.render_as_string(hide_password=True)
+        print(
+            f"error: cannot serve {where} with --no-migrate: {behind}. Run `normwatch db "
+            "upgrade` first, or start without --no-migrate.",
+            file=sys.stderr,
+        )
+        return 2
     engine.dispose()
     os.environ["NORMWATCH_HOST"] = settings.host
     os.environ["NORMWATCH_PORT"] = str(settings.port)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 import normwatch.migrations as _migrations
@@ -31,3 +33,17 @@ def downgrade(engine: Engine, revision: str) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
+
+
+def schema_behind(engine: Engine) -> str | None:
+    """Why the database at ``engine`` cannot be served as it is (its schema is not this
+    version's newest), or None when it can."""
+    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    newest = ScriptDirectory.from_config(cfg).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current == newest:
+        return None
+    if current is None:
+        return "it has no normwatch schema yet"
+    return f"its schema is at revision {current}, not this version's newest ({newest})"

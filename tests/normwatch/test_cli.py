@@ -43,6 +43,22 @@ def test_db_upgrade_and_token_create_on_sqlite(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
+def test_serve_no_migrate_refuses_a_schema_that_is_not_the_newest(tmp_path: Path) -> None:
+    """Said in one line, where it failed with a traceback on the first missing table."""
+    env = {"NORMWATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}"}
+    port = str(free_port())
+    fresh = normwatch("serve", "--no-migrate", "--port", port, env=env)
+    assert fresh.returncode == 2, fresh.stderr
+    assert "it has no normwatch schema yet" in fresh.stderr
+    assert "Run `normwatch db upgrade` first" in fresh.stderr
+    assert "Traceback" not in fresh.stderr
+    older = normwatch("db", "upgrade", "0001", env=env)
+    assert older.returncode == 0, older.stderr
+    behind = normwatch("serve", "--no-migrate", "--port", port, env=env)
+    assert behind.returncode == 2, behind.stderr
+    assert "its schema is at revision 0001, not this version's newest" in behind.stderr
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """``normwatch ARGS`` in this process: exit code, stdout, stderr."""
     try:
