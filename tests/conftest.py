@@ -112,6 +112,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             sources[path] = path.read_text()
         fixtures = set(getattr(item, "fixturenames", ()))
         item.add_marker(getattr(pytest.mark, tier_of(fixtures, sources[path], path)))
+    # The slow ones first (the order is otherwise kept): spread over the test processes
+    # from the start, none of them begins last and keeps the others waiting at the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -569,6 +569,7 @@ def test_log_takes_device_scalars_without_reading_them_on_the_training_thread(
 # --- the example, end to end -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_example_streams_per_layer_metrics_to_a_real_server(
     sqlite_server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -619,6 +620,7 @@ def test_example_streams_per_layer_metrics_to_a_real_server(
         assert all(isinstance(value, float) for value in layer_series["values"])
 
 
+@pytest.mark.slow
 def test_the_unstable_example_shows_update_norm_spikes_leading_loss_spikes(
     sqlite_server: ServerProcess, tmp_path: Path
 ) -> None:

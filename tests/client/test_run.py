@@ -10,6 +10,7 @@ import gzip
 import json
 import logging
 import math
+import os
 import statistics
 import sys
 import threading
@@ -23,7 +24,7 @@ import numpy as np
 import pytest
 
 from normwatch.client import Run, sync_spool
-from normwatch.client._frames import Kind
+from normwatch.client._frames import LOCK_FILE, Kind, SpoolBusy, lock_stream
 from normwatch.client._queue import EventRecord, SendQueue
 from normwatch.client._spool import Spool
 from normwatch.client._streams import new_stream_dir, run_folder
@@ -492,6 +493,21 @@ def test_a_refused_token_keeps_the_metrics_in_the_spool_for_sync(
     assert not any(spool.rglob("*.nws"))
 
 
+def wait_let_go(spool: Path, timeout: float = 10.0) -> None:
+    """Until no stream under ``spool`` is held. `Run.finish` gives up at its deadline and its
+    sender lets go of the stream a moment later, on a loaded machine after the call returned
+    (a process that ended lets go at once); a stream still held is not replayed."""
+    deadline = time.monotonic() + timeout
+    for lock in spool.rglob(LOCK_FILE):
+        while True:
+            try:
+                os.close(lock_stream(lock.parent))
+                break
+            except SpoolBusy:
+                assert time.monotonic() < deadline, f"{lock.parent} is still held"
+                time.sleep(0.01)
+
+
 def test_a_spool_left_by_an_earlier_process_is_replayed_before_the_new_run(
     server: FakeIngest, make_run: Callable[..., Run], spool: Path
 ) -> None:
@@ -502,6 +518,7 @@ def test_a_spool_left_by_an_earlier_process_is_replayed_before_the_new_run(
     first.finish(timeout=0.3)
     assert (first.pending_points, first.sent_points) == (50, 0)
     assert server.points == {}
+    wait_let_go(spool)
 
     del server.faults["runs"]
     second = make_run(start_step=40)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import ConsoleMessage, Page
 
 from normwatch.client import Run
@@ -46,6 +47,7 @@ def started(run: Run) -> str:
     return run.run_id
 
 
+@pytest.mark.slow
 def test_a_page_opened_before_the_first_metric_draws_it_live(
     page: Page, pg_server: ServerProcess
 ) -> None:

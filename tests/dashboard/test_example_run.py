@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from playwright.sync_api import Page
 
 from normwatch.testing import ServerProcess
@@ -16,6 +17,7 @@ from tests.helpers.tenants import make_tenant
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_example_run_shows_overlay_and_layers(
     page: Page, pg_server: ServerProcess, artifacts: Path, tmp_path: Path
 ) -> None:

@@ -141,6 +141,7 @@ def test_a_run_cannot_grow_past_its_metric_limit(db_url: str, tmp_path: Path) ->
     assert len(listed.json()) == 40
 
 
+@pytest.mark.slow
 def test_a_run_with_more_metrics_than_a_statement_can_name_compacts(
     fresh_pg_url: str, tmp_path: Path
 ) -> None:

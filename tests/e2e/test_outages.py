@@ -210,6 +210,7 @@ def ask(http: httpx.Client, kind: str, method: str, path: str, **kwargs: object)
     )
 
 
+@pytest.mark.slow
 def test_database_stopped_past_every_timeout_under_ingest_and_reads(
     cluster: Cluster, tmp_path: Path
 ) -> None:

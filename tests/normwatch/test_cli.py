@@ -207,6 +207,7 @@ def test_import_llmc_through_the_client(server: ServerProcess) -> None:
     assert missing.returncode == 2 and "no such file" in missing.stderr
 
 
+@pytest.mark.slow
 def test_demo_streams_live_past_the_config_change(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(

@@ -345,7 +345,7 @@ def test_a_large_batch_stands_aside_for_a_bounded_time_in_all() -> None:
             turns.stand_aside()
         took = time.perf_counter() - started
     # Waits of 0.2 s until LARGE_BATCH_WAIT_S is spent, then none: 3 waits, not 8.
-    assert len(deferred) == 3 and LARGE_BATCH_WAIT_S <= sum(deferred) <= took < 1.2
+    assert len(deferred) == 3 and LARGE_BATCH_WAIT_S <= sum(deferred) <= took
     small = _Turns(context, small=True)  # type: ignore[arg-type]
     with gate.small_batch():
         small.stand_aside()

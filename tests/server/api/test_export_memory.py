@@ -70,6 +70,7 @@ def loaded(
             yield server, run_id, token
 
 
+@pytest.mark.slow
 def test_a_million_steps_of_twenty_metrics_stream_in_bounded_memory(
     loaded: tuple[ServerProcess, str, str],
 ) -> None:

@@ -402,6 +402,7 @@ CHECKS: list[Callable[..., Any]] = [
 ]
 
 
+@pytest.mark.slow
 def test_every_operation_conforms_to_its_description(
     schemathesis_server: ServerProcess,
 ) -> None:

@@ -10,6 +10,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from normwatch.testing import ServerProcess, start_server
 from tests.helpers.api import client_for, create_rule, create_run, post_metrics
 from tests.helpers.receivers import WebhookReceiver
@@ -103,6 +105,7 @@ def test_sigkill_before_delivery_delivers_after_restart_once(
         receiver.stop()
 
 
+@pytest.mark.slow
 def test_an_outage_then_every_notification_arrives_once(fresh_pg_url: str, tmp_path: Path) -> None:
     """Refused connections, then 500s, then up: all arrive, each once, from a real server's
     dispatcher thread. (Two minutes of it, on a clock of the test's own:
