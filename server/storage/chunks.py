@@ -12,14 +12,14 @@ Every chunk also carries a *bucket summary*: for each run of :data:`FANOUT` cons
 points, the first, last, minimum and maximum point and the first NaN, each a real stored
 (step, value). The rollup levels above hold the same summary for whole chunks and for
 groups of :data:`FANOUT` chunks, so a zoomed-out chart reads a few hundred summary rows and
-still sees every spike (see :mod:`.pyramid`).
+still sees every spike (see :mod:`.pyramid`). How a summary is stored is
+:mod:`.summary_codec`'s.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +63,6 @@ _STEPS_STRIDE, _STEPS_DELTA_ZLIB, _STEPS_DELTA_PCO = 0, 1, 2
 _RAW, _SHUFFLE_ZLIB, _PCO = 0, 1, 2
 _F32_MAX = float(np.finfo(np.float32).max)
 _POW10 = 10.0 ** np.arange(64, dtype=np.int64)  # float32 needs shifts 0..53 at most
-_UNSHUFFLE_BLOBS = 16
 _PCO_CONFIG = ChunkConfig(compression_level=4)
 """Level 4: within 2 % of the default level 8's size on noisy and real series, at a quarter
 of its time a chunk (160 against 600 µs for 4,096 float32 values; zlib took 115)."""
@@ -87,24 +86,24 @@ class Points:
         return Points(self.steps[which], self.values[which])
 
 
-def _shuffle_zlib(raw: bytes, width: int) -> bytes:
+def shuffle_zlib(raw: bytes, width: int) -> bytes:
     """Group the i-th byte of every item together, then deflate: floats compress far better."""
     arr = np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
     return zlib.compress(np.ascontiguousarray(arr.T).tobytes(), 1)
 
 
-def _unshuffle(blob: bytes, width: int) -> bytes:
+def unshuffle(blob: bytes, width: int) -> bytes:
     arr = np.frombuffer(zlib.decompress(blob), dtype=np.uint8).reshape(width, -1)
     return np.ascontiguousarray(arr.T).tobytes()
 
 
-def _pco(array: npt.NDArray[np.generic]) -> bytes:
+def pco(array: npt.NDArray[np.generic]) -> bytes:
     """``array`` compressed by pcodec (lossless for every float bit pattern: NaN payloads,
     -0.0 and infinities come back as they were)."""
     return bytes(pco_standalone.simple_compress(np.ascontiguousarray(array), _PCO_CONFIG))
 
 
-def _unpco(blob: bytes, dtype: str) -> npt.NDArray[np.generic]:
+def unpco(blob: bytes, dtype: str) -> npt.NDArray[np.generic]:
     out = pco_standalone.simple_decompress(blob)
     if out.dtype != np.dtype(dtype):
         raise ChunkFormatError(f"pcodec data of {out.dtype} where {dtype} was expected")
@@ -177,12 +176,12 @@ def encode(points: Points, precision: str = "float32") -> bytes:
         step_codec, step_blob = _STEPS_STRIDE, b""
     else:
         step_codec = _STEPS_DELTA_PCO
-        step_blob = _pco(diffs.astype("<i8"))
+        step_blob = pco(diffs.astype("<i8"))
         stride = 0
     kind = value_kind(points.values, precision)
     raw_values = points.values.astype("<f4" if kind == _F32 else "<f8")
     raw = raw_values.tobytes()
-    packed = _pco(raw_values)
+    packed = pco(raw_values)
     value_codec, value_blob = (_PCO, packed) if len(packed) < len(raw) else (_RAW, raw)
     header = _HEADER.pack(_VERSION, kind, step_codec, value_codec, n, first, stride, len(step_blob))
     return header + step_blob + value_blob
@@ -221,11 +220,6 @@ def zlib_coded(head: bytes) -> bool:
     return len(head) >= 4 and (head[2] == _STEPS_DELTA_ZLIB or head[3] == _SHUFFLE_ZLIB)
 
 
-def summary_is_zlib(head: bytes) -> bool:
-    """Whether a summary, from its first byte, is the earlier layout: one zlib stream."""
-    return bool(head) and head[0] == ZLIB_SUMMARY
-
-
 def decode(blob: bytes) -> Points:
     """A chunk's points, float32 values in their :func:`readable` form."""
     points, narrow = decode_raw(blob)
@@ -251,9 +245,9 @@ def decode_raw(blob: bytes) -> tuple[Points, bool]:
     elif step_codec in (_STEPS_DELTA_ZLIB, _STEPS_DELTA_PCO):
         part = blob[pos : pos + step_len]
         if step_codec == _STEPS_DELTA_ZLIB:
-            diffs = np.frombuffer(_unshuffle(part, 8), dtype="<i8")
+            diffs = np.frombuffer(unshuffle(part, 8), dtype="<i8")
         else:
-            diffs = _unpco(part, "<i8")
+            diffs = unpco(part, "<i8")
         if len(diffs) != n - 1:
             raise ChunkFormatError(f"chunk says {n} points but holds {len(diffs) + 1} steps")
         steps = np.empty(n, dtype=np.int64)
@@ -267,10 +261,10 @@ def decode_raw(blob: bytes) -> tuple[Points, bool]:
     body = blob[pos:]
     dtype = "<f4" if width == 4 else "<f8"
     if value_codec == _PCO:
-        values = _unpco(body, dtype).astype(np.float64)
+        values = unpco(body, dtype).astype(np.float64)
     else:
         if value_codec == _SHUFFLE_ZLIB:
-            body = _unshuffle(body, width)
+            body = unshuffle(body, width)
         elif value_codec != _RAW:
             raise ChunkFormatError(f"unknown value codec {value_codec}")
         values = np.frombuffer(body, dtype=dtype).astype(np.float64)
@@ -332,158 +326,6 @@ def merge_buckets(buckets: npt.NDArray[np.void]) -> npt.NDArray[np.void]:
     nans = buckets["nan_step"][buckets["nan_step"] != NO_STEP]
     out["nan_step"] = nans[0] if len(nans) else NO_STEP
     return out
-
-
-_SUMMARY_PCO, _SUMMARY_SMALL = 2, 3
-"""The first byte of a summary in the current layout, its values in pcodec or (a summary of
-fewer than :data:`_PCO_MIN_BUCKETS` buckets, where pcodec's own header outweighs what it
-saves) byte-shuffled zlib; one written before it is a zlib stream, whose first byte is 0x78."""
-_PCO_MIN_BUCKETS = 16
-ZLIB_SUMMARY = 0x78
-_SUMMARY_HEADER = struct.Struct("<BBII")  # layout, integer width, buckets, integer bytes
-_INT_FIELDS = ("first_step", "last_step", "min_step", "max_step", "nan_step", "count")
-_FLOAT_FIELDS = ("first", "last", "min", "max")
-_I32 = np.iinfo(np.int32)
-
-
-def encode_buckets(buckets: npt.NDArray[np.void]) -> bytes:
-    """A summary's bytes: its integers and its values apart, each as its own codec likes.
-
-    The steps become the first bucket's first step and then differences (a constant for
-    evenly spaced steps), every other step an offset from its bucket's first step (-1 for
-    none), all byte-shuffled zlib, as int32 where they fit; the values (first, last,
-    minimum, maximum) one pcodec array of float64. About 0.55x the bytes of the whole
-    summary byte-shuffled (0.26 against 0.49 bytes a point on a noisy walk).
-    """
-    n = len(buckets)
-    firsts = buckets["first_step"].astype(np.int64)
-    ints = np.empty((len(_INT_FIELDS), n), dtype=np.int64)
-    if n:
-        ints[0, 0] = firsts[0]
-        ints[0, 1:] = np.diff(firsts)
-    ints[1] = buckets["last_step"] - firsts
-    for row, field in enumerate(("min_step", "max_step", "nan_step"), start=2):
-        column = buckets[field]
-        ints[row] = np.where(column == NO_STEP, -1, column - np.where(column == NO_STEP, 0, firsts))
-    ints[5] = buckets["count"]
-    width = 4 if n == 0 or (ints.min() >= _I32.min and ints.max() <= _I32.max) else 8
-    int_blob = _shuffle_zlib(ints.astype(f"<i{width}").tobytes(), width)
-    values = np.concatenate([buckets[f] for f in _FLOAT_FIELDS]).astype("<f8")
-    if n >= _PCO_MIN_BUCKETS:
-        layout, value_blob = _SUMMARY_PCO, _pco(values)
-    else:
-        layout, value_blob = _SUMMARY_SMALL, _shuffle_zlib(values.tobytes(), 8)
-    return _SUMMARY_HEADER.pack(layout, width, n, len(int_blob)) + int_blob + value_blob
-
-
-def decode_buckets(blob: bytes) -> npt.NDArray[np.void]:
-    return decode_bucket_rows([blob])[0]
-
-
-def _zlib_rows(raw: list[bytes], out: npt.NDArray[np.void]) -> None:
-    """Old summaries (the whole array byte-shuffled, zlib), unshuffled a few at a time."""
-    width = BUCKET.itemsize
-    counts = [len(r) // width for r in raw]
-    flat = out.view(np.uint8).reshape(len(out), width)
-    cuts = [i for i in range(1, len(raw)) if counts[i] != counts[i - 1]]
-    bounds = sorted({*cuts, *range(0, len(raw), _UNSHUFFLE_BLOBS), len(raw)})
-    pos = 0
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        n = counts[lo]
-        block = np.frombuffer(b"".join(raw[lo:hi]), dtype=np.uint8)
-        flat[pos : pos + (hi - lo) * n] = (
-            block.reshape(hi - lo, width, n).transpose(0, 2, 1).reshape(-1, width)
-        )
-        pos += (hi - lo) * n
-
-
-def _pco_rows(
-    parts: list[tuple[npt.NDArray[np.int64], FloatArray]], out: npt.NDArray[np.void]
-) -> None:
-    """Summaries of the current layout with the same number of buckets, into ``out``."""
-    ints = np.stack([i for i, _ in parts])  # (rows, fields, buckets)
-    values = np.stack([v for _, v in parts])
-    firsts = np.cumsum(ints[:, 0, :], axis=1)
-    out["first_step"] = firsts.ravel()
-    out["last_step"] = (firsts + ints[:, 1, :]).ravel()
-    for row, field in enumerate(("min_step", "max_step", "nan_step"), start=2):
-        offsets = ints[:, row, :]
-        out[field] = np.where(offsets < 0, NO_STEP, firsts + offsets).ravel()
-    out["count"] = ints[:, 5, :].ravel()
-    for row, field in enumerate(_FLOAT_FIELDS):
-        out[field] = values[:, row, :].ravel()
-
-
-def _pco_parts(blob: bytes) -> tuple[npt.NDArray[np.int64], FloatArray]:
-    layout, width, n, int_bytes = _SUMMARY_HEADER.unpack_from(blob)
-    if width not in (4, 8):
-        raise ChunkFormatError(f"bucket summary with integers {width} bytes wide")
-    start = _SUMMARY_HEADER.size
-    raw = _unshuffle(blob[start : start + int_bytes], width)
-    if len(raw) != width * len(_INT_FIELDS) * n:
-        raise ChunkFormatError("bucket summary's integers do not match its bucket count")
-    ints = np.frombuffer(raw, dtype=f"<i{width}").astype(np.int64).reshape(len(_INT_FIELDS), n)
-    rest = blob[start + int_bytes :]
-    if layout == _SUMMARY_SMALL:
-        values = np.frombuffer(_unshuffle(rest, 8), dtype="<f8")
-    else:
-        values = _unpco(rest, "<f8") if n else np.empty(0, np.float64)
-    if len(values) != len(_FLOAT_FIELDS) * n:
-        raise ChunkFormatError("bucket summary's values do not match its bucket count")
-    return ints, values.astype(np.float64, copy=False).reshape(len(_FLOAT_FIELDS), n)
-
-
-def decode_bucket_rows(
-    blobs: Sequence[bytes],
-) -> tuple[npt.NDArray[np.void], npt.NDArray[np.int64]]:
-    """The buckets of several summaries as one array, in order, and how many each held.
-
-    Equal to concatenating `decode_buckets` of each blob, but consecutive blobs of the same
-    layout and length are put together by one set of array operations, so a read that opens
-    hundreds of summary rows does not pay NumPy's per-call overhead hundreds of times. Old
-    ones go a few at a time (:data:`_UNSHUFFLE_BLOBS`), which keeps the temporary copy
-    small: a large fresh one costs more in page faults than the transpose itself.
-    """
-    width = BUCKET.itemsize
-    decoded: list[bytes | tuple[npt.NDArray[np.int64], FloatArray]] = []
-    counts = np.empty(len(blobs), dtype=np.int64)
-    for i, blob in enumerate(blobs):
-        if not blob:
-            raise ChunkFormatError("empty bucket summary")
-        try:
-            if blob[0] in (_SUMMARY_PCO, _SUMMARY_SMALL):
-                parts = _pco_parts(blob)
-                counts[i] = parts[0].shape[1]
-                decoded.append(parts)
-            elif blob[0] == ZLIB_SUMMARY:
-                raw = zlib.decompress(blob)
-                if len(raw) % width:
-                    raise ChunkFormatError(
-                        f"bucket summary not a whole number of {width}-byte buckets"
-                    )
-                counts[i] = len(raw) // width
-                decoded.append(raw)
-            else:
-                raise ChunkFormatError(f"bucket summary of an unknown layout {blob[0]}")
-        except (zlib.error, struct.error, RuntimeError) as error:
-            raise ChunkFormatError(f"corrupt bucket summary: {error}") from error
-    out = np.empty(int(counts.sum()), dtype=BUCKET)
-    # Runs of the same layout and bucket count (all but a series' last, usually).
-    kinds = [isinstance(d, bytes) for d in decoded]
-    cuts = [
-        i for i in range(1, len(decoded)) if kinds[i] != kinds[i - 1] or counts[i] != counts[i - 1]
-    ]
-    bounds = [0, *cuts, len(decoded)]
-    pos = 0
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        size = int(counts[lo:hi].sum())
-        target = out[pos : pos + size]
-        if kinds[lo]:
-            _zlib_rows([d for d in decoded[lo:hi] if isinstance(d, bytes)], target)
-        else:
-            _pco_rows([d for d in decoded[lo:hi] if not isinstance(d, bytes)], target)
-        pos += size
-    return out, counts
 
 
 def bucket_points(buckets: npt.NDArray[np.void]) -> Points:

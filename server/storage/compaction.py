@@ -28,7 +28,7 @@ import numpy as np
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import blocks, chunks, outline
+from . import blocks, chunks, outline, summary_codec
 from .chunks import LEVELS, Points
 from .placement import SeriesState, SeriesWork, load_rollups, load_tails, place, set_slot
 from .policy import PassReport, Policy
@@ -138,7 +138,7 @@ def compact_group(
                     "last": int(pts.steps[-1]),
                     "count": len(pts),
                     "data": data,
-                    "buckets": chunks.encode_buckets(buckets),
+                    "buckets": summary_codec.encode_buckets(buckets),
                     "outline": outline.encode(buckets, chunks.holds_float32(data)),
                 }
             )
@@ -171,7 +171,7 @@ def compact_group(
             "first": int(row.buckets["first_step"][0]),
             "last": int(row.buckets["last_step"][-1]),
             "count": int(row.buckets["count"].sum()),
-            "buckets": chunks.encode_buckets(row.buckets),
+            "buckets": summary_codec.encode_buckets(row.buckets),
         }
         for (mid, level, seq), row in sorted(rollups.items())
         if row.changed

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection, text
 
-from . import chunks
+from . import chunks, summary_codec
 from .chunks import FANOUT, LEVELS, Points
 from .policy import Policy
 from .sql import KEYS_PER_QUERY, any_key, fetch
@@ -168,7 +168,7 @@ def load_rollups(
         )
         for mid, level, seq, blob in rows:
             out[(int(mid), int(level), int(seq))] = Rollup(
-                chunks.decode_buckets(bytes(blob)).copy()
+                summary_codec.decode_buckets(bytes(blob)).copy()
             )
     return out
 

@@ -30,7 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..db import is_unavailable
-from . import chunks, outline
+from . import chunks, outline, summary_codec
 
 log = logging.getLogger("normwatch.compaction")
 
@@ -59,17 +59,17 @@ def chunk_is_old(head: bytes | None, summary_head: bytes, outline_head: bytes | 
             return True
         if outline_head and chunks.holds_float32(head) and outline.first_layout(outline_head):
             return True
-    return chunks.summary_is_zlib(summary_head)
+    return summary_codec.summary_is_zlib(summary_head)
 
 
 def _repacked(data: bytes | None, summary: bytes) -> tuple[bytes | None, bytes, bytes]:
     """A chunk row's data, summary and outline in the current layouts."""
     if data is None:  # thinned by retention: only the summary is left
-        buckets = chunks.decode_buckets(summary)
-        return None, chunks.encode_buckets(buckets), outline.encode(buckets)
+        buckets = summary_codec.decode_buckets(summary)
+        return None, summary_codec.encode_buckets(buckets), outline.encode(buckets)
     points, narrow = chunks.decode_raw(data)
     packed, buckets = chunks.pack(points, "float32" if narrow else "float64")
-    return packed, chunks.encode_buckets(buckets), outline.encode(buckets, narrow)
+    return packed, summary_codec.encode_buckets(buckets), outline.encode(buckets, narrow)
 
 
 def recode_run(session: Session, run_key: int, budget: int) -> tuple[Recoded, bool]:
@@ -131,10 +131,10 @@ def recode_run(session: Session, run_key: int, budget: int) -> tuple[Recoded, bo
             "SELECT metric_id, segment, level, seq, buckets FROM rollups WHERE run_key = :rk "
             "AND substr(buckets, 1, 1) = :zlib"
         ),
-        {"rk": run_key, "zlib": bytes((chunks.ZLIB_SUMMARY,))},
+        {"rk": run_key, "zlib": bytes((summary_codec.ZLIB_SUMMARY,))},
     ).all()
     for mid, seg, level, seq, blob in rollups[: max(left, 0)]:
-        buckets = chunks.decode_buckets(bytes(blob))
+        buckets = summary_codec.decode_buckets(bytes(blob))
         conn.execute(
             text(
                 "UPDATE rollups SET buckets = :buckets WHERE run_key = :rk AND metric_id = :mid "
@@ -146,7 +146,7 @@ def recode_run(session: Session, run_key: int, budget: int) -> tuple[Recoded, bo
                 "seg": seg,
                 "level": level,
                 "seq": seq,
-                "buckets": chunks.encode_buckets(buckets),
+                "buckets": summary_codec.encode_buckets(buckets),
                 "old": bytes(blob),
             },
         )

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Connection
 
-from . import blocks, chunks
+from . import blocks, chunks, summary_codec
 from .chunks import FANOUT, LEVELS, Points
 from .points import ascending, clip
 from .sql import fetch, padded
@@ -61,7 +61,7 @@ def _unpack(rows: list[tuple[int, bytes]]) -> tuple[Buckets, npt.NDArray[np.int6
     """Rows' buckets as one array, and where each row's start in it (then their total)."""
     if not rows:
         return np.zeros(0, dtype=chunks.BUCKET), np.zeros(1, dtype=np.int64)
-    buckets, counts = chunks.decode_bucket_rows([blob for _, blob in rows])
+    buckets, counts = summary_codec.decode_bucket_rows([blob for _, blob in rows])
     return buckets, _running_total(counts)
 
 

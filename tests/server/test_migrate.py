@@ -13,7 +13,7 @@ from sqlalchemy import inspect, text
 from normwatch.server.db import build_engine, session_factory
 from normwatch.server.migrate import downgrade, upgrade
 from normwatch.server.models import Base
-from normwatch.server.storage import blocks, chunks, citus, outline
+from normwatch.server.storage import blocks, chunks, citus, outline, summary_codec
 from normwatch.server.storage.policy import Policy
 from tests.helpers.committed import compact, new_run, post
 from tests.helpers.databases import scratch_pg
@@ -124,8 +124,8 @@ def test_chunks_stored_before_outlines_get_theirs(empty_db: str) -> None:
         with engine.begin() as conn:
             rows = conn.execute(text("SELECT metric_id, seq, buckets FROM chunks")).all()
             for mid, seq, blob in rows:
-                buckets = chunks.decode_buckets(bytes(blob))
-                old = chunks._shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize)
+                buckets = summary_codec.decode_buckets(bytes(blob))
+                old = chunks.shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize)
                 conn.execute(
                     text("UPDATE chunks SET buckets = :b WHERE metric_id = :m AND seq = :s"),
                     {"b": old, "m": mid, "s": seq},

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import numpy as np
 import pytest
 
-from normwatch.server.storage import chunks
+from normwatch.server.storage import chunks, summary_codec
 from normwatch.server.storage.chunks import NO_STEP, Points
 
 
@@ -54,16 +55,16 @@ def test_chunks_of_the_earlier_zlib_codec_still_read() -> None:
     """What chunks held before pcodec: byte-shuffled zlib values, zlib step deltas."""
     steps = np.array([0, 3, 4, 10, 11], dtype=np.int64)
     values = np.array([1.5, math.nan, -math.inf, 2.25, -0.0], dtype=np.float64)
-    diffs = chunks._shuffle_zlib(np.diff(steps).astype("<i8").tobytes(), 8)
+    diffs = chunks.shuffle_zlib(np.diff(steps).astype("<i8").tobytes(), 8)
     header = chunks._HEADER.pack(1, 1, 1, 1, 5, 0, 0, len(diffs))  # float64, zlib, zlib
-    blob = header + diffs + chunks._shuffle_zlib(values.astype("<f8").tobytes(), 8)
+    blob = header + diffs + chunks.shuffle_zlib(values.astype("<f8").tobytes(), 8)
     back = chunks.decode(blob)
     assert back.steps.tolist() == steps.tolist()
     assert back.values.view(np.int64).tolist() == values.view(np.int64).tolist()
 
 
 def test_pcodec_data_of_the_wrong_width_is_refused() -> None:
-    values = chunks._pco(np.arange(3, dtype="<f8"))
+    values = chunks.pco(np.arange(3, dtype="<f8"))
     header = chunks._HEADER.pack(1, 0, 0, 2, 3, 0, 1, 0)  # says float32, holds float64
     with pytest.raises(chunks.ChunkFormatError, match="float64"):
         chunks.decode(header + values)
@@ -129,25 +130,27 @@ def _summaries(seed: int) -> list[np.ndarray]:
 def test_summaries_round_trip_bit_for_bit_singly_and_together() -> None:
     summaries = _summaries(5)
     # Values in pcodec from 16 buckets on; a smaller summary keeps them in zlib.
-    assert [chunks.encode_buckets(b)[0] for b in summaries] == [2, 2, 2, 2, 3, 3, 3, 3, 3, 3]
+    assert [summary_codec.encode_buckets(b)[0] for b in summaries] == [2, 2, 2, 2, 3, 3, 3, 3, 3, 3]
     for buckets in summaries:
-        back = chunks.decode_buckets(chunks.encode_buckets(buckets))
+        back = summary_codec.decode_buckets(summary_codec.encode_buckets(buckets))
         assert back.tobytes() == buckets.tobytes()
-    together, counts = chunks.decode_bucket_rows([chunks.encode_buckets(b) for b in summaries])
+    together, counts = summary_codec.decode_bucket_rows(
+        [summary_codec.encode_buckets(b) for b in summaries]
+    )
     assert counts.tolist() == [len(b) for b in summaries]
     assert together.tobytes() == np.concatenate(summaries).tobytes()
 
 
 def test_summaries_of_the_earlier_zlib_layout_still_read_beside_new_ones() -> None:
     summaries = _summaries(6)
-    old = [chunks._shuffle_zlib(b.tobytes(), chunks.BUCKET.itemsize) for b in summaries]
+    old = [chunks.shuffle_zlib(b.tobytes(), chunks.BUCKET.itemsize) for b in summaries]
     assert all(blob[0] == 0x78 for blob in old)
     mixed = [
         blob
-        for pair in zip(old, map(chunks.encode_buckets, summaries), strict=True)
+        for pair in zip(old, map(summary_codec.encode_buckets, summaries), strict=True)
         for blob in pair
     ]
-    got, counts = chunks.decode_bucket_rows(mixed)
+    got, counts = summary_codec.decode_bucket_rows(mixed)
     want = [b for b in summaries for _ in range(2)]
     assert counts.tolist() == [len(b) for b in want]
     assert got.tobytes() == np.concatenate(want).tobytes()
@@ -157,15 +160,15 @@ def test_summaries_are_about_half_the_bytes_of_the_earlier_layout() -> None:
     rng = np.random.default_rng(8)
     values = np.cumsum(rng.normal(size=4096)) + 100.0
     _, buckets = chunks.pack(Points(np.arange(4096, dtype=np.int64), values))
-    old = len(chunks._shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize))
-    assert len(chunks.encode_buckets(buckets)) < 0.65 * old
+    old = len(chunks.shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize))
+    assert len(summary_codec.encode_buckets(buckets)) < 0.65 * old
 
 
 def test_corrupt_summaries_are_refused() -> None:
-    blob = chunks.encode_buckets(_summaries(7)[0])
+    blob = summary_codec.encode_buckets(_summaries(7)[0])
     for bad in (b"", b"\x05" + blob[1:], blob[:30], blob[:-7]):
         with pytest.raises(chunks.ChunkFormatError):
-            chunks.decode_buckets(bad)
+            summary_codec.decode_buckets(bad)
 
 
 def test_merge_points_keeps_the_stored_value() -> None:
@@ -184,3 +187,7 @@ def test_float32_values_read_back_as_their_shortest_decimal() -> None:
     rng = np.random.default_rng(5)
     noise = (rng.normal(size=5000) * 10.0 ** rng.integers(-20, 20, size=5000)).astype(np.float32)
     assert same(chunks.readable(noise).astype(np.float32), noise)
+
+
+def test_the_summary_codec_examples_hold() -> None:
+    assert doctest.testmod(summary_codec, raise_on_error=False).failed == 0

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from normwatch.server.db import session_scope
-from normwatch.server.storage import across, chunks, outline, pyramid, recode
+from normwatch.server.storage import across, chunks, outline, pyramid, recode, summary_codec
 from normwatch.server.storage.chunks import NO_STEP, Points
 from normwatch.server.storage.metric_ids import metric_ids_by_name
 from normwatch.server.storage.policy import Policy
@@ -37,9 +37,9 @@ def _old_data(blob: bytes) -> bytes:
     points, narrow = chunks.decode_raw(blob)
     kind, width = (0, 4) if narrow else (1, 8)
     values = points.values.astype(np.float32 if narrow else np.float64)
-    diffs = chunks._shuffle_zlib(np.diff(points.steps).astype("<i8").tobytes(), 8)
+    diffs = chunks.shuffle_zlib(np.diff(points.steps).astype("<i8").tobytes(), 8)
     header = chunks._HEADER.pack(1, kind, 1, 1, len(points), int(points.steps[0]), 0, len(diffs))
-    return header + diffs + chunks._shuffle_zlib(values.tobytes(), width)
+    return header + diffs + chunks.shuffle_zlib(values.tobytes(), width)
 
 
 def _old_outline(buckets: np.ndarray) -> bytes:
@@ -58,7 +58,7 @@ def _old_outline(buckets: np.ndarray) -> bytes:
 
 
 def _old_summary(blob: bytes) -> bytes:
-    return chunks._shuffle_zlib(chunks.decode_buckets(blob).tobytes(), chunks.BUCKET.itemsize)
+    return chunks.shuffle_zlib(summary_codec.decode_buckets(blob).tobytes(), chunks.BUCKET.itemsize)
 
 
 def _age(sessions: Sessions) -> int:
@@ -76,7 +76,7 @@ def _age(sessions: Sessions) -> int:
                 {
                     "d": _old_data(bytes(data)),
                     "b": _old_summary(bytes(summary)),
-                    "o": _old_outline(chunks.decode_buckets(bytes(summary))),
+                    "o": _old_outline(summary_codec.decode_buckets(bytes(summary))),
                     "rk": rk,
                     "mid": mid,
                     "seg": seg,
@@ -192,7 +192,7 @@ def test_outline_of_a_float64_chunk_is_not_old() -> None:
     )
     shape = outline.encode(buckets)
     assert shape[0] == 0
-    assert not recode.chunk_is_old(data[:4], chunks.encode_buckets(buckets)[:1], shape[:1])
+    assert not recode.chunk_is_old(data[:4], summary_codec.encode_buckets(buckets)[:1], shape[:1])
 
 
 def test_the_compactor_rewrites_old_rows_when_it_has_nothing_to_compact(
