@@ -1,6 +1,6 @@
 """How an open run page learns that its run changed: told by the server, else by looking.
 
-The page's one tick callback (`.run.tick`) reads the run's metrics and sets off the chart's
+The page's one tick callback (`.run_tick.tick`) reads the run's metrics and sets off the chart's
 redraw when they changed. Two things call it:
 
 - **the server's word**: the page's script (`LIVE_JS`) holds a WebSocket to the run's live

@@ -18,15 +18,14 @@ from normwatch.dashboard.pages.run import (
     draw,
     layout,
     not_found_drawn,
-    refresh_options,
     restarts_text,
-    tick,
     update_view,
 )
 from normwatch.dashboard.pages.run_config import NO_CONFIG
 from normwatch.dashboard.pages.run_layers_draw import NO_LAYERS, draw_depth
 from normwatch.dashboard.pages.run_live import PUSHED_MS, TICK_MS
 from normwatch.dashboard.pages.run_overlay import NO_METRICS
+from normwatch.dashboard.pages.run_tick import refresh_options, tick
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.dashboard.routing import query_of
 from normwatch.server.errors import RunNotFound
