@@ -146,10 +146,11 @@ def _serve(args: argparse.Namespace) -> int:
     if workers < 1:
         print(f"error: --workers must be 1 or more, got {workers}", file=sys.stderr)
         return 2
+    behind = schema_behind(engine) if args.no_migrate else None
     if not args.no_migrate:
         upgrade(engine)
-    elif (behind := schema_behind(engine)) is not None:
-        engine.dispose()
+    engine.dispose()
+    if behind is not None:
         where = engine.url.render_as_string(hide_password=True)
         print(
             f"error: cannot serve {where} with --no-migrate: {behind}. Run `normwatch db "
@@ -157,7 +158,6 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    engine.dispose()
     os.environ["NORMWATCH_HOST"] = settings.host
     os.environ["NORMWATCH_PORT"] = str(settings.port)
     metrics_dir, made_here = _prometheus_dir(workers)

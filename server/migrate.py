@@ -20,16 +20,20 @@ def alembic_config(database_url: str) -> Config:
     return cfg
 
 
+def _config_of(engine: Engine) -> Config:
+    return alembic_config(engine.url.render_as_string(hide_password=False))
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database at ``engine`` to ``revision`` (default: the newest)."""
-    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    cfg = _config_of(engine)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
-    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
+    cfg = _config_of(engine)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
@@ -38,8 +42,7 @@ def downgrade(engine: Engine, revision: str) -> None:
 def schema_behind(engine: Engine) -> str | None:
     """Why the database at ``engine`` cannot be served as it is (its schema is not this
     version's newest), or None when it can."""
-    cfg = alembic_config(engine.url.render_as_string(hide_password=False))
-    newest = ScriptDirectory.from_config(cfg).get_current_head()
+    newest = ScriptDirectory.from_config(_config_of(engine)).get_current_head()
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
     if current == newest:

@@ -55,7 +55,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # (``make test-fast`` is ``-m "unit or db"``): ``browser`` drives Chromium, ``e2e`` starts a
 # real server process, ``db`` talks to a real database, ``unit`` neither. A module that
 # starts servers or makes databases through the helpers rather than fixtures is told apart
-# by what it calls. ``slow`` (declared on the test) is added on top: minutes of real time.
+# by what it calls. ``slow`` (declared on the test: 15 s or more) is added on top.
 TIERS = ("browser", "e2e", "db", "unit")
 BROWSER_FIXTURES = {"chromium", "browser", "page"}
 E2E_FIXTURES = {"pg_server", "sqlite_server", "server", "alerting_server", "tenant", "api"}

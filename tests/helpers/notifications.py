@@ -8,6 +8,10 @@ from typing import Any
 
 from normwatch.server.alerts.payloads import Notification, dashboard_link
 
+FLAPS = [(step, "firing" if step % 2 == 0 else "resolved") for step in range(6)]
+"""(step, state) of the notifications a ``> 1`` rule owes for ``[2.0, 0.0] * 3`` at steps
+0-5: three firings, each resolved a step later."""
+
 NOW = 1_700_000_000.0
 """The deliverer's clock in these tests: the ``X-Normwatch-Timestamp`` it sends."""
 
