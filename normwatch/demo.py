@@ -45,26 +45,12 @@ def run_demo(
     ``webhook_allow``: hosts alert webhooks may target although private or loopback,
     added to ``NORMWATCH_WEBHOOK_ALLOW`` (validated by the caller).
     """
-    from normwatch.server.auth import create_token
-    from normwatch.server.db import build_engine, session_factory
-    from normwatch.server.migrate import upgrade
-
     db = Path(db_path).resolve()
     kept = keep and db.exists()
-    if not kept:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
-    url = f"sqlite:///{db}"
+    url, admin, ingest = prepare_database(db, keep=kept)
     port = port or int(os.environ.get("NORMWATCH_PORT", "8000"))
     base = f"http://127.0.0.1:{port}"
     allow = [e for e in (os.environ.get("NORMWATCH_WEBHOOK_ALLOW", ""), *webhook_allow) if e]
-
-    engine = build_engine(url)
-    upgrade(engine)
-    with session_factory(engine)() as session, session.begin():
-        admin, _ = create_token(session, PROJECT, "admin", "demo admin")
-        ingest, _ = create_token(session, PROJECT, "ingest", "demo trainer")
-    engine.dispose()
 
     env = {
         **os.environ,
@@ -125,6 +111,26 @@ def run_demo(
             except subprocess.TimeoutExpired:
                 server.kill()
     return 0
+
+
+def prepare_database(db: Path, *, keep: bool) -> tuple[str, str, str]:
+    """Migrate the SQLite file ``db`` (made afresh unless ``keep``) and make the demo
+    project's admin and ingest tokens: (URL, admin token, ingest token)."""
+    from normwatch.server.auth import create_token
+    from normwatch.server.db import build_engine, session_factory
+    from normwatch.server.migrate import upgrade
+
+    if not keep:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    url = f"sqlite:///{db}"
+    engine = build_engine(url)
+    upgrade(engine)
+    with session_factory(engine)() as session, session.begin():
+        admin, _ = create_token(session, PROJECT, "admin", "demo admin")
+        ingest, _ = create_token(session, PROJECT, "ingest", "demo trainer")
+    engine.dispose()
+    return url, admin, ingest
 
 
 DEMO_RULES = (
@@ -204,11 +210,14 @@ def stream_simulated_run(
     steps_per_second: float,
     resume_from: int = 0,
     import_llmc: bool = True,
+    finish_timeout: float = 30.0,
 ) -> None:
     """Backfill the history fast, import the llm.c log, then stream steps in real time.
 
     ``resume_from``: the first step to send (the steps before it are stored already, in
     the run's current segment); ``import_llmc`` False when that run is stored already.
+    ``finish_timeout``: how long each run's client may take to deliver what is queued when
+    the stream ends (what it has not sent by then stays in its spool).
     """
     from normwatch.client import Run
     from normwatch.client.importers.llmc import import_llmc as import_llmc_log
@@ -247,6 +256,7 @@ def stream_simulated_run(
                 start_step=0,
             ) as llmc:
                 steps = import_llmc_log(LLMC_LOG, llmc)
+                llmc.finish(timeout=finish_timeout)
             print(f"  llm.c GPT-2 124M log: {steps:,} steps imported")
 
         interval = 1.0 / steps_per_second
@@ -276,3 +286,4 @@ def stream_simulated_run(
             delay = next_at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+        run.finish(timeout=finish_timeout)
