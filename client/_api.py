@@ -16,7 +16,9 @@ that float64.
 The steps are always under ``"step"``. A metric that is itself named ``step`` comes back as
 ``"step (metric)"`` (and one named ``step (metric)`` as ``step (metric) (metric)``, and so
 on: the export's `column_keys` rule), so it never takes the steps' place; every other name
-comes back exactly as asked for.
+comes back exactly as logged (the ``'`` that the CSV header puts before a name a spreadsheet
+would take for a formula, ``=SUM(1,1)``, is taken off again).
+
 `history_frame` builds a pandas DataFrame column by column the same way (8 bytes a value).
 The other methods mirror the HTTP API's reads and return its JSON.
 """
