@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from normwatch.client._api import _unquoted_name
 from normwatch.server.errors import Invalid
 from normwatch.server.services.export import Column, Page
 from normwatch.server.services.export_formats import column_keys, spreadsheet_safe, written
@@ -235,3 +236,10 @@ def test_formula_like_names_are_neutralised_in_csv_and_exact_in_jsonl_and_parque
     assert list(orjson.loads(line)) == ["step", *FORMULAS]
     table = pq.read_table(io.BytesIO(b"".join(written("parquet", cols, [one]))))
     assert table.column_names == ["step", *FORMULAS]
+
+
+@given(st.text(min_size=1, max_size=12))
+def test_history_reads_every_name_back_from_its_spreadsheet_safe_cell(name: str) -> None:
+    cell = spreadsheet_safe(name)
+    assert not cell.startswith(("=", "+", "-", "@", "\t", "\r"))
+    assert _unquoted_name(cell) == name
