@@ -1,7 +1,8 @@
 """What a trainer logs comes back as the same float64 from every reader of a real server on
 each backend: `Api.history` and `history_frame`, the export in CSV (read by Python and
 pandas), JSON lines and Parquet (pyarrow and pandas), a series at full resolution and a
-spike's ``peak_value``. A float32 from JAX or NumPy arrives as its exact float64. A metric
+spike's ``peak_value``, before and after compaction (as float64). A float32 from JAX or
+NumPy arrives as its exact float64. A metric
 named ``step`` (logged by a trainer, or imported with ``--step-key``) keeps its own column
 everywhere, and formula-like names come back exact from `history` while the CSV header
 neutralises them."""
@@ -27,7 +28,10 @@ import pytest
 
 from normwatch.client import Api, Run
 from normwatch.client._packed import PackedMetrics
+from normwatch.server.db import build_engine, session_factory
+from normwatch.server.storage.policy import Policy
 from normwatch.testing import ServerProcess
+from tests.helpers.committed import compact, count_rows
 from tests.helpers.tenants import Tenant
 
 TRICKY = [
@@ -132,13 +136,23 @@ def test_float32s_from_jax_arrive_exact_and_every_reader_gives_the_number_logged
     assert want["grad/norm/total"][PEAK] == 2.99993896484375
     assert 0.8963446021080017 == float(np.float32(0.8963446))  # such values, not 0.8963446
 
-    read = every_reader(api, run_id, list(want), tmp_path)
-    assert read["steps"] == list(range(2 * N))
-    for name, values in want.items():
-        logged = [v for v in values if v is not None]
-        for reader, got in read[name].items():
-            present = [v for v in got if v is not None and v == v]  # pandas: NaN where absent
-            assert bits(present) == bits(logged), (name, reader)
+    for stored in ("hot", "compacted as float64"):
+        if stored != "hot":
+            engine = build_engine(server.database_url, pool_size=1)
+            try:
+                sessions = session_factory(engine)
+                compact(sessions, run_id, Policy(precision="float64"))
+                assert count_rows(sessions, run_id, "blocks") == 0
+                assert count_rows(sessions, run_id, "chunks") > 0
+            finally:
+                engine.dispose()
+        read = every_reader(api, run_id, list(want), tmp_path)
+        assert read["steps"] == list(range(2 * N))
+        for name, values in want.items():
+            logged = [v for v in values if v is not None]
+            for reader, got in read[name].items():
+                present = [v for v in got if v is not None and v == v]  # pandas: NaN if absent
+                assert bits(present) == bits(logged), (stored, name, reader)
 
     spikes = api.spikes(run_id, "grad/norm/total")
     [spike] = [s for s in spikes["spikes"] if s["peak"] == PEAK]
