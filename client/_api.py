@@ -9,7 +9,16 @@
 
 `history` is every stored point, exactly as stored, from the server's streamed export
 (`GET /runs/{id}/export`): the server reads and sends a page of steps at a time and this side
-parses the rows as they arrive, so neither holds more than the answer itself.
+parses the rows as they arrive, so neither holds more than the answer itself. Each value
+arrives as the shortest decimal that reads back as the stored float64, and is read back as
+that float64.
+
+The steps are always under ``"step"``. A metric that is itself named ``step`` comes back as
+``"step (metric)"`` (and one named ``step (metric)`` as ``step (metric) (metric)``, and so
+on: the export's `column_keys` rule), so it never takes the steps' place; every other name
+comes back exactly as logged (the ``'`` that the CSV header puts before a name a spreadsheet
+would take for a formula, ``=SUM(1,1)``, is taken off again).
+
 `history_frame` builds a pandas DataFrame column by column the same way (8 bytes a value).
 The other methods mirror the HTTP API's reads and return its JSON.
 """
@@ -155,10 +164,13 @@ class Api:
     ) -> dict[str, list[Any]]:
         """Every stored point of ``metrics`` in ``[start, end]`` of the run's latest
         lineage: ``{"step": [...], A: [...], ...}``, equal lengths, a row a step where any
-        of them is logged, ``None`` where one has no point at that step. Values are exact
-        (a float32-stored value as the float64 of its shortest decimal); NaN and infinities
-        as floats. A glob gives each metric it matches; an expression
-        (``rss(grad/norm/layers.*)``) is computed from every stored point.
+        of them is logged, ``None`` where one has no point at that step. Values are exact:
+        the float64 the server holds, bit for bit (a float32 logged from JAX as its exact
+        float64); NaN and infinities as floats. A glob gives each metric it matches; an
+        expression (``rss(grad/norm/layers.*)``) is computed from every stored point.
+
+        ``"step"`` always holds the steps: a metric named ``step`` is returned under
+        ``"step (metric)"``.
 
         ``segment``: ``"latest"``, or a segment number (`run` lists them) to read the
         history as it was while that segment was the latest: the steps a trainer logged
@@ -182,6 +194,7 @@ class Api:
     ) -> Any:
         """`history` as a pandas DataFrame: a ``step`` column (int64) and a float64 column
         a metric, NaN where a metric has no point at that step (and where it logged NaN).
+        A metric named ``step`` is the column ``"step (metric)"``, as in `history`.
         Needs pandas (``pip install 'normwatch[notebook]'``)."""
         try:
             import numpy as np
@@ -294,8 +307,8 @@ class Api:
         response = stream.__enter__()
         try:
             _raise_for(response, "GET", path)
-            reader = csv.reader(response.iter_lines())
-            header = next(reader)
+            reader = csv.reader(_lines(response))
+            header = [_unquoted_name(cell) for cell in next(reader)]
         except BaseException:
             stream.__exit__(None, None, None)
             raise
@@ -317,6 +330,29 @@ class _Rows:
 
     def __exit__(self, *exc: object) -> None:
         self._stream.__exit__(None, None, None)
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
+"""The first characters the server's CSV header puts a ``'`` in front of, so that no
+spreadsheet takes a metric name for a formula (`services.export_formats.spreadsheet_safe`)."""
+
+
+def _unquoted_name(cell: str) -> str:
+    """The column name a CSV header cell stands for: the ``'`` the server put in front of a
+    name starting with one of `_FORMULA_STARTS` taken off."""
+    return cell[1:] if cell[:1] == "'" and cell[1:2].startswith(_FORMULA_STARTS) else cell
+
+
+def _lines(response: httpx.Response) -> Iterator[str]:
+    """The body's lines, each with its line feed: a quoted header cell (a metric name) may
+    hold a line break, which the CSV reader keeps only if it is given it."""
+    rest = ""
+    for text in response.iter_text():
+        *lines, rest = (rest + text).split("\n")
+        for line in lines:
+            yield line + "\n"
+    if rest:
+        yield rest
 
 
 def _raise_for(response: httpx.Response, method: str, path: str) -> None:

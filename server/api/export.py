@@ -61,9 +61,13 @@ def export(
     (``rss(grad/norm/layers.*)``) one column computed from every stored point.
 
     ``format=csv`` (the default): header ``step,A,B``, an empty cell where a column has
-    no point, values in their shortest round-trip form (a float32-stored value as the
-    float32's), ``NaN``/``Infinity``/``-Infinity``. ``jsonl``: an object a row, ``null``
-    where absent. ``parquet``: needs pyarrow on the server."""
+    no point, each value as the shortest decimal a float64 parser reads back to the stored
+    value, ``NaN``/``Infinity``/``-Infinity``; a header cell that would start with ``=``,
+    ``+``, ``-``, ``@`` (or ``'``, a tab, a carriage return) gets a leading ``'`` so that
+    no spreadsheet evaluates it. ``jsonl``: an object a row, ``null`` where absent, names
+    exact. ``parquet``: float64 columns, names exact; needs pyarrow on the server. In every
+    format the first column is ``step``; a metric itself named ``step`` is the column
+    ``step (metric)``."""
     run, _ = owned_run(session, who, run_id)
     aliases = project_aliases(session, run.project_id)
     columns = exporter.columns(session, run, metric, aliases)

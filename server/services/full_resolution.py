@@ -118,7 +118,9 @@ class Reader:
         return name_index(self.names()).matching(pattern.pattern)
 
     def series(self, names: Sequence[str]) -> dict[str, SeriesArrays]:
-        """Every stored point of each name (float32-compacted values merely widened)."""
+        """Every stored point of each name, each value as every other read gives it
+        (`pyramid.Gathered.finish`: the export, `history` and a series at full resolution),
+        so that an analysis names the same number for the same point."""
         wanted = [name for name in dict.fromkeys(names) if name not in self._kept]
         self.budget.reading(self.run.key, wanted)
         if wanted:
@@ -133,7 +135,8 @@ class Reader:
                     self.session, self.run.key, mid, lineage, self.start, self.end, 0.0
                 )
                 self.budget.charge(len(got.points))
-                self._kept[name] = (got.points.steps, got.points.values)
+                points = got.finish()
+                self._kept[name] = (points.steps, points.values)
         out = {name: self._kept[name] for name in names}
         self.budget.charge(sum(len(out[name][0]) for name in names if name not in wanted))
         return out

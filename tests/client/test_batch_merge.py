@@ -1,16 +1,20 @@
 """The writer's merge of queued records into one wire document: the fast columnar path for
-the usual batch gives exactly what the general per-value loop gives."""
+the usual batch gives exactly what the general per-value loop gives, and a float32 goes on
+the wire as its exact float64."""
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from normwatch.client import PackedMetrics
-from normwatch.client._batch import merge_records
+from normwatch.client._batch import dumps, merge_records
 
 NAMES = ["grad/norm/total", "params/norm/total", "grad/norm/layers.0", "train/loss"]
 values = st.one_of(
@@ -68,3 +72,26 @@ def test_packed_metrics_of_the_wrong_size_are_rejected_not_raised() -> None:
     assert merged.document == {"steps": [2], "metrics": {"a": [1.0]}}
     assert merged.rejected_points == 3
     assert any("PackedMetrics" in reason for reason in merged.rejected.values())
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1))
+def test_float32s_go_on_the_wire_as_their_exact_float64(drawn: list[float]) -> None:
+    narrow = np.array(drawn, np.float32)
+    exact = [float(v) for v in narrow.astype(np.float64)]
+    records: list[tuple[int, Any]] = [
+        (step, {"np": value, "vector": narrow[step : step + 1]})
+        for step, value in enumerate(narrow)
+    ]
+    records += [
+        (len(narrow) + step, PackedMetrics(["packed"], narrow[step : step + 1]))
+        for step in range(len(narrow))
+    ]
+    wire = orjson.loads(dumps(merge_records(records).document))
+    # Never the float32's own shortest digits (2.999939 for 2.99993896484375): another float64.
+    assert wire["metrics"]["np"][: len(narrow)] == exact
+    assert wire["metrics"]["vector"][: len(narrow)] == exact
+    assert wire["metrics"]["packed"][len(narrow) :] == exact
+    assert (
+        json.loads(json.dumps(merge_records(records).document))["metrics"]["np"][: len(narrow)]
+        == exact
+    )

@@ -83,3 +83,12 @@ def test_wandb_csv_bad_rows_name_file_line_and_column(
         list(parse_wandb_csv(path))
     assert caught.value.source == str(path) and caught.value.where == where
     assert reason in caught.value.reason
+
+
+def test_a_step_column_beside_the_step_key_is_a_metric_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "scheduler.csv"
+    path.write_text("global_step,step,loss\n100,0,2.5\n101,1,2.25\n")
+    assert list(parse_wandb_csv(path, step_key="global_step")) == [
+        (100, {"step": 0.0, "loss": 2.5}),
+        (101, {"step": 1.0, "loss": 2.25}),
+    ]
