@@ -84,8 +84,9 @@ def test_derived_series_are_computed_from_every_stored_point(
     assert share["steps"] == even.tolist() and not share["downsampled"]
     np.testing.assert_allclose(share["values"], (lm_head[even] / total[even]) ** 2, rtol=1e-12)
     np.testing.assert_allclose(ratio["values"], lm_head[even] / total[even], rtol=1e-12)
-    # rss over the parts and the total: sqrt(2) times the total.
-    np.testing.assert_allclose(rss["values"], np.sqrt(2) * total[even], rtol=1e-12)
+    # The glob meets the total beside its parts: the total gives way (the hierarchy
+    # rule), and the parts' root-sum-square is the total itself.
+    np.testing.assert_allclose(rss["values"], total[even], rtol=1e-12)
     parts = c["grad/norm/layers.0"] ** 2 + lm_head**2
     np.testing.assert_allclose(ends["values"], parts[even] / total[even] ** 2, rtol=1e-12)
     assert plain["steps"] == list(range(3000))
