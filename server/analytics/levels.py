@@ -53,6 +53,7 @@ LEVEL_MAX_POINTS = 128
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+_INT64 = np.iinfo(np.int64)
 
 
 def nearest(steps: IntArray, at: int, window: int) -> slice:
@@ -67,11 +68,14 @@ def nearest(steps: IntArray, at: int, window: int) -> slice:
     """
     n = len(steps)
     before = n > 0 and int(steps[-1]) < at
-    reach = window / LEVEL_SHARE
+    # Steps are integers: within window / LEVEL_SHARE is within its floor, compared exactly.
+    reach = window // LEVEL_SHARE
     if before:
-        close = n - int(np.searchsorted(steps, at - reach, side="left"))
+        edge = np.int64(max(at - reach, _INT64.min))
+        close = n - int(np.searchsorted(steps, edge, side="left"))
     else:
-        close = int(np.searchsorted(steps, at + reach, side="right"))
+        edge = np.int64(min(at + reach, _INT64.max))
+        close = int(np.searchsorted(steps, edge, side="right"))
     count = min(n, max(close, LEVEL_MIN_POINTS), LEVEL_MAX_POINTS)
     return slice(n - count, n) if before else slice(0, count)
 
