@@ -19,9 +19,10 @@ Why this estimate:
 - **Short.** The lines the slopes come from span the whole window on each side; evaluated
   at the step, they disagree wherever the curve bends differently on the two sides (the
   demo's grad norm at 81k, flat before and curving up after, read a drop of 0.41 where
-  nothing jumped). An eighth of the window, at most 128 points, keeps that error ~64 times
-  smaller, while 16 points or more keep the noise of the estimate at about half the
-  metric's own noise SD or less.
+  nothing jumped). An eighth of the window makes that error 64 times smaller on a
+  quadratic bend (the 128-point cap, smaller still); the price is noise of its own: with
+  128 points a side the level change varies by ≈ 0.28 of the metric's noise SD (0.283
+  measured by ``scripts/level-change``), with 16 points by ≈ 0.8.
 - **Medians.** A spike among the points (up to 29 % of them, Theil–Sen's breakdown point)
   does not move the level, where one outlier moves a least-squares line without bound.
 
