@@ -21,6 +21,8 @@ __all__ = [
     "FitLines",
     "Threshold",
     "continued",
+    "fit_text",
+    "level_change_text",
     "number_text",
     "slope_text",
     "with_aids",
@@ -42,8 +44,11 @@ class Threshold:
 
 @dataclass(frozen=True)
 class FitLines:
-    """One metric's least-squares lines before and after the transition at ``at``; slopes
-    per 1,000 steps, ``ratio`` after over before (None when the slope before is flat)."""
+    """One metric's least-squares lines before and after the transition at ``at``, each
+    over the steps it was fitted on; slopes per 1,000 steps, ``ratio`` after over before
+    (None when the slope before is flat), and the level change at ``at``: the difference
+    of the metric's local levels either side (`normwatch.server.analytics.levels`), not of
+    the lines' values there."""
 
     metric: str
     at: int
@@ -52,6 +57,7 @@ class FitLines:
     slope_before: float
     slope_after: float
     ratio: float | None
+    level_change: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,27 @@ def slope_text(fit: FitLines) -> str:
     return text if fit.ratio is None else f"{text}, ×{number_text(fit.ratio)}"
 
 
+def level_change_text(change: float) -> str:
+    """A level change, signed, three significant digits.
+
+    >>> level_change_text(0.02), level_change_text(-0.5), level_change_text(0.0)
+    ('+0.02', '-0.5', '0')
+    """
+    return f"{change:+.3g}" if change else "0"
+
+
+def fit_text(fit: FitLines) -> str:
+    """The chart's note on a fit: its slopes (`slope_text`) and its level change.
+
+    >>> fit_text(FitLines("m", 5, ((0, 0), (4, 1)), ((5, 1), (9, 4)), 2.0, 7.5, 3.75, -0.004))
+    '2.0 → 7.5 per 1k steps, ×3.8, level change -0.004'
+    """
+    text = slope_text(fit)
+    if fit.level_change is None:
+        return text
+    return f"{text}, level change {level_change_text(fit.level_change)}"
+
+
 def _x_span(view: OverlayView, forecast: Forecast | None) -> tuple[float, float] | None:
     """The steps the chart shows: the view's range (else the lines' own), up to the
     forecast's end."""
@@ -118,14 +145,14 @@ def _threshold_trace(threshold: Threshold, style: SeriesStyle, span: tuple[float
 
 
 def continued(fit: FitLines) -> Segment:
-    """The line fitted before the step, carried on over the steps fitted after it: where
-    the metric would have gone had its slope not changed.
+    """The line fitted before the step, carried on from its last point to the last point
+    fitted after the step: where the metric would have gone had its slope not changed.
 
     >>> continued(FitLines("m", 10, ((0, 0.0), (10, 1.0)), ((10, 1.0), (20, 5.0)), 100, 400, 4))
     ((10, 1.0), (20, 2.0))
     """
-    (at, level), end = fit.before[1], fit.after[1][0]
-    return (at, level), (end, level + fit.slope_before * (end - at) / 1000)
+    (last, level), end = fit.before[1], fit.after[1][0]
+    return (last, level), (end, level + fit.slope_before * (end - last) / 1000)
 
 
 def _fit_traces(fit: FitLines, style: SeriesStyle) -> list[Any]:
@@ -209,7 +236,7 @@ def with_aids(fig: Figure, view: OverlayView, aids: Aids) -> Figure:
     for i, fit in enumerate(fits):
         style = styles[fit.metric]
         traces += _fit_traces(fit, style)
-        text = f"{plot_text(fit.metric)}: {slope_text(fit)}"
+        text = f"{plot_text(fit.metric)}: {fit_text(fit)}"
         notes.append(_note(text, style.color, 0.98 - 0.07 * i))
     found = aids.forecast
     if found is not None and found.metric in styles:

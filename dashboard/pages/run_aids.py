@@ -208,6 +208,7 @@ def _fit_json(fit: Fit) -> dict[str, Any]:
         "ratio": fit.ratio,
         "before": [list(p) for p in fit.before_segment],
         "after": [list(p) for p in fit.after_segment],
+        "level_change": fit.level_after - fit.level_before,
     }
 
 
@@ -297,9 +298,11 @@ def _fits(stored: object, view: RunView) -> list[FitLines]:
         )
         if before is None or after is None or slope_before is None or slope_after is None:
             continue
-        ratio = _finite(fit.get("ratio"))
+        ratio, level_change = _finite(fit.get("ratio")), _finite(fit.get("level_change"))
         found.append(
-            FitLines(metric, view.focused, before, after, slope_before, slope_after, ratio)
+            FitLines(
+                metric, view.focused, before, after, slope_before, slope_after, ratio, level_change
+            )
         )
     return found
 

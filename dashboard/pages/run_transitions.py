@@ -2,11 +2,11 @@
 finds in the charted metrics over the view's steps, largest slope change first.
 
 Each row gives, per charted metric, the least-squares slope before and after the step (per
-1,000 steps), their ratio and the jump in level there
-(`normwatch.server.services.transitions`). Clicking a row zooms the chart around the step,
-as an event's zoom button does, and focuses it: the chart then draws the two fitted lines
-with their numbers (`.run_aids`), and the table is computed over the same window, so that
-both say the same.
+1,000 steps), their ratio and the level change there: the difference of the metric's local
+levels either side of the step (`normwatch.server.services.transitions`). Clicking a row
+zooms the chart around the step, as an event's zoom button does, and focuses it: the chart
+then draws the two fitted lines, each over the points it was fitted on, with their numbers
+(`.run_aids`), and the table is computed over the same window, so that both say the same.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 from normwatch.server.services.transitions import Transitions
 
-from ..overlay_aids import number_text
+from ..overlay_aids import level_change_text, number_text
 from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread
@@ -99,7 +99,9 @@ def _number(value: object) -> float | None:
 
 
 def level_text(before: object, after: object) -> str:
-    """The jump of the fitted lines at the step, signed; '—' without both levels.
+    """The level change at the step, signed: the metric's local level after it less its
+    local level before it (the server's `level_after - level_before`, measured next to the
+    step, so that a curve that only bends there reads ≈ 0); '—' without both levels.
 
     >>> level_text(240.4, 240.42), level_text(1.0, 0.5), level_text(None, 2.0)
     ('+0.02', '-0.5', '—')
@@ -107,8 +109,7 @@ def level_text(before: object, after: object) -> str:
     a, b = _number(before), _number(after)
     if a is None or b is None:
         return "—"
-    jump = b - a
-    return f"{jump:+.3g}" if jump else "0"
+    return level_change_text(b - a)
 
 
 def _slopes_text(fit: Fit) -> str:
@@ -175,7 +176,10 @@ def transition_table(
         className="transition-list",
         style={"borderCollapse": "collapse", "fontSize": ".88rem", "marginBottom": ".8rem"},
     )
-    note = f"Slopes fitted on {found.window:,} steps either side of each step."
+    note = (
+        f"Slopes fitted on {found.window:,} steps either side of each step; the level change "
+        "compares the levels measured on the points nearest it."
+    )
     if not found.detecting:
         note += " " + TOO_FEW_TO_DETECT
     more = len(listed) - limit

@@ -2,8 +2,9 @@
 
 Phenomenon 1 of the domain notes: the final_norm gain grew for 80k steps, and a config change
 at step 81k made it grow ≈4x faster. A transition puts numbers on that: a least-squares line
-on each side of the step, their slopes per 1,000 steps, their ratio, and the levels the two
-lines reach at the step (:func:`fit_transition`). :func:`detect_change_points` finds such
+on each side of the step, their slopes per 1,000 steps, their ratio, and the metric's local
+level on each side of the step (`.levels`), whose difference is the jump there
+(:func:`fit_transition`). :func:`detect_change_points` finds such
 steps with no event given: abrupt changes of level or slope, not the gentle curvature every
 norm curve has. :func:`transitions` does both for one metric and ranks the result by how
 much the slope changed (:attr:`Fit.slope_change`).
@@ -38,6 +39,7 @@ from .changepoints import (
     detect_change_points,
 )
 from .fit import fit_line
+from .levels import level_at
 
 __all__ = [
     "DEFAULT_MIN_RELATIVE_CHANGE",
@@ -68,10 +70,14 @@ class Fit:
     """Least-squares lines before and after ``at``; slopes per 1,000 steps.
 
     ``before`` fits the finite points with steps in ``[at - window, at)``, ``after`` those in
-    ``[at, at + window]``. ``level_before``/``level_after`` are the two lines' values at
-    ``at``, so ``level_after - level_before`` is the jump there. ``before_segment`` and
+    ``[at, at + window]``. ``level_before``/``level_after`` are the metric's local levels on
+    either side of ``at`` (`.levels.level_at`: a robust line through the points nearest the
+    step, at the step), so ``level_after - level_before`` is the jump there: ≈ 0 on a smooth
+    curve, however it bends, and a real jump's size. They are not the long lines' values at
+    ``at``, which disagree wherever the curve bends. ``before_segment`` and
     ``after_segment`` are the fitted lines' endpoints ``((step, value), (step, value))``,
-    from the first point used to ``at`` and from ``at`` to the last point used, for a chart.
+    each from the first point its side used to the last, for a chart: a line is drawn where
+    its data is, never carried over a gap to the step.
     ``*_stderr`` is the slope's standard error from the residuals (0 with only two points).
 
     ``ratio`` is ``slope_after / slope_before``, or None when ``slope_before`` cannot be told
@@ -157,8 +163,8 @@ def fit_transition(steps: npt.ArrayLike, values: npt.ArrayLike, at: int, window:
         stderr = sqrt(Σ r² / (n - 2) / Σ (x - x̄)²)    r = y - level - slope · x
 
     Centring first keeps steps near 1e9 and beyond from costing precision. Slopes are then
-    reported per 1,000 steps. None when either side has fewer than two finite points; see
-    :class:`Fit` for the fields.
+    reported per 1,000 steps. Each side's level is `.levels.level_at` on its points. None
+    when either side has fewer than two finite points; see :class:`Fit` for the fields.
 
     >>> fit = fit_transition([0, 1000, 2000, 3000], [0.0, 1.0, 2.0, 5.0], at=2000, window=2000)
     >>> fit.slope_before, fit.slope_after, fit.ratio, fit.level_before, fit.level_after
@@ -178,10 +184,12 @@ def _fit(steps: IntArray, values: FloatArray, at: int, window: int) -> Fit | Non
     with np.errstate(over="ignore", invalid="ignore"):
         before = _line(steps[lo:mid], values[lo:mid], at)
         after = _line(steps[mid:hi], values[mid:hi], at)
-    if before is None or after is None:
-        return None
+        if before is None or after is None:
+            return None
+        level_before = level_at(steps[lo:mid], values[lo:mid], at, window)
+        level_after = level_at(steps[mid:hi], values[mid:hi], at, window)
     numbers = (before.slope, before.level, before.stderr, after.slope, after.level, after.stderr)
-    if not all(math.isfinite(x) for x in numbers):
+    if not all(math.isfinite(x) for x in (*numbers, level_before, level_after)):
         return None  # values near the float range's end overflow the sums: no line to draw
     ratio = None
     if abs(before.slope) > 2.0 * before.stderr:  # also excludes slope_before == 0
@@ -194,12 +202,18 @@ def _fit(steps: IntArray, values: FloatArray, at: int, window: int) -> Fit | Non
         slope_before_stderr=before.stderr * PER_STEPS,
         slope_after_stderr=after.stderr * PER_STEPS,
         ratio=ratio if ratio is not None and math.isfinite(ratio) else None,
-        level_before=before.level,
-        level_after=after.level,
+        level_before=level_before,
+        level_after=level_after,
         n_before=before.n,
         n_after=after.n,
-        before_segment=((before.first, before.value(before.first, at)), (at, before.level)),
-        after_segment=((at, after.level), (after.last, after.value(after.last, at))),
+        before_segment=(
+            (before.first, before.value(before.first, at)),
+            (before.last, before.value(before.last, at)),
+        ),
+        after_segment=(
+            (after.first, after.value(after.first, at)),
+            (after.last, after.value(after.last, at)),
+        ),
     )
 
 

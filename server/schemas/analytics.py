@@ -127,9 +127,11 @@ class FitOut(BaseModel):
     ratio: float | None
     """``slope_after / slope_before``; None where the slope before is within its noise of 0."""
     level_before: float
-    """The line before, at the transition's step."""
+    """The metric's level just before the step: a robust (Theil–Sen) line through the
+    points nearest it, at the step."""
     level_after: float
-    """The line after, at the transition's step (the jump is the difference)."""
+    """Its level from the step on, likewise: the jump is the difference (≈ 0 where the
+    curve only bends)."""
     slope_change: float
     """How much the slope changed, in noise units: ``≈ |ln(ratio)|`` for clear slopes."""
     slope_before_stderr: float
@@ -137,7 +139,8 @@ class FitOut(BaseModel):
     n_before: int
     n_after: int
     before_segment: list[list[float]]
-    """The fitted line before: ``[[step, value], [step, value]]``, for drawing."""
+    """The fitted line before: ``[[step, value], [step, value]]`` from the first point it
+    was fitted on to the last, for drawing (``after_segment`` likewise)."""
     after_segment: list[list[float]]
 
 

@@ -26,6 +26,7 @@ from ..alerts.selectors import NameIndex, check_glob, run_matches
 from ..aliases import EMPTY, AliasMap
 from ..aliases.resolution import matching_visible
 from ..analytics import derived
+from ..analytics.hierarchy import outermost
 from ..batch import MetricBatch
 from ..db import PerEngine
 from ..errors import GlobError
@@ -297,7 +298,7 @@ def _derived_in_batch(
         names = NameIndex(list(visible) if visible is not None else _logged_names(batch))
     inputs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for pattern in derived.patterns(expression):
-        sources = _watched(pattern, names, visible)
+        sources = _counted(pattern, names, visible)
         inputs[pattern] = [
             _ascending(batch.steps[column.logged], column.values[column.logged])
             for column in batch.columns
@@ -308,6 +309,19 @@ def _derived_in_batch(
 
 def _logged_names(batch: MetricBatch) -> list[str]:
     return [column.name for column in batch.columns if column.logged.any()]
+
+
+def _counted(pattern: str, names: NameIndex, visible: dict[str, str] | None) -> set[str]:
+    """The batch's stored names an expression's argument reads: a name, or what a glob
+    matches with each norm counted once (the hierarchy rule, `.analytics.hierarchy`: not a
+    layer and its leaves, not ``grad/norm/total`` and its parts), as the series reads
+    count them."""
+    if not derived.Name(pattern).is_glob:
+        return _watched(pattern, names, visible)
+    if visible is None:
+        return set(outermost(names.matching(pattern)))
+    matched = matching_visible(pattern, visible, names)
+    return {matched[name] for name in outermost(matched)}
 
 
 def _watched(pattern: str, names: NameIndex, visible: dict[str, str] | None) -> set[str]:

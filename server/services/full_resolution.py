@@ -24,6 +24,7 @@ from ..alerts.selectors import NameIndex
 from ..aliases import EMPTY, AliasMap
 from ..aliases.resolution import matching_visible
 from ..analytics.derived import Name
+from ..analytics.hierarchy import outermost
 from ..errors import Invalid
 from ..models import Run
 from ..storage import pyramid
@@ -116,6 +117,18 @@ class Reader:
         if not pattern.is_glob:
             return [pattern.pattern] if pattern.pattern in self.names() else []
         return name_index(self.names()).matching(pattern.pattern)
+
+    def counted(self, pattern: Name) -> list[str]:
+        """`matching`, with a glob's names each counted once (the hierarchy rule,
+        `.analytics.hierarchy.outermost`, on the names as the run shows them: a total seen
+        through its alias gives way to its parts as a stored total does)."""
+        if not pattern.is_glob:
+            return self.matching(pattern)
+        if self.aliases:
+            visible = self.aliases.visible(self.names())
+            found = matching_visible(pattern.pattern, visible, name_index(list(visible)))
+            return [found[name] for name in outermost(found)]
+        return outermost(name_index(self.names()).matching(pattern.pattern))
 
     def series(self, names: Sequence[str]) -> dict[str, SeriesArrays]:
         """Every stored point of each name, each value as every other read gives it

@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 
 from ..aliases import AliasMap
 from ..analytics import derived
-from ..analytics.hierarchy import outermost
 from ..errors import Invalid
 from ..models import Run
 from ..schemas import EventOut, MetricOut
@@ -178,13 +177,12 @@ def compute(
     reader: Reader, expression: derived.Expression
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """An expression's value at full resolution over the reader's range."""
-    # A glob counts a norm and never also its own parts (the hierarchy rule):
-    # rss(grad/norm/layers.*) over layers and their leaves would count each layer twice.
-    matched = {}
-    for pattern in derived.patterns(expression):
-        name = derived.Name(pattern)
-        found = reader.matching(name)
-        matched[pattern] = outermost(found) if name.is_glob else found
+    # A glob counts each norm once (the hierarchy rule): rss(grad/norm/layers.*) over
+    # layers and their leaves would count each layer twice, and rss(grad/norm/*) over the
+    # total and its parts would read √2 × the total.
+    matched = {
+        pattern: reader.counted(derived.Name(pattern)) for pattern in derived.patterns(expression)
+    }
     read = reader.series(sorted({name for names in matched.values() for name in names}))
     inputs = {pattern: [read[name] for name in names] for pattern, names in matched.items()}
     return derived.evaluate(expression, inputs)

@@ -188,12 +188,18 @@ def test_transitions_thresholds_forecast_axes_series_attribution_and_config(
         for side in ("before", "after")
     )
     assert (before["yaxis"], before["dash"], before["color"]) == ("y2", "dash", "#1f77b4")
-    assert before["x"][1] == after["x"][0] == EVENT
+    # Each line is drawn over the points it was fitted on: to the last step before the
+    # event, and from the event's own step on.
+    assert (before["x"][1], after["x"][0]) == (EVENT - 1, EVENT)
     assert before["x"][0] >= lo and after["x"][1] <= hi
     (fit_note,) = [n for n in fig["notes"] if n.startswith(PARAM)]
-    assert re.fullmatch(
-        rf"{PARAM}: (19\.\d|20\.\d) → (49\.\d|50\.\d) per 1k steps, ×2\.[456]", fit_note
+    note = re.fullmatch(
+        rf"{PARAM}: (19\.\d|20\.\d) → (49\.\d|50\.\d) per 1k steps, ×2\.[456], "
+        r"level change (0|[+-][0-9.e+-]+)",
+        fit_note,
     )
+    # The norm only bends at the event: its levels either side agree within their noise.
+    assert note is not None and abs(float(note.group(3))) < 0.2, fit_note
     page.wait_for_selector("#transition-table tr.focused")
     page.mouse.move(0, 0)
     page.evaluate("window.scrollTo(0, 0)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import doctest
 
+import pytest
+
 from normwatch.dashboard import overlay_aids
 from normwatch.dashboard.figures import (
     EXTRA_COLORS,
@@ -140,6 +142,20 @@ def test_fitted_lines_dashed_in_the_metrics_colour_with_their_numbers() -> None:
     assert note["text"] == f"{PARAM.metric}: 10.0 → 25.0 per 1k steps, ×2.5"
     assert (note["font"]["color"], note["xref"], note["yref"]) == (PARAM_BLUE, "paper", "paper")
     assert continued(FIT) == ((100, 79.0), (200, 80.0))
+
+
+def test_a_fit_over_a_gap_is_drawn_where_its_points_are_with_its_level_change() -> None:
+    """The server's segments span each side's points; the chart draws them as they come,
+    carries the line before on from its last point, and notes the level change."""
+    gapped = FitLines(
+        PARAM.metric, 100, ((0, 78.0), (60, 78.6)), ((140, 80.0), (200, 81.5)), 10, 25, 2.5, -0.004
+    )
+    fig = with_aids(overlay_figure(VIEW), VIEW, Aids(fits=[gapped]))
+    before, after, carried = fig["data"][2:]
+    assert (before["x"], after["x"]) == ([0, 60], [140, 200])
+    assert carried["x"] == [60, 200] and carried["y"] == [78.6, pytest.approx(80.0)]
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == f"{PARAM.metric}: 10.0 → 25.0 per 1k steps, ×2.5, level change -0.004"
 
 
 def test_a_fit_of_a_metric_not_charted_is_not_drawn() -> None:

@@ -261,8 +261,11 @@ def test_read_aids_of_a_focused_view() -> None:
         50.0
     )
     assert param["ratio"] == pytest.approx(2.5)
-    assert param["before"] == [[1800, pytest.approx(114.0)], [2000, pytest.approx(118.0)]]
-    assert param["after"][1] == [2200, pytest.approx(128.0)]
+    # Each line over its own points: the one before ends at the last step before 2,000.
+    assert param["before"] == [[1800, pytest.approx(114.0)], [1999, pytest.approx(117.98)]]
+    assert param["after"] == [[2000, pytest.approx(118.0)], [2200, pytest.approx(128.0)]]
+    # The kink has no jump: the levels either side meet at the step.
+    assert param["level_change"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_read_aids_without_a_focus_reads_no_fits() -> None:
@@ -296,7 +299,8 @@ def test_aids_of_the_store_for_the_view() -> None:
     # The two rules at 5 on the grad norm share a line; the layer rule watches no charted metric.
     assert aids.thresholds == (Threshold(GRAD, 5.0, "grad 5 · grad heading 5", "threshold"),)
     (fit,) = aids.fits
-    assert (fit.metric, fit.at, fit.before[1][0], fit.after[0][0]) == (PARAM, 2000, 2000, 2000)
+    assert (fit.metric, fit.at, fit.before[1][0], fit.after[0][0]) == (PARAM, 2000, 1999, 2000)
+    assert fit.level_change == pytest.approx(0.0, abs=1e-9)
     assert fit.ratio == pytest.approx(2.5)
     assert aids.forecast is None
 
@@ -442,8 +446,13 @@ def test_the_real_fits_and_thresholds(world: World, dashboard_data: DashboardDat
     assert "threshold grad-high (5.0)|y" in shape
     assert f"fit after: {PARAM}|y2" in shape and f"fit before: {GRAD}|y" in shape
     notes = [a["text"] for a in fig["layout"]["annotations"]]
-    assert f"{PARAM}: 20.0 → 50.0 per 1k steps, ×2.5" in notes
-    assert f"{GRAD}: 0.5 → 0.5 per 1k steps, ×1.0" in notes
+    # Both only bend (or not) at the step: no level change, to round-off.
+    for slopes in (
+        f"{PARAM}: 20.0 → 50.0 per 1k steps, ×2.5",
+        f"{GRAD}: 0.5 → 0.5 per 1k steps, ×1.0",
+    ):
+        (note,) = [n for n in notes if n.startswith(f"{slopes}, level change ")]
+        assert abs(float(note.rsplit(" ", 1)[1])) < 1e-9, note
 
 
 def test_the_real_fits_of_an_expression(world: World, dashboard_data: DashboardData) -> None:

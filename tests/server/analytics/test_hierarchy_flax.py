@@ -142,6 +142,18 @@ def test_rss_of_a_glob_over_layers_and_leaves_counts_the_layers(
     np.testing.assert_allclose(got.values, expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("family", ["grad/norm", "params/norm", "updates/norm"])
+def test_rss_of_a_family_glob_is_its_total_on_the_clients_names(
+    sessions: Sessions, run_id: str, logged: list[dict[str, float]], family: str
+) -> None:
+    """``<family>/*`` meets the client's total, its layers, their leaves and the leaves of
+    the embedding, final norm and head: the total gives way and each layer counts once,
+    so the rss is the total (to the float32 the client computes in)."""
+    with session_scope(sessions) as session:
+        (got,) = query.read_series(session, the_run(session, run_id), [f"rss({family}/*)"])
+    np.testing.assert_allclose(got.values, [m[f"{family}/total"] for m in logged], rtol=1e-5)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

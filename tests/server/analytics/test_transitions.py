@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 import pytest
+from scipy import stats
 
 from normwatch.server.analytics import binned, changepoints, summary
 from normwatch.server.analytics import transitions as transitions_module
@@ -73,6 +74,21 @@ def reference_line(steps: IntArray, values: FloatArray, at: int) -> tuple[float,
     else:
         stderr = 0.0
     return 1000.0 * slope, level, 1000.0 * stderr
+
+
+def reference_level(steps: IntArray, values: FloatArray, at: int, window: int) -> float:
+    """A side's level by scipy: the Theil–Sen line (``theilslopes``, intercept as the median
+    of ``y - slope · x``) at ``at``, through the side's finite points nearest ``at``: those
+    within an eighth of the window, at least 16 and at most 128 (`analytics.levels`)."""
+    keep = np.isfinite(values)
+    s, v = steps[keep], values[keep]
+    distance = np.abs(s - at)
+    count = min(len(s), max(int(np.sum(distance <= window / 8)), 16), 128)
+    chosen = np.argsort(distance, kind="stable")[:count]
+    x = (s[chosen] - at).astype(np.float64)
+    if count == 1:
+        return float(v[chosen][0])
+    return float(stats.theilslopes(v[chosen], x, method="joint").intercept)
 
 
 # -- phenomenon 1 ---------------------------------------------------------------------------
@@ -227,16 +243,26 @@ def test_fit_matches_numpy_least_squares(seed: int, offset: int) -> None:
         assert fit is None
         return
     assert fit is not None
-    for mask, slope, level, stderr, count in [
-        (before, fit.slope_before, fit.level_before, fit.slope_before_stderr, fit.n_before),
-        (after, fit.slope_after, fit.level_after, fit.slope_after_stderr, fit.n_after),
-    ]:
+    sides = [
+        (before, fit.slope_before, fit.slope_before_stderr, fit.n_before, fit.before_segment),
+        (after, fit.slope_after, fit.slope_after_stderr, fit.n_after, fit.after_segment),
+    ]
+    for mask, slope, stderr, count, segment in sides:
         ref_slope, ref_level, ref_stderr = reference_line(steps[mask], values[mask], at)
         scale = float(np.nanmax(np.abs(values[mask])))
         assert count == mask.sum()
         assert slope == pytest.approx(ref_slope, rel=1e-9, abs=1e-12 * scale)
-        assert level == pytest.approx(ref_level, rel=1e-9, abs=1e-9 * scale)
         assert stderr == pytest.approx(ref_stderr, rel=1e-7, abs=1e-12 * scale)
+        # The drawn line is that line, from the side's first point to its last.
+        assert [step for step, _ in segment] == [steps[mask][0], steps[mask][-1]]
+        for step, value in segment:
+            line = ref_level + ref_slope / 1000.0 * (step - at)
+            assert value == pytest.approx(line, rel=1e-9, abs=1e-9 * scale)
+    # The levels are no line's: each side's own, near the step (`reference_level`).
+    for mask, level in [(before, fit.level_before), (after, fit.level_after)]:
+        scale = float(np.nanmax(np.abs(values[mask])))
+        expected = reference_level(steps[mask], values[mask], at, window)
+        assert level == pytest.approx(expected, rel=1e-9, abs=1e-9 * scale)
 
 
 def test_fit_segments_lie_on_the_lines_and_span_the_points() -> None:
@@ -244,12 +270,16 @@ def test_fit_segments_lie_on_the_lines_and_span_the_points() -> None:
     values = np.array([1.0, 2.0, math.nan, 9.0, 12.0, 15.0])
     fit = fit_transition(steps, values, at=35, window=30)
     assert fit is not None
+    # Each line spans the points it was fitted on: the one after starts at step 40, where
+    # its data starts, not back at the step over the gap (the NaN at 30 is no point).
     (first, first_value), (end, end_value) = fit.before_segment
-    assert (first, end) == (10, 35)
-    assert first_value == pytest.approx(1.0) and end_value == pytest.approx(3.5)
+    assert (first, end) == (10, 20)
+    assert first_value == pytest.approx(1.0) and end_value == pytest.approx(2.0)
     (start, start_value), (last, last_value) = fit.after_segment
-    assert (start, last) == (35, 60)
-    assert start_value == pytest.approx(7.5) and last_value == pytest.approx(15.0)
+    assert (start, last) == (40, 60)
+    assert start_value == pytest.approx(9.0) and last_value == pytest.approx(15.0)
+    # The levels either side are the points' own lines at the step (two and three points).
+    assert fit.level_before == pytest.approx(3.5) and fit.level_after == pytest.approx(7.5)
     assert fit.slope_before == pytest.approx(100.0) and fit.slope_after == pytest.approx(300.0)
     assert (fit.n_before, fit.n_after) == (2, 3)
 

@@ -133,8 +133,12 @@ def test_fit_fields_are_json_numbers_or_none(data: st.DataObject, s: Series) -> 
     numbers += [value for _, value in (*fit.before_segment, *fit.after_segment)]
     assert all(x is None or math.isfinite(x) for x in numbers)
     assert fit.n_before >= 2 and fit.n_after >= 2
-    assert fit.before_segment[1] == (at, fit.level_before)
-    assert fit.after_segment[0] == (at, fit.level_after)
+    # Each line is drawn over its own side's points, never past them to the step.
+    finite = s.steps[np.isfinite(s.values)]
+    before = finite[(finite >= at - window) & (finite < at)]
+    after = finite[(finite >= at) & (finite <= at + window)]
+    assert [step for step, _ in fit.before_segment] == [before[0], before[-1]]
+    assert [step for step, _ in fit.after_segment] == [after[0], after[-1]]
 
 
 @PROPERTY_SETTINGS

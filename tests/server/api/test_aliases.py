@@ -3,6 +3,7 @@ series, listings and alert rules that resolve canonical names to stored aliases.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import httpx
@@ -173,14 +174,24 @@ def test_derived_series_resolve_their_operands_through_aliases(
                 "params/norm/final_norm.weight": [4.0, 0.0],
             },
         )
-        ratio, rss = series(
-            api, run, "ratio(grad/norm/total, params/norm/total)", "rss(params/norm/*)"
+        ratio, rss, totals = series(
+            api,
+            run,
+            "ratio(grad/norm/total, params/norm/total)",
+            "rss(params/norm/*)",
+            "rss(*/norm/total)",
         )
         assert (ratio["metric"], ratio["values"]) == (
             "ratio(grad/norm/total, params/norm/total)",
             [0.01, 0.015],
         )
-        assert rss["values"] == [pytest.approx((300.0**2 + 16.0) ** 0.5), 400.0]
+        # The total, seen through its alias, gives way to the part beside it.
+        assert rss["values"] == [4.0, 0.0]
+        # Two totals through their aliases, none beside a part of its own: both count.
+        assert totals["values"] == [
+            pytest.approx(math.hypot(300.0, 3.0), rel=1e-15),
+            pytest.approx(math.hypot(400.0, 6.0), rel=1e-15),
+        ]
 
 
 def test_a_rule_on_the_canonical_name_fires_on_the_stored_alias(

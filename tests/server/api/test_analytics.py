@@ -84,8 +84,9 @@ def test_derived_series_are_computed_from_every_stored_point(
     assert share["steps"] == even.tolist() and not share["downsampled"]
     np.testing.assert_allclose(share["values"], (lm_head[even] / total[even]) ** 2, rtol=1e-12)
     np.testing.assert_allclose(ratio["values"], lm_head[even] / total[even], rtol=1e-12)
-    # rss over the parts and the total: sqrt(2) times the total.
-    np.testing.assert_allclose(rss["values"], np.sqrt(2) * total[even], rtol=1e-12)
+    # The glob meets the total beside its parts: the total gives way (the hierarchy
+    # rule), and the parts' root-sum-square is the total itself.
+    np.testing.assert_allclose(rss["values"], total[even], rtol=1e-12)
     parts = c["grad/norm/layers.0"] ** 2 + lm_head**2
     np.testing.assert_allclose(ends["values"], parts[even] / total[even] ** 2, rtol=1e-12)
     assert plain["steps"] == list(range(3000))
@@ -404,7 +405,11 @@ def test_an_event_where_a_norms_slope_grows_reports_the_ratio(
     assert fit["ratio"] == pytest.approx(2.5, rel=0.1)
     assert fit["slope_before"] == pytest.approx(2.0, rel=0.1)
     assert fit["slope_after"] == pytest.approx(5.0, rel=0.1)
-    assert fit["before_segment"][1][0] == 81_000 and fit["after_segment"][0][0] == 81_000
+    # Each line over its own points (every step logged): up to 80,999, and from 81,000.
+    assert fit["before_segment"][1][0] == 80_999 and fit["after_segment"][0][0] == 81_000
+    # The norm bends at the event, it does not jump: its levels either side agree, within
+    # six SDs of their difference (noise 0.3, 128 points a side: SD ≈ 0.08).
+    assert fit["level_after"] - fit["level_before"] == pytest.approx(0.0, abs=0.5)
     # A detection at the event is the event's, not a second row.
     assert all(abs(t["step"] - 81_000) > 1_500 for t in body["transitions"][1:])
 
