@@ -112,7 +112,7 @@ def compact_group(
         for mid, st in states.items()
         if st.chunks > 0 and st.tail_count < policy.chunk_points
     }
-    tail_chunks = load_tails(conn, run_key, segment, tails)
+    tail_chunks = load_tails(conn, run_key, segment, tails, policy.precision)
     works: list[SeriesWork] = []
     for mid in sorted(hot):
         work = SeriesWork(mid, states.get(mid, SeriesState()))

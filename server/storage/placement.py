@@ -123,9 +123,15 @@ def place(
 
 
 def load_tails(
-    conn: Connection, run_key: int, segment: int, tails: dict[int, int]
+    conn: Connection, run_key: int, segment: int, tails: dict[int, int], precision: str
 ) -> dict[int, Points]:
-    """The chunks ``{metric: seq}`` names that still hold their points, by metric."""
+    """The chunks ``{metric: seq}`` names that still hold their points, by metric, ready to
+    be merged and packed again at ``precision``.
+
+    A float32 tail packed again as float32 keeps its values merely widened (packing rounds
+    them to the same float32s); one packed as float64 (a chunk of the earlier float32
+    default, growing under the lossless one) takes their :func:`chunks.readable` form, the
+    values its reads gave, so no read of an old point changes."""
     out: dict[int, Points] = {}
     keys = sorted(tails.items())
     for i in range(0, len(keys), KEYS_PER_QUERY):
@@ -140,8 +146,10 @@ def load_tails(
         )
         for mid, data in rows:
             if data is not None:
-                # Widened, not readable: the tail is merged and packed again as it is.
-                out[int(mid)] = chunks.decode_raw(bytes(data))[0]
+                points, narrow = chunks.decode_raw(bytes(data))
+                if narrow and precision != "float32":
+                    points = Points(points.steps, chunks.readable(points.values.astype(np.float32)))
+                out[int(mid)] = points
     return out
 
 

@@ -20,6 +20,8 @@ from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 
 NAMES = ["grad/norm/embed", "grad/norm/layers.0", "grad/norm/layers.1", "grad/norm/lm_head"]
 SMALL = Policy(chunk_points=256)
+SMALL32 = Policy(chunk_points=256, precision="float32")
+"""The opt-in lossy precision: float32 chunks, with the outlines of their own kinds."""
 
 
 @pytest.fixture
@@ -78,7 +80,7 @@ def test_float32_outlines_are_smaller_and_read_as_the_summary(
     if len(steps) > 200:
         values[[5, 300]] = np.nan
         values[128:192] = np.nan  # one bucket all NaN
-    _, buckets = chunks.pack(Points(steps.astype(np.int64), values))
+    _, buckets = chunks.pack(Points(steps.astype(np.int64), values), "float32")
     blob = outline.encode(buckets)
     assert blob[0] == kind and len(blob) == 1 + bytes_a_bucket * len(buckets)
     first, last, count = int(steps[0]), int(steps[-1]), len(steps)
@@ -171,20 +173,25 @@ def test_outlines_stand_for_buckets_narrower_than_a_column(sessions: Sessions) -
     assert wide.series[2].steps.tolist() == exact.series[2].steps.tolist()
 
 
-def test_layer_grid_cells_are_column_maxima_where_buckets_fit_columns(sessions: Sessions) -> None:
+@pytest.mark.parametrize("policy", [SMALL, SMALL32], ids=["float64", "float32"])
+def test_layer_grid_cells_are_column_maxima_where_buckets_fit_columns(
+    sessions: Sessions, policy: Policy
+) -> None:
+    """Each cell is the largest value logged in its steps, exactly as logged (float64, the
+    default) or as the float32 chunk reads it (its shortest decimal)."""
     run_id = new_run(sessions)
     rng = np.random.default_rng(3)
     steps = np.arange(64 * 64)
     posted = {name: rng.lognormal(size=len(steps)) for name in NAMES}
     posted[NAMES[1]][1000] = 1000.0  # a one-step spike keeps its colour
     post(sessions, run_id, steps, **posted)
-    compact(sessions, run_id, SMALL)
+    compact(sessions, run_id, policy)
     with session_scope(sessions) as session:
         grid = layer_grid(session, the_run(session, run_id), "grad/norm", points=32)
     assert grid.bucketed and grid.steps == list(range(0, 64 * 64, 128))
     for name, row in zip(grid.layers, grid.values, strict=True):
-        stored = posted[f"grad/norm/{name}"].astype(np.float32)
-        want = chunks.readable(stored.reshape(32, 128).max(axis=1))
+        stored = chunks.stored_values(posted[f"grad/norm/{name}"], policy.precision)
+        want = stored.reshape(32, 128).max(axis=1)
         np.testing.assert_array_equal(np.array(row), want)
     assert max(grid.values[grid.layers.index("layers.0")]) == 1000.0
 
@@ -213,10 +220,10 @@ def test_outlines_of_every_kind_read_together(sessions: Sessions) -> None:
     uneven = np.cumsum(1 + even % 3)
     values = rng.lognormal(size=(3, len(even)))  # no value survives float32
     post(sessions, run_id, even, **{NAMES[0]: values[0]})
-    compact(sessions, run_id, Policy(chunk_points=256, precision="float64"))
+    compact(sessions, run_id, SMALL)
     post(sessions, run_id, even, **{NAMES[1]: values[1]})
     post(sessions, run_id, uneven, **{NAMES[2]: values[2]})
-    compact(sessions, run_id, SMALL)
+    compact(sessions, run_id, SMALL32)
     with session_scope(sessions) as session:
         run = the_run(session, run_id)
         key, lineage = run.key, lineage_of(segments_of(session, run.key))

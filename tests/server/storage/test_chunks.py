@@ -45,10 +45,27 @@ def test_irregular_steps_and_values_beyond_float32_are_exact() -> None:
 def test_float32_chunks_cost_about_four_bytes_a_point() -> None:
     rng = np.random.default_rng(3)
     steps = np.arange(4096, dtype=np.int64)
-    blob = chunks.encode(Points(steps, rng.normal(size=4096)))
-    assert len(blob) / 4096 < 4.2
+    blob = chunks.encode(Points(steps, rng.normal(size=4096)), "float32")
+    assert chunks.holds_float32(blob) and len(blob) / 4096 < 4.2
     constant = chunks.encode(Points(steps, np.full(4096, 3e-4)))
     assert len(constant) < 200  # a learning-rate plateau compresses to almost nothing
+
+
+def test_the_default_is_float64_and_costs_no_more_where_float32_would_keep_everything() -> None:
+    """What a JAX trainer logs (float32 values, arriving as their exact float64) takes about
+    as many bytes kept losslessly as float64 as it did rounded to float32; values logged as
+    six decimals take fewer (pcodec finds their decimal grid in float64, not in float32)."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(4096, dtype=np.int64)
+    walk = (10.0 + np.cumsum(rng.normal(scale=0.01, size=4096))).astype(np.float32)
+    exact = chunks.encode(Points(steps, walk.astype(np.float64)))
+    rounded = chunks.encode(Points(steps, walk.astype(np.float64)), "float32")
+    assert not chunks.holds_float32(exact) and chunks.holds_float32(rounded)
+    assert len(exact) <= 1.03 * len(rounded)
+    decimals = np.round(rng.uniform(0.0, 10.0, size=4096), 6)
+    exact = chunks.encode(Points(steps, decimals))
+    assert len(exact) < len(chunks.encode(Points(steps, decimals), "float32"))
+    assert chunks.decode(exact).values.tobytes() == decimals.tobytes()
 
 
 def test_chunks_of_the_earlier_zlib_codec_still_read() -> None:
@@ -122,8 +139,8 @@ def _summaries(seed: int) -> list[np.ndarray]:
         if n > 200:
             values[64:128] = np.nan
             values[150], values[151] = np.inf, -np.inf
-        out.append(chunks.pack(Points(steps, values))[1])
-        out.append(chunks.summarize(Points(steps, values)))  # float64 values
+        out.append(chunks.pack(Points(steps, values), "float32")[1])
+        out.append(chunks.pack(Points(steps, values))[1])  # float64 values
     return out
 
 
@@ -159,7 +176,7 @@ def test_summaries_of_the_earlier_zlib_layout_still_read_beside_new_ones() -> No
 def test_summaries_are_about_half_the_bytes_of_the_earlier_layout() -> None:
     rng = np.random.default_rng(8)
     values = np.cumsum(rng.normal(size=4096)) + 100.0
-    _, buckets = chunks.pack(Points(np.arange(4096, dtype=np.int64), values))
+    _, buckets = chunks.pack(Points(np.arange(4096, dtype=np.int64), values), "float32")
     old = len(chunks.shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize))
     assert len(summary_codec.encode_buckets(buckets)) < 0.65 * old
 
@@ -181,7 +198,8 @@ def test_merge_points_keeps_the_stored_value() -> None:
 
 def test_float32_values_read_back_as_their_shortest_decimal() -> None:
     logged = np.array([15.37, 15.24, 3e-4, 6e-4, -2.5, 1e-45, 3.4e38, 123456789.0, 0.0])
-    back = chunks.decode(chunks.encode(Points(np.arange(len(logged), dtype=np.int64), logged)))
+    steps = np.arange(len(logged), dtype=np.int64)
+    back = chunks.decode(chunks.encode(Points(steps, logged), "float32"))
     assert back.values.tolist()[:5] == [15.37, 15.24, 3e-4, 6e-4, -2.5]
     assert same(back.values.astype(np.float32), logged.astype(np.float32))  # nothing lost
     rng = np.random.default_rng(5)
