@@ -120,8 +120,8 @@ def _shares(
     # parts and total share their buckets' first steps. Where the total's do not meet the
     # parts' (logged at other steps, or its chunks cut elsewhere), the total is read whole,
     # so that any step the parts share has its total. Values compacted as float32 (the
-    # opt-in lossy precision, or chunks of the earlier default) are used merely widened: their shortest-decimal form costs 0.2 µs a value and moves a share by
-    # less than 1e-7.
+    # opt-in lossy precision, or chunks of the earlier default) are used merely widened:
+    # their shortest-decimal form costs 0.2 µs a value and moves a share by less than 1e-7.
     present = [name for name in names if name in ids]
     firsts = across.read(
         session, run.key, [ids[n] for n in present], lineage, lo, hi, pixel, "first"
