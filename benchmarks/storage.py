@@ -22,13 +22,16 @@ each table's heap, indexes and TOAST; and the bytes of each kind of blob in ``ch
 ``--before REV`` measures the same load first on the server of an earlier commit (built
 from a ``git worktree`` into a temporary folder and run with it first on ``PYTHONPATH``),
 then on this tree's, and prints them side by side. Each server's database is migrated by
-its own tree.
+its own tree. ``--precision float32,float64`` measures this tree's server once per
+compaction precision (``NORMWATCH_COMPACTION_PRECISION``; float64, lossless, is the
+default), side by side.
 
 Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``)::
 
     .venv/bin/python benchmarks/storage.py                       # ~2 min
     .venv/bin/python benchmarks/storage.py --before HEAD~3       # before and after
     .venv/bin/python benchmarks/storage.py --load demo
+    .venv/bin/python benchmarks/storage.py --load demo --precision float32,float64
     .venv/bin/python benchmarks/storage.py --quick                # 3.3M points, ~10 s
 """
 
@@ -214,10 +217,14 @@ def database(keep: bool, env: dict[str, str]) -> Iterator[str]:
             drop_database(base_pg_url(), url)
 
 
-def measure(label: str, load: str, steps: int, lib: Path | None, keep: bool) -> Measured:
+def measure(
+    label: str, load: str, steps: int, lib: Path | None, keep: bool, precision: str | None = None
+) -> Measured:
     # PYTHONSAFEPATH: ``python -m normwatch`` run from the repository root would otherwise
     # find this tree's package in the working directory before PYTHONPATH.
     env = {"PYTHONPATH": str(lib), "PYTHONSAFEPATH": "1"} if lib else {}
+    if precision:
+        env["NORMWATCH_COMPACTION_PRECISION"] = precision
     out = Measured(label)
     with database(keep, env) as url, tempfile.TemporaryDirectory() as logs:
         with psycopg.connect(libpq(url), autocommit=True) as conn:
@@ -293,7 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="REV", help="also measure the server at REV")
     parser.add_argument("--keep", action="store_true", help="keep this tree's database")
     parser.add_argument("--quick", action="store_true", help="20,000 simulated steps")
+    parser.add_argument(
+        "--precision",
+        metavar="P[,P]",
+        help="measure this tree at each compaction precision (float32, float64)",
+    )
     args = parser.parse_args(argv)
+    precisions = args.precision.split(",") if args.precision else [None]
+    if not set(precisions) <= {None, "float32", "float64"}:
+        parser.error(f"--precision takes float32 and float64, got {args.precision!r}")
     if args.quick:
         args.steps = 20_000
     started = time.perf_counter()
@@ -301,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.before:
         with built(args.before) as lib:
             results.append(measure(f"before ({args.before})", args.load, args.steps, lib, False))
-    results.append(measure("this tree", args.load, args.steps, None, args.keep))
+    for precision in precisions:
+        label = "this tree" if precision is None else f"this tree, {precision}"
+        results.append(measure(label, args.load, args.steps, None, args.keep, precision))
     report(results)
     say(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
     return 0
