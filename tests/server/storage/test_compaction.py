@@ -92,6 +92,37 @@ def test_a_float32_tail_grows_in_float64_and_its_points_read_as_before(
     assert not chunks.holds_float32(bytes(data))
 
 
+def test_float64_chunks_stay_exact_when_compaction_turns_to_float32(sessions: Sessions) -> None:
+    """Opting into float32 rounds what is compacted from then on, never what is already
+    stored exactly: a float64 chunk that grows (its tail) or takes a late point is packed
+    as float64 again; new chunks are float32."""
+    run = new_run(sessions)
+    steps, values = noisy(10_000, seed=8)
+    post(sessions, run, steps[:5000:2], g=values[:5000:2])  # 2,500 points: one tail chunk
+    compact(sessions, run)
+    late = steps[1:5000:2][:100]  # inside the chunk's range
+    post(sessions, run, late, g=values[1:5000:2][:100])
+    post(sessions, run, steps[5000:], g=values[5000:])
+    compact(sessions, run, Policy(precision="float32"))
+    got_steps, got_values = stored(sessions, run, "g")
+    want = dict(zip(steps[:5000:2].tolist(), values[:5000:2].tolist(), strict=True))
+    want |= dict(zip(late.tolist(), values[1:5000:2][:100].tolist(), strict=True))
+    tail_room = 4096 - len(want)  # what the float64 tail chunk takes of the new points
+    fresh = slice(5000, 5000 + tail_room)
+    want |= dict(zip(steps[fresh].tolist(), values[fresh].tolist(), strict=True))
+    rounded = chunks.stored_values(values[5000:][tail_room:], "float32")
+    want |= dict(zip(steps[5000:][tail_room:].tolist(), rounded.tolist(), strict=True))
+    assert got_steps.tolist() == sorted(want)
+    assert got_values.tolist() == [want[s] for s in sorted(want)]
+    with session_scope(sessions) as session:
+        key = the_run(session, run).key
+        heads = session.execute(
+            text("SELECT substr(data, 1, 4) FROM chunks WHERE run_key = :k ORDER BY seq"),
+            {"k": key},
+        ).all()
+    assert [chunks.holds_float32(bytes(h)) for (h,) in heads] == [False, True]
+
+
 def test_zoomed_out_read_equals_m4_over_every_point(sessions: Sessions) -> None:
     run = new_run(sessions)
     steps, values = noisy(300_000, seed=2)
