@@ -143,6 +143,9 @@ logged_values = arrays(
 @given(logged_values, st.booleans(), st.integers(0, 2**16))
 @example(NAMED, True, 0)
 @example(np.tile(np.concatenate([NAMED, EXTREMES]), 20), False, 1)
+# Float32 values as a JAX trainer logs them: outlines of the exact float32 kinds.
+@example(np.linspace(0.5, 3.0, 300).astype(np.float32).astype(np.float64), True, 2)
+@example(np.linspace(0.5, 3.0, 300).astype(np.float32).astype(np.float64), False, 3)
 def test_any_float64_round_trips_through_compaction_and_every_reader(
     sessions: Sessions, values: np.ndarray, even: bool, seed: int
 ) -> None:

@@ -211,37 +211,55 @@ def test_extent_of_many_series_is_the_union_of_their_extents(sessions: Sessions)
 
 
 def test_outlines_of_every_kind_read_together(sessions: Sessions) -> None:
-    """A series compacted at float64, one at float32 with even steps and one at float32
-    with uneven steps hold outlines of three kinds (24, 9 and 16 bytes a bucket); one
-    read picks from all of them through the same SQL."""
+    """Series compacted at float64 (the default; one of them of values a float32 holds
+    exactly, as a JAX trainer logs them, once with even and once with uneven steps), one at
+    float32 with even steps and one at float32 with uneven steps hold outlines of five kinds
+    (24, 11, 18, 9 and 16 bytes a bucket); one read picks from all of them through the same
+    SQL, each value as the chunk gives it back."""
     run_id = new_run(sessions)
     rng = np.random.default_rng(11)
     even = np.arange(1280)
     uneven = np.cumsum(1 + even % 3)
-    values = rng.lognormal(size=(3, len(even)))  # no value survives float32
-    post(sessions, run_id, even, **{NAMES[0]: values[0]})
+    values = rng.lognormal(size=(5, len(even)))  # no value survives float32...
+    values[3:] = values[3:].astype(np.float32)  # ... but these are float32s
+    names = [*NAMES, "grad/norm/layers.2"]
+    post(sessions, run_id, even, **{names[0]: values[0], names[3]: values[3]})
+    post(sessions, run_id, uneven, **{names[4]: values[4]})
     compact(sessions, run_id, SMALL)
-    post(sessions, run_id, even, **{NAMES[1]: values[1]})
-    post(sessions, run_id, uneven, **{NAMES[2]: values[2]})
+    post(sessions, run_id, even, **{names[1]: values[1]})
+    post(sessions, run_id, uneven, **{names[2]: values[2]})
     compact(sessions, run_id, SMALL32)
     with session_scope(sessions) as session:
         run = the_run(session, run_id)
         key, lineage = run.key, lineage_of(segments_of(session, run.key))
-        by_name = metric_ids_by_name(session, key, NAMES[:3])
-        ids = [by_name[n] for n in NAMES[:3]]
+        by_name = metric_ids_by_name(session, key, names)
+        ids = [by_name[n] for n in names]
         rows = session.execute(
             text("SELECT metric_id, outline FROM chunks WHERE run_key = :k"), {"k": key}
         ).all()
         lengths = {mid: {len(bytes(blob)) for m, blob in rows if m == mid} for mid in ids}
         # 256-point chunks: four buckets each.
-        assert lengths == {ids[0]: {1 + 24 * 4}, ids[1]: {1 + 9 * 4}, ids[2]: {1 + 16 * 4}}
+        assert [lengths[mid] for mid in ids] == [
+            {1 + 24 * 4},
+            {1 + 9 * 4},
+            {1 + 16 * 4},
+            {1 + 11 * 4},
+            {1 + 18 * 4},
+        ]
         got = across.read(session, key, ids, lineage, None, None, 200.0, "max")
     assert not got.exact
-    stored = [values[0], *(chunks.readable(v.astype(np.float32)) for v in values[1:])]
-    assert got.narrow[0] is None or not got.narrow[0].any()
-    assert all(n is not None and n.all() for n in got.narrow[1:])
+    stored = [values[0], *(chunks.readable(v.astype(np.float32)) for v in values[1:3])]
+    stored += [values[3], values[4]]
+    assert [n is not None and bool(n.any()) for n in got.narrow] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert all(n is not None and n.all() for n in got.narrow[1:3])
     for series, narrow, steps, want in zip(
-        got.series, got.narrow, (even, even, uneven), stored, strict=True
+        got.series, got.narrow, (even, even, uneven, even, uneven), stored, strict=True
     ):
         assert series.steps.tolist() == [
             int(steps[64 * b + int(np.argmax(want[64 * b : 64 * (b + 1)]))]) for b in range(20)
@@ -249,4 +267,4 @@ def test_outlines_of_every_kind_read_together(sessions: Sessions) -> None:
         values_read = series.values.copy()
         if narrow is not None:
             values_read[narrow] = chunks.readable(values_read[narrow].astype(np.float32))
-        np.testing.assert_array_equal(values_read, want.reshape(20, 64).max(axis=1))
+        assert values_read.tobytes() == want.reshape(20, 64).max(axis=1).tobytes()
