@@ -8,18 +8,29 @@ Series (each cut into 4,096-point chunks, as the compactor cuts them):
 * the demo's simulated run (`normwatch.simulate.SimulatedRun`, 200,000 steps): the loss,
   the total grad norm, the final norm's gain, the update norm, one layer's grad norm, the
   learning rate and the token counter;
-* a noisy random walk, the worst case of a smooth-looking metric.
+* a noisy random walk, the worst case of a smooth-looking metric;
+* random values printed to 6 decimals (what text logs and importers give: ``0.412345``,
+  ``16.017241``), uniform in [0, 1) and in [0, 100);
+* a float32 random walk (what a JAX trainer logs: each value a float32, arriving as its
+  exact float64).
 
-Codecs: **shuffled zlib** (what `storage.chunks` writes today: the bytes of every value
+Codecs: **shuffled zlib** (what chunks held before pcodec: the bytes of every value
 grouped by position, then deflate at level 1) and **pcodec** (`pcodec.standalone`, default
-config), on the values as float32 (the default precision) and as float64. Every codec is
-checked to give back the values bit for bit. Baseline: shuffled zlib on float32.
+config), on the values as float32 and as float64. Every codec is checked to give back the
+values bit for bit. Baseline: shuffled zlib on float32.
+
+Then **precision**: what a chunk (`storage.chunks.encode`, pcodec at level 4, its header
+included) costs a value at each compaction precision: float32 (rounded: the default before,
+now the opt-in lossy setting) and float64 (lossless, the default), and how many of the
+series' values float32 would have changed.
 
     .venv/bin/python benchmarks/codecs.py
+    .venv/bin/python benchmarks/codecs.py --precision-only    # the second table, ~10 s
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 import zlib
@@ -31,6 +42,8 @@ from _harness import say, table
 from pcodec import ChunkConfig, standalone
 
 from normwatch.client.importers.llmc import parse_llmc_log
+from normwatch.server.storage import chunks
+from normwatch.server.storage.chunks import Points
 from normwatch.simulate import SimulatedRun
 
 CHUNK = 4096
@@ -57,6 +70,12 @@ def series() -> Iterator[tuple[str, np.ndarray]]:
         yield f"simulated {key}", values[np.isfinite(values) | np.isnan(values)]
     rng = np.random.default_rng(0)
     yield "random walk", 10.0 + np.cumsum(rng.standard_normal(200_000)) * 0.01
+    # Six decimals below 1 are six significant digits, which a float32's shortest decimal
+    # keeps; from 10 up they are eight (16.017241), which it does not.
+    yield "random 6-decimal values in [0, 1)", np.round(rng.uniform(0.0, 1.0, 200_000), 6)
+    yield "random 6-decimal values in [0, 100)", np.round(rng.uniform(0.0, 100.0, 200_000), 6)
+    walk = 10.0 + np.cumsum(rng.standard_normal(200_000)) * 0.01
+    yield "float32 random walk", walk.astype(np.float32).astype(np.float64)
 
 
 def shuffled_zlib(values: np.ndarray) -> bytes:
@@ -104,7 +123,51 @@ def measure(values: np.ndarray, codec: Codec) -> tuple[float, float]:
     return size / len(values), statistics.median(times)
 
 
-def main() -> int:
+def precision_table() -> None:
+    """Bytes a value of whole chunks at each compaction precision, on every series."""
+    rows = []
+    for name, logged in series():
+        steps = np.arange(len(logged), dtype=np.int64)
+        sizes = {}
+        for precision in ("float32", "float64"):
+            size = 0
+            for lo in range(0, len(logged), CHUNK):
+                part = Points(steps[lo : lo + CHUNK], np.ascontiguousarray(logged[lo : lo + CHUNK]))
+                blob = chunks.encode(part, precision)
+                size += len(blob)
+                if precision == "float64" and chunks.decode(blob).values.tobytes() != (
+                    part.values.tobytes()
+                ):
+                    raise AssertionError("a float64 chunk changed a value")
+            sizes[precision] = size / len(logged)
+        rounded = chunks.stored_values(logged, "float32")
+        changed = np.count_nonzero(rounded.view(np.uint64) != logged.view(np.uint64))
+        rows.append(
+            [
+                name,
+                f"{len(logged):,}",
+                f"{sizes['float32']:.2f}",
+                f"**{sizes['float64']:.2f}**",
+                f"{sizes['float64'] / sizes['float32']:.2f}",
+                f"{changed / len(logged):.0%}",
+            ]
+        )
+    headers = ["series", "values", "float32 (rounded)", "float64 (lossless)", "ratio"]
+    headers.append("values float32 changes")
+    say("")
+    say("bytes a value of 4,096-value chunks (pcodec level 4, header included)")
+    say(table(headers, rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--precision-only", action="store_true", help="only the chunks' bytes at each precision"
+    )
+    args = parser.parse_args(argv)
+    if args.precision_only:
+        precision_table()
+        return 0
     rows = []
     totals: dict[str, list[float]] = {}
     for name, logged in series():
@@ -126,7 +189,8 @@ def main() -> int:
     say("")
     for key, sizes in totals.items():
         middle = statistics.median(sizes)
-        say(f"median over the series, {key}: {middle:.2f} B a value ({middle / base:.2f}x today's)")
+        say(f"median over the series, {key}: {middle:.2f} B a value ({middle / base:.2f}x zlib's)")
+    precision_table()
     return 0
 
 

@@ -22,13 +22,19 @@ each table's heap, indexes and TOAST; and the bytes of each kind of blob in ``ch
 ``--before REV`` measures the same load first on the server of an earlier commit (built
 from a ``git worktree`` into a temporary folder and run with it first on ``PYTHONPATH``),
 then on this tree's, and prints them side by side. Each server's database is migrated by
-its own tree.
+its own tree. ``--precision float32,float64`` measures this tree's server once per
+compaction precision (``NORMWATCH_COMPACTION_PRECISION``; float64, lossless, is the
+default), side by side. ``--values float32`` logs the simulated values rounded to float32,
+as a JAX trainer's float32 metrics arrive (the simulator computes in float64, with noise in
+every bit).
 
 Run (from the repository root; Postgres from ``NORMWATCH_TEST_DATABASE_URL``)::
 
     .venv/bin/python benchmarks/storage.py                       # ~2 min
     .venv/bin/python benchmarks/storage.py --before HEAD~3       # before and after
     .venv/bin/python benchmarks/storage.py --load demo
+    .venv/bin/python benchmarks/storage.py --load demo --precision float32,float64
+    .venv/bin/python benchmarks/storage.py --load demo --precision float32,float64 --values float32
     .venv/bin/python benchmarks/storage.py --quick                # 3.3M points, ~10 s
 """
 
@@ -47,6 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import psycopg
 from _harness import base_pg_url, say, table
 
@@ -122,7 +129,7 @@ def ingest_token(url: str, env: dict[str, str]) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def post_load(base: str, token: str, load: str, steps: int) -> None:
+def post_load(base: str, token: str, load: str, steps: int, values: str = "float64") -> None:
     sim = SimulatedRun(seed=0)
     layer_every = 1 if load == "storage" else 100
     stop = steps if load == "storage" else HISTORY_END
@@ -136,6 +143,8 @@ def post_load(base: str, token: str, load: str, steps: int) -> None:
     ) as run:
         for start in range(0, stop, BLOCK_STEPS):
             at, metrics = sim.block(start, min(start + BLOCK_STEPS, stop), layer_every=layer_every)
+            if values == "float32":
+                metrics = {k: v.astype(np.float32).astype(np.float64) for k, v in metrics.items()}
             for i, step in enumerate(at.tolist()):
                 run.log({k: float(v[i]) for k, v in metrics.items() if v[i] == v[i]}, step=step)
             # Every point counts here: wait for the sender rather than let the queue shed.
@@ -214,10 +223,20 @@ def database(keep: bool, env: dict[str, str]) -> Iterator[str]:
             drop_database(base_pg_url(), url)
 
 
-def measure(label: str, load: str, steps: int, lib: Path | None, keep: bool) -> Measured:
+def measure(
+    label: str,
+    load: str,
+    steps: int,
+    lib: Path | None,
+    keep: bool,
+    precision: str | None = None,
+    values: str = "float64",
+) -> Measured:
     # PYTHONSAFEPATH: ``python -m normwatch`` run from the repository root would otherwise
     # find this tree's package in the working directory before PYTHONPATH.
     env = {"PYTHONPATH": str(lib), "PYTHONSAFEPATH": "1"} if lib else {}
+    if precision:
+        env["NORMWATCH_COMPACTION_PRECISION"] = precision
     out = Measured(label)
     with database(keep, env) as url, tempfile.TemporaryDirectory() as logs:
         with psycopg.connect(libpq(url), autocommit=True) as conn:
@@ -232,7 +251,7 @@ def measure(label: str, load: str, steps: int, lib: Path | None, keep: bool) -> 
             ) as server:
                 say(f"{label}: loading ({load})")
                 started = time.perf_counter()
-                post_load(server.url, token, load, steps)
+                post_load(server.url, token, load, steps, values)
                 out.load_s = time.perf_counter() - started
                 started = time.perf_counter()
                 while True:
@@ -293,15 +312,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", metavar="REV", help="also measure the server at REV")
     parser.add_argument("--keep", action="store_true", help="keep this tree's database")
     parser.add_argument("--quick", action="store_true", help="20,000 simulated steps")
+    parser.add_argument(
+        "--precision",
+        metavar="P[,P]",
+        help="measure this tree at each compaction precision (float32, float64)",
+    )
+    parser.add_argument(
+        "--values",
+        choices=("float64", "float32"),
+        default="float64",
+        help="log the simulated values as they are, or rounded to float32 (as JAX's arrive)",
+    )
     args = parser.parse_args(argv)
+    precisions = args.precision.split(",") if args.precision else [None]
+    if not set(precisions) <= {None, "float32", "float64"}:
+        parser.error(f"--precision takes float32 and float64, got {args.precision!r}")
     if args.quick:
         args.steps = 20_000
     started = time.perf_counter()
     results = []
     if args.before:
         with built(args.before) as lib:
-            results.append(measure(f"before ({args.before})", args.load, args.steps, lib, False))
-    results.append(measure("this tree", args.load, args.steps, None, args.keep))
+            results.append(
+                measure(
+                    f"before ({args.before})", args.load, args.steps, lib, False, None, args.values
+                )
+            )
+    for precision in precisions:
+        label = "this tree" if precision is None else f"this tree, {precision}"
+        results.append(
+            measure(label, args.load, args.steps, None, args.keep, precision, args.values)
+        )
     report(results)
     say(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
     return 0

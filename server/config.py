@@ -184,9 +184,11 @@ class Settings(BaseSettings):
         default=4096, ge=64, description="Points per compacted chunk of one series."
     )
     compaction_precision: Literal["float32", "float64"] = Field(
-        default="float32",
-        description="How compacted values are kept: float32 (about 4 bytes a point) or "
-        "float64 (lossless). NaN and ±Infinity are exact either way.",
+        default="float64",
+        description="How compacted values are kept: float64 (the default: lossless, every "
+        "value reads back bit for bit) or float32 (LOSSY: a value is rounded to float32 "
+        "about a minute after it is logged, 1e-50 reads 0.0; it saves no space on most "
+        "series, see docs/storage.md). NaN and ±Infinity are exact either way.",
     )
     compaction_max_age_s: float = Field(
         default=300.0, gt=0, description="Longest a live run's points wait before compaction."

@@ -34,8 +34,8 @@ from .kept import kept
 from .layers import MAX_COLUMNS, MAX_LAYERS, cells
 
 TOLERANCE = 0.01
-"""Largest ``|Σ shares - 1|`` that still counts as adding up (float32 compaction of the
-inputs moves a share by about 1e-7)."""
+"""Largest ``|Σ shares - 1|`` that still counts as adding up (the opt-in float32 compaction
+of the inputs moves a share by about 1e-7)."""
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,9 @@ def _shares(
     # Every series' bucket firsts, in one statement (`storage.across`): logged together,
     # parts and total share their buckets' first steps. Where the total's do not meet the
     # parts' (logged at other steps, or its chunks cut elsewhere), the total is read whole,
-    # so that any step the parts share has its total. Values compacted as float32 are used
-    # merely widened: their shortest-decimal form costs 0.2 µs a value and moves a share by
-    # less than 1e-7.
+    # so that any step the parts share has its total. Values compacted as float32 (the
+    # opt-in lossy precision, or chunks of the earlier default) are used merely widened:
+    # their shortest-decimal form costs 0.2 µs a value and moves a share by less than 1e-7.
     present = [name for name in names if name in ids]
     firsts = across.read(
         session, run.key, [ids[n] for n in present], lineage, lo, hi, pixel, "first"

@@ -2,11 +2,14 @@
 
 A chunk holds consecutive points of one series (run, metric, segment) as two arrays:
 steps, stored as a start and a stride when they are evenly spaced (the usual case) and as
-compressed deltas otherwise; and values, as float32 by default or float64 when asked (or
-when a finite value would not survive float32). NaN and ±Infinity are kept bit-exact in
-both. Values and uneven steps are compressed by pcodec where it pays (1.5-2.7 bytes a noisy
-float32 value, far less for a smooth one; see docs/storage.md); chunks written before that
-hold byte-shuffled zlib, and read as they are.
+compressed deltas otherwise; and values, as float64 by default, bit for bit what was logged
+(subnormals, -0.0, NaN payloads and ±Infinity included). The opt-in ``float32`` precision
+rounds them to float32 (unless a finite value would overflow it), and chunks of an earlier
+default hold float32: both read as the float64 of the float32's shortest decimal
+(:func:`readable`). Values and uneven steps are compressed by pcodec where it pays
+(float64 values that a float32 holds exactly take as little as in float32; see
+docs/storage.md); chunks written before pcodec hold byte-shuffled zlib, and read as they
+are.
 
 Every chunk also carries a *bucket summary*: for each run of :data:`FANOUT` consecutive
 points, the first, last, minimum and maximum point and the first NaN, each a real stored
@@ -111,8 +114,8 @@ def unpco(blob: bytes, dtype: str) -> npt.NDArray[np.generic]:
 
 
 def value_kind(values: FloatArray, precision: str) -> int:
-    """float32 unless asked for float64 or a finite value would overflow float32."""
-    if precision == "float64":
+    """float64 unless asked for float32 (lossy) and no finite value would overflow it."""
+    if precision != "float32":
         return _F64
     finite = values[np.isfinite(values)]
     if len(finite) and float(np.abs(finite).max()) > _F32_MAX:
@@ -121,7 +124,8 @@ def value_kind(values: FloatArray, precision: str) -> int:
 
 
 def stored_values(values: FloatArray, precision: str) -> FloatArray:
-    """The values as a chunk will give them back (float32-rounded by default)."""
+    """The values as a chunk will give them back: as they are at float64, float32-rounded
+    (in their :func:`readable` form) at float32."""
     if value_kind(values, precision) == _F32:
         return readable(values.astype(np.float32))
     return values
@@ -163,7 +167,7 @@ def readable(values: npt.NDArray[np.float32]) -> FloatArray:
     return out
 
 
-def encode(points: Points, precision: str = "float32") -> bytes:
+def encode(points: Points, precision: str = "float64") -> bytes:
     """A chunk's bytes. ``points`` must be non-empty with strictly increasing steps."""
     n = len(points)
     if n == 0:
@@ -187,7 +191,7 @@ def encode(points: Points, precision: str = "float32") -> bytes:
     return header + step_blob + value_blob
 
 
-def pack(points: Points, precision: str = "float32") -> tuple[bytes, npt.NDArray[np.void]]:
+def pack(points: Points, precision: str = "float64") -> tuple[bytes, npt.NDArray[np.void]]:
     """A chunk's bytes (`encode`) and its bucket summary (`summarize`) of the values it will
     give back.
 

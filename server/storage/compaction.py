@@ -112,12 +112,14 @@ def compact_group(
         for mid, st in states.items()
         if st.chunks > 0 and st.tail_count < policy.chunk_points
     }
-    tail_chunks = load_tails(conn, run_key, segment, tails)
+    tail_chunks, exact_tails = load_tails(conn, run_key, segment, tails, policy.precision)
     works: list[SeriesWork] = []
     for mid in sorted(hot):
         work = SeriesWork(mid, states.get(mid, SeriesState()))
         tail = tails.get(mid)
         pre = {tail: tail_chunks[mid]} if tail is not None and mid in tail_chunks else None
+        if tail is not None and mid in exact_tails:
+            work.exact.add(tail)
         place(conn, policy, run_key, segment, work, hot[mid], pre)
         works.append(work)
         report.series += 1
@@ -127,7 +129,7 @@ def compact_group(
     for work in works:
         for seq in sorted(work.written):
             pts = work.written[seq]
-            data, buckets = chunks.pack(pts, policy.precision)
+            data, buckets = chunks.pack(pts, work.precision_of(seq, policy.precision))
             chunk_rows.append(
                 {
                     "rk": run_key,

@@ -10,7 +10,7 @@ uncompressed: per bucket the step and value of its first point and of its larges
 Layout: one byte saying which kind it is, then the largest points' steps and values, then
 the first points' steps and values, each an array of one entry a bucket:
 
-- :data:`_EVEN`, the usual case: a float32 chunk of evenly spaced steps. The largest
+- :data:`_EVEN`: a float32 chunk of evenly spaced steps (the opt-in precision). The largest
   point's place in its bucket (``uint8``) and its value, then the first point's value,
   ``float32``: the steps follow from the chunk's first and last step and count. 9 bytes a
   bucket, 577 for a chunk of 64 buckets.
@@ -20,10 +20,17 @@ the first points' steps and values, each an array of one entry a bucket:
   outline written before float32 ones were): 24 bytes a bucket.
 - :data:`_WIDE`: ``int64`` steps and ``float64`` values, for a chunk spanning more than 2³²
   steps: 32 bytes a bucket.
+- :data:`_EVEN_EXACT` and :data:`_NARROW_EXACT`: a float64 chunk whose outline values a
+  float32 holds exactly (what a JAX trainer logs: float32 values, arriving as their exact
+  float64), as :data:`_EVEN` and :data:`_NARROW32` but read as the float32s merely widened,
+  which *is* each value, bit for bit. Each half of a bucket carries one more byte that says
+  nothing but the kind (``tag``), so that the halves' lengths, which is all a read sees,
+  differ from every other kind's: 11 and 18 bytes a bucket.
 
 A float32 chunk's summary holds each value in its `chunks.readable` form, which the float32
 gives back; a read gets the float32 kinds' values merely widened, flagged ``narrow``, as it
-gets a float32 chunk's points. A bucket whose values are all NaN repeats its first point as
+gets a float32 chunk's points. The exact kinds' values come back widened and not flagged:
+they are what was logged. A bucket whose values are all NaN repeats its first point as
 its largest, with value NaN. An outline stays under the size where Postgres would compress
 it or move it out of line, and a read asks for the half it needs (`part_sql`); the kinds
 differ in length for the same number of buckets, which is how both the SQL and
@@ -41,7 +48,7 @@ import numpy.typing as npt
 
 from .chunks import FANOUT, NO_STEP, ChunkFormatError, readable
 
-_NARROW, _WIDE, _NARROW32, _EVEN = 0, 1, 2, 3
+_NARROW, _WIDE, _NARROW32, _EVEN, _EVEN_EXACT, _NARROW_EXACT = 0, 1, 2, 3, 4, 5
 _U32_MAX = int(np.iinfo(np.uint32).max)
 
 Pick = Literal["first", "max"]
@@ -53,10 +60,29 @@ _FIELDS: dict[int, list[tuple[str, str]]] = {
     _WIDE: [("max_step", "<i8"), ("max", "<f8"), ("first_step", "<i8"), ("first", "<f8")],
     _NARROW32: [("max_step", "<u4"), ("max", "<f4"), ("first_step", "<u4"), ("first", "<f4")],
     _EVEN: [("max_step", "u1"), ("max", "<f4"), ("first", "<f4")],
+    _EVEN_EXACT: [
+        ("max_step", "u1"),
+        ("max_tag", "u1"),
+        ("max", "<f4"),
+        ("first_tag", "u1"),
+        ("first", "<f4"),
+    ],
+    _NARROW_EXACT: [
+        ("max_step", "<u4"),
+        ("max_tag", "u1"),
+        ("max", "<f4"),
+        ("first_step", "<u4"),
+        ("first_tag", "u1"),
+        ("first", "<f4"),
+    ],
 }
-_PARTS = (_EVEN, _NARROW32, _NARROW)
+_PARTS = (_EVEN, _NARROW32, _NARROW, _EVEN_EXACT, _NARROW_EXACT)
 """The kinds a read takes a part of (a wide outline comes whole)."""
 _FLOAT32 = (_EVEN, _NARROW32)
+"""Kinds whose values are float32s standing for their shortest decimals (`chunks.readable`)."""
+_EXACT32 = (_EVEN_EXACT, _NARROW_EXACT)
+"""Kinds whose values are float32s standing for themselves."""
+_EVEN_KINDS = (_EVEN, _EVEN_EXACT)
 
 
 def _bucket_bytes(kind: int) -> int:
@@ -100,6 +126,13 @@ def _survives_float32(values: npt.NDArray[np.float64]) -> bool:
     return bool((back.view(np.uint64) == values.view(np.uint64)).all())
 
 
+def _held_by_float32(values: npt.NDArray[np.float64]) -> bool:
+    """Whether a float32 holds every value exactly, bit for bit (NumPy's NaN included)."""
+    with np.errstate(all="ignore"):
+        back = values.astype(np.float32).astype(np.float64)
+    return bool((back.view(np.uint64) == values.view(np.uint64)).all())
+
+
 def stride_of(first_step: int, last_step: int, count: int) -> int:
     """The spacing of an evenly spaced chunk's steps (1 for a chunk of one point)."""
     return (last_step - first_step) // (count - 1) if count > 1 else 1
@@ -139,16 +172,20 @@ def encode(buckets: npt.NDArray[np.void], float32: bool | None = None) -> bytes:
     n = len(buckets)
     if float32 is None:
         float32 = _survives_float32(first_values) and _survives_float32(max_values)
-    if float32:
+    exact32 = not float32 and _held_by_float32(first_values) and _held_by_float32(max_values)
+    if float32 or exact32:
         places = _even_places(buckets, firsts, maxes)
         if places is not None:
-            out = np.zeros(1, dtype=_layout(_EVEN, n))
-            out["kind"] = _EVEN
+            kind = _EVEN if float32 else _EVEN_EXACT
+            out = np.zeros(1, dtype=_layout(kind, n))
+            out["kind"] = kind
             out["max_step"][0], out["max"][0], out["first"][0] = places, max_values, first_values
             return out.tobytes()
     kind = _NARROW if int(max(firsts.max(), maxes.max())) - base <= _U32_MAX else _WIDE
     if kind == _NARROW and float32:
         kind = _NARROW32
+    elif kind == _NARROW and exact32:
+        kind = _NARROW_EXACT
     out = np.zeros(1, dtype=_layout(kind, n))
     shift = 0 if kind == _WIDE else base
     out["kind"] = kind
@@ -229,7 +266,7 @@ def decode_parts(
             joined, dtype=np.dtype([(name, t, (n,)) for name, t in _part_fields(kind, pick)])
         )
         base = bases[lo:hi, np.newaxis]
-        if kind == _EVEN:
+        if kind in _EVEN_KINDS:
             count = points[lo:hi]
             stride = np.where(
                 count > 1, (lasts[lo:hi] - bases[lo:hi]) // np.maximum(count - 1, 1), 1

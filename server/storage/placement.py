@@ -35,6 +35,14 @@ class SeriesWork:
     metric_id: int
     state: SeriesState
     written: dict[int, Points] = field(default_factory=dict)
+    exact: set[int] = field(default_factory=set)
+    """Chunks among ``written`` that were stored as float64: they are packed as float64
+    again whatever the compaction precision, since rounding them would lose what they
+    kept (see `precision_of`)."""
+
+    def precision_of(self, seq: int, precision: str) -> str:
+        """The precision chunk ``seq`` is packed at under a policy of ``precision``."""
+        return "float64" if seq in self.exact else precision
 
 
 def place(
@@ -68,6 +76,8 @@ def place(
             if row is None or row[0] is None:
                 return None
             loaded[seq] = chunks.decode(bytes(row[0]))
+            if not chunks.holds_float32(bytes(row[0])):
+                work.exact.add(seq)
         return work.written.get(seq, loaded[seq])
 
     if state.through is not None:
@@ -123,10 +133,18 @@ def place(
 
 
 def load_tails(
-    conn: Connection, run_key: int, segment: int, tails: dict[int, int]
-) -> dict[int, Points]:
-    """The chunks ``{metric: seq}`` names that still hold their points, by metric."""
+    conn: Connection, run_key: int, segment: int, tails: dict[int, int], precision: str
+) -> tuple[dict[int, Points], set[int]]:
+    """The chunks ``{metric: seq}`` names that still hold their points, by metric, ready to
+    be merged and packed again at ``precision``; and the metrics whose tail is float64
+    (it stays float64, see `SeriesWork.exact`).
+
+    A float32 tail packed again as float32 keeps its values merely widened (packing rounds
+    them to the same float32s); one packed as float64 (a chunk of the earlier float32
+    default, growing under the lossless one) takes their :func:`chunks.readable` form, the
+    values its reads gave, so no read of an old point changes."""
     out: dict[int, Points] = {}
+    exact: set[int] = set()
     keys = sorted(tails.items())
     for i in range(0, len(keys), KEYS_PER_QUERY):
         clause, params = any_key(("metric_id", "seq"), keys[i : i + KEYS_PER_QUERY])
@@ -140,9 +158,13 @@ def load_tails(
         )
         for mid, data in rows:
             if data is not None:
-                # Widened, not readable: the tail is merged and packed again as it is.
-                out[int(mid)] = chunks.decode_raw(bytes(data))[0]
-    return out
+                points, narrow = chunks.decode_raw(bytes(data))
+                if narrow and precision != "float32":
+                    points = Points(points.steps, chunks.readable(points.values.astype(np.float32)))
+                if not narrow:
+                    exact.add(int(mid))
+                out[int(mid)] = points
+    return out, exact
 
 
 def load_rollups(

@@ -13,8 +13,9 @@ NO_CUT = 2**63 - 1
 @dataclass(frozen=True)
 class Policy:
     chunk_points: int = 4096
-    precision: str = "float32"
-    """``float32`` (default, about 4 bytes a point) or ``float64`` (lossless)."""
+    precision: str = "float64"
+    """``float64`` (default, lossless) or ``float32`` (lossy, opt-in: values rounded to
+    float32, for no saving on most series; see docs/storage.md)."""
     max_age_s: float = 300.0
     idle_s: float = 60.0
     metrics_per_transaction: int = 24

@@ -15,10 +15,14 @@ each call rewrites up to a budget of rows, a run at a time, in transactions of
 
 The points and every value a read gives back stay exactly the same: a float32 chunk is
 packed from its float32 values, a float64 one from its float64 values, and a summary holds
-the same buckets. A row is rewritten only if it still has the span and count it was read
-with, so a compaction that merged points into it meanwhile (another server's compactor)
-wins. Each run's rows are looked at once per process; one statement a run reads a few bytes
-of each of its rows (on a cluster sharded by run, every statement stays on one shard).
+the same buckets. A chunk keeps the precision it was written with, whatever compaction's
+is now: a float64 chunk is never narrowed (that would lose what it kept), and a float32 one
+(the earlier default, or the opt-in lossy setting) is not widened, since its values were
+rounded when it was written and widening would only cost space. A row is rewritten only
+if it still has the span and count it was read with, so a compaction that merged points
+into it meanwhile (another server's compactor) wins. Each run's rows are looked at once per
+process; one statement a run reads a few bytes of each of its rows (on a cluster sharded by
+run, every statement stays on one shard).
 """
 
 from __future__ import annotations

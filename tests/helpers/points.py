@@ -8,14 +8,15 @@ from normwatch.scratch import admin_dsn
 from normwatch.server.storage import blocks, chunks
 
 EXACT = {"NORMWATCH_COMPACTION_PRECISION": "float64"}
-"""Server settings under which :func:`stored_once` gives back exactly what was logged: the
-compactor may run at any moment, and by default it keeps float32 values."""
+"""Server settings under which :func:`stored_once` gives back exactly what was logged (the
+compactor may run at any moment): the lossless default, named so that these tests say what
+they rely on."""
 
 
 def stored_once(database_url: str, project: str, name: str) -> dict[tuple[str, int], float]:
     """Every stored point of the run, hot or compacted, asserting that each (metric, step)
-    is stored once, all of them in segment 1. The server must compact in float64 for the
-    values to come back exactly."""
+    is stored once, all of them in segment 1. The server must compact in float64 (the
+    default) for the values to come back exactly."""
     run_of = "JOIN runs r ON r.key = t.run_key JOIN projects j ON j.id = r.project_id"
     where = "WHERE j.name = %s AND r.name = %s"
     with psycopg.connect(admin_dsn(database_url)) as conn:

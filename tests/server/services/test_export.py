@@ -19,7 +19,7 @@ from tests.helpers.databases import BACKENDS, own_sessions
 
 GRAD, LOSS = "grad/norm/total", "train/loss"
 LOSSLESS = Policy(precision="float64")
-"""Compaction keeping float64 values as they were logged (the default keeps float32)."""
+"""Compaction keeping float64 values as they were logged (the default, named)."""
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -119,7 +119,7 @@ def test_float32_values_come_back_as_the_float32s_shortest_decimal(sessions: Ses
     steps = np.arange(2000)
     narrow = np.random.default_rng(2).lognormal(size=2000).astype(np.float32)
     post(sessions, run_id, steps, **{GRAD: narrow.astype(np.float64)})
-    compact(sessions, run_id, Policy())  # float32, the default
+    compact(sessions, run_id, Policy(precision="float32"))  # the opt-in lossy setting
     _, got, _ = exported(sessions, run_id, [GRAD])
     values = np.array([got[s][GRAD] for s in range(2000)])
     assert np.array_equal(values.astype(np.float32), narrow)  # nothing lost

@@ -65,7 +65,7 @@ def test_answers_are_kept_until_the_run_changes(sessions: Sessions) -> None:
     assert after["grid"].steps[-1] > first["grid"].steps[-1]  # type: ignore[attr-defined]
     assert after["profile"].profile.steps == [10_000] * 4  # type: ignore[attr-defined]
     assert first["profile"].profile.steps == [None] * 4  # type: ignore[attr-defined]
-    # A compaction (float32 chunks) and an event: each read anew.
+    # A compaction and an event: each read anew.
     compact(sessions, run_id)
     compacted = answers(sessions, run_id)
     assert compacted == fresh()

@@ -38,8 +38,8 @@ from tests.helpers.m4_reference import Series, reference
 I64_MAX = 2**63 - 1
 METRIC = "grad/norm/total"
 SPIKE = 1e30
-"""Like every value here (integers below 2**24), read back unchanged from float32 chunks
-(whose values come back in their shortest decimal form)."""
+"""Like every value here (integers below 2**24), read back unchanged from chunks of either
+precision (float32 ones give their values' shortest decimal form)."""
 
 
 def owner(segments: list[tuple[int, int | None]], step: int) -> int | None:

@@ -20,6 +20,8 @@ from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 
 NAMES = ["grad/norm/embed", "grad/norm/layers.0", "grad/norm/layers.1", "grad/norm/lm_head"]
 SMALL = Policy(chunk_points=256)
+SMALL32 = Policy(chunk_points=256, precision="float32")
+"""The opt-in lossy precision: float32 chunks, with the outlines of their own kinds."""
 
 
 @pytest.fixture
@@ -78,7 +80,7 @@ def test_float32_outlines_are_smaller_and_read_as_the_summary(
     if len(steps) > 200:
         values[[5, 300]] = np.nan
         values[128:192] = np.nan  # one bucket all NaN
-    _, buckets = chunks.pack(Points(steps.astype(np.int64), values))
+    _, buckets = chunks.pack(Points(steps.astype(np.int64), values), "float32")
     blob = outline.encode(buckets)
     assert blob[0] == kind and len(blob) == 1 + bytes_a_bucket * len(buckets)
     first, last, count = int(steps[0]), int(steps[-1]), len(steps)
@@ -171,20 +173,25 @@ def test_outlines_stand_for_buckets_narrower_than_a_column(sessions: Sessions) -
     assert wide.series[2].steps.tolist() == exact.series[2].steps.tolist()
 
 
-def test_layer_grid_cells_are_column_maxima_where_buckets_fit_columns(sessions: Sessions) -> None:
+@pytest.mark.parametrize("policy", [SMALL, SMALL32], ids=["float64", "float32"])
+def test_layer_grid_cells_are_column_maxima_where_buckets_fit_columns(
+    sessions: Sessions, policy: Policy
+) -> None:
+    """Each cell is the largest value logged in its steps, exactly as logged (float64, the
+    default) or as the float32 chunk reads it (its shortest decimal)."""
     run_id = new_run(sessions)
     rng = np.random.default_rng(3)
     steps = np.arange(64 * 64)
     posted = {name: rng.lognormal(size=len(steps)) for name in NAMES}
     posted[NAMES[1]][1000] = 1000.0  # a one-step spike keeps its colour
     post(sessions, run_id, steps, **posted)
-    compact(sessions, run_id, SMALL)
+    compact(sessions, run_id, policy)
     with session_scope(sessions) as session:
         grid = layer_grid(session, the_run(session, run_id), "grad/norm", points=32)
     assert grid.bucketed and grid.steps == list(range(0, 64 * 64, 128))
     for name, row in zip(grid.layers, grid.values, strict=True):
-        stored = posted[f"grad/norm/{name}"].astype(np.float32)
-        want = chunks.readable(stored.reshape(32, 128).max(axis=1))
+        stored = chunks.stored_values(posted[f"grad/norm/{name}"], policy.precision)
+        want = stored.reshape(32, 128).max(axis=1)
         np.testing.assert_array_equal(np.array(row), want)
     assert max(grid.values[grid.layers.index("layers.0")]) == 1000.0
 
@@ -204,37 +211,55 @@ def test_extent_of_many_series_is_the_union_of_their_extents(sessions: Sessions)
 
 
 def test_outlines_of_every_kind_read_together(sessions: Sessions) -> None:
-    """A series compacted at float64, one at float32 with even steps and one at float32
-    with uneven steps hold outlines of three kinds (24, 9 and 16 bytes a bucket); one
-    read picks from all of them through the same SQL."""
+    """Series compacted at float64 (the default; one of them of values a float32 holds
+    exactly, as a JAX trainer logs them, once with even and once with uneven steps), one at
+    float32 with even steps and one at float32 with uneven steps hold outlines of five kinds
+    (24, 11, 18, 9 and 16 bytes a bucket); one read picks from all of them through the same
+    SQL, each value as the chunk gives it back."""
     run_id = new_run(sessions)
     rng = np.random.default_rng(11)
     even = np.arange(1280)
     uneven = np.cumsum(1 + even % 3)
-    values = rng.lognormal(size=(3, len(even)))  # no value survives float32
-    post(sessions, run_id, even, **{NAMES[0]: values[0]})
-    compact(sessions, run_id, Policy(chunk_points=256, precision="float64"))
-    post(sessions, run_id, even, **{NAMES[1]: values[1]})
-    post(sessions, run_id, uneven, **{NAMES[2]: values[2]})
+    values = rng.lognormal(size=(5, len(even)))  # no value survives float32...
+    values[3:] = values[3:].astype(np.float32)  # ... but these are float32s
+    names = [*NAMES, "grad/norm/layers.2"]
+    post(sessions, run_id, even, **{names[0]: values[0], names[3]: values[3]})
+    post(sessions, run_id, uneven, **{names[4]: values[4]})
     compact(sessions, run_id, SMALL)
+    post(sessions, run_id, even, **{names[1]: values[1]})
+    post(sessions, run_id, uneven, **{names[2]: values[2]})
+    compact(sessions, run_id, SMALL32)
     with session_scope(sessions) as session:
         run = the_run(session, run_id)
         key, lineage = run.key, lineage_of(segments_of(session, run.key))
-        by_name = metric_ids_by_name(session, key, NAMES[:3])
-        ids = [by_name[n] for n in NAMES[:3]]
+        by_name = metric_ids_by_name(session, key, names)
+        ids = [by_name[n] for n in names]
         rows = session.execute(
             text("SELECT metric_id, outline FROM chunks WHERE run_key = :k"), {"k": key}
         ).all()
         lengths = {mid: {len(bytes(blob)) for m, blob in rows if m == mid} for mid in ids}
         # 256-point chunks: four buckets each.
-        assert lengths == {ids[0]: {1 + 24 * 4}, ids[1]: {1 + 9 * 4}, ids[2]: {1 + 16 * 4}}
+        assert [lengths[mid] for mid in ids] == [
+            {1 + 24 * 4},
+            {1 + 9 * 4},
+            {1 + 16 * 4},
+            {1 + 11 * 4},
+            {1 + 18 * 4},
+        ]
         got = across.read(session, key, ids, lineage, None, None, 200.0, "max")
     assert not got.exact
-    stored = [values[0], *(chunks.readable(v.astype(np.float32)) for v in values[1:])]
-    assert got.narrow[0] is None or not got.narrow[0].any()
-    assert all(n is not None and n.all() for n in got.narrow[1:])
+    stored = [values[0], *(chunks.readable(v.astype(np.float32)) for v in values[1:3])]
+    stored += [values[3], values[4]]
+    assert [n is not None and bool(n.any()) for n in got.narrow] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert all(n is not None and n.all() for n in got.narrow[1:3])
     for series, narrow, steps, want in zip(
-        got.series, got.narrow, (even, even, uneven), stored, strict=True
+        got.series, got.narrow, (even, even, uneven, even, uneven), stored, strict=True
     ):
         assert series.steps.tolist() == [
             int(steps[64 * b + int(np.argmax(want[64 * b : 64 * (b + 1)]))]) for b in range(20)
@@ -242,4 +267,4 @@ def test_outlines_of_every_kind_read_together(sessions: Sessions) -> None:
         values_read = series.values.copy()
         if narrow is not None:
             values_read[narrow] = chunks.readable(values_read[narrow].astype(np.float32))
-        np.testing.assert_array_equal(values_read, want.reshape(20, 64).max(axis=1))
+        assert values_read.tobytes() == want.reshape(20, 64).max(axis=1).tobytes()

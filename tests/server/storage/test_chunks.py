@@ -5,10 +5,13 @@ from __future__ import annotations
 import doctest
 import math
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis.extra.numpy import arrays
 
-from normwatch.server.storage import chunks, summary_codec
+from normwatch.server.storage import chunks, outline, summary_codec
 from normwatch.server.storage.chunks import NO_STEP, Points
 
 
@@ -42,13 +45,79 @@ def test_irregular_steps_and_values_beyond_float32_are_exact() -> None:
     assert chunks.stored_values(values, "float32")[7] == 1e300
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.integers(1, 600),
+        elements=st.floats(width=64)
+        | st.sampled_from([-0.0, 5e-324, 1e-50, float(2**53 + 2), 1 / 3, 16.017241]),
+    ),
+    st.booleans(),
+    st.integers(0, 2**63 - 1).map(
+        lambda bits: float(np.array([bits | 0x7FF0000000000001], np.uint64).view(np.float64)[0])
+    ),
+)
+def test_any_float64_survives_the_default_chunk_summary_and_outline_bit_for_bit(
+    values: np.ndarray, even: bool, payload_nan: float
+) -> None:
+    """Any float64 bit pattern (NaN payloads, subnormals, -0.0, ±Infinity) comes back as it
+    went in from a chunk at the default precision, and every value its summary and outline
+    hold is one of the chunk's points, bit for bit."""
+    values = values.copy()
+    values[len(values) // 2] = payload_nan
+    n = len(values)
+    steps = np.arange(n, dtype=np.int64) * 7 if even else np.cumsum(1 + np.arange(n) % 5)
+    points = Points(steps.astype(np.int64), values)
+    blob, buckets = chunks.pack(points)
+    back = chunks.decode(blob)
+    assert back.steps.tolist() == points.steps.tolist()
+    assert back.values.view(np.uint64).tolist() == values.view(np.uint64).tolist()
+    # A summary names a bucket's first NaN by its step (the API has one NaN, "NaN"): NaN
+    # payloads are the chunk's alone, every other value is compared bit for bit.
+    at = dict(zip(steps.tolist(), _bits(values), strict=True))
+    summary = summary_codec.decode_buckets(summary_codec.encode_buckets(buckets))
+    named = chunks.bucket_points(summary)
+    assert dict(zip(named.steps.tolist(), _bits(named.values), strict=True)).items() <= at.items()
+    shape = outline.encode(buckets, chunks.holds_float32(blob))
+    for pick, got in outline.decode(shape, int(steps[0]), int(steps[-1]), n).items():
+        found = dict(zip(got.steps.tolist(), _bits(got.values), strict=True))
+        if pick == "max":  # a bucket of NaN only has no largest point: its first, with NaN
+            found = {s: v for s, v in found.items() if v != _bits(np.array([np.nan]))[0]}
+        assert found.items() <= at.items(), pick
+
+
+def _bits(values: np.ndarray) -> list[int]:
+    """Each value's bits, every NaN as NumPy's one NaN."""
+    out = values.astype(np.float64, copy=True)
+    out[np.isnan(out)] = np.nan
+    return out.view(np.uint64).tolist()
+
+
 def test_float32_chunks_cost_about_four_bytes_a_point() -> None:
     rng = np.random.default_rng(3)
     steps = np.arange(4096, dtype=np.int64)
-    blob = chunks.encode(Points(steps, rng.normal(size=4096)))
-    assert len(blob) / 4096 < 4.2
+    blob = chunks.encode(Points(steps, rng.normal(size=4096)), "float32")
+    assert chunks.holds_float32(blob) and len(blob) / 4096 < 4.2
     constant = chunks.encode(Points(steps, np.full(4096, 3e-4)))
     assert len(constant) < 200  # a learning-rate plateau compresses to almost nothing
+
+
+def test_the_default_is_float64_and_costs_no_more_where_float32_would_keep_everything() -> None:
+    """What a JAX trainer logs (float32 values, arriving as their exact float64) takes about
+    as many bytes kept losslessly as float64 as it did rounded to float32; values logged as
+    six decimals take fewer (pcodec finds their decimal grid in float64, not in float32)."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(4096, dtype=np.int64)
+    walk = (10.0 + np.cumsum(rng.normal(scale=0.01, size=4096))).astype(np.float32)
+    exact = chunks.encode(Points(steps, walk.astype(np.float64)))
+    rounded = chunks.encode(Points(steps, walk.astype(np.float64)), "float32")
+    assert not chunks.holds_float32(exact) and chunks.holds_float32(rounded)
+    assert len(exact) <= 1.03 * len(rounded)
+    decimals = np.round(rng.uniform(0.0, 10.0, size=4096), 6)
+    exact = chunks.encode(Points(steps, decimals))
+    assert len(exact) < len(chunks.encode(Points(steps, decimals), "float32"))
+    assert chunks.decode(exact).values.tobytes() == decimals.tobytes()
 
 
 def test_chunks_of_the_earlier_zlib_codec_still_read() -> None:
@@ -61,6 +130,20 @@ def test_chunks_of_the_earlier_zlib_codec_still_read() -> None:
     back = chunks.decode(blob)
     assert back.steps.tolist() == steps.tolist()
     assert back.values.view(np.int64).tolist() == values.view(np.int64).tolist()
+
+
+def test_float32_chunks_as_the_earlier_default_wrote_them_still_read() -> None:
+    """Header kind 0 (float32), pcodec and zlib values: read as the float64 of each float32's
+    shortest decimal, as they always did."""
+    steps = np.arange(6, dtype=np.int64)
+    narrow = np.array([16.017241, 1 / 3, 0.1, np.nan, np.inf, -0.0]).astype("<f4")
+    for codec, body in ((2, chunks.pco(narrow)), (1, chunks.shuffle_zlib(narrow.tobytes(), 4))):
+        blob = chunks._HEADER.pack(1, 0, 0, codec, 6, 0, 1, 0) + body
+        assert chunks.holds_float32(blob)
+        back = chunks.decode(blob)
+        assert back.steps.tolist() == steps.tolist()
+        assert back.values[[0, 1, 2, 4]].tolist() == [16.01724, 0.33333334, 0.1, np.inf]
+        assert np.isnan(back.values[3]) and str(back.values[5]) == "-0.0"
 
 
 def test_pcodec_data_of_the_wrong_width_is_refused() -> None:
@@ -122,8 +205,8 @@ def _summaries(seed: int) -> list[np.ndarray]:
         if n > 200:
             values[64:128] = np.nan
             values[150], values[151] = np.inf, -np.inf
-        out.append(chunks.pack(Points(steps, values))[1])
-        out.append(chunks.summarize(Points(steps, values)))  # float64 values
+        out.append(chunks.pack(Points(steps, values), "float32")[1])
+        out.append(chunks.pack(Points(steps, values))[1])  # float64 values
     return out
 
 
@@ -159,7 +242,7 @@ def test_summaries_of_the_earlier_zlib_layout_still_read_beside_new_ones() -> No
 def test_summaries_are_about_half_the_bytes_of_the_earlier_layout() -> None:
     rng = np.random.default_rng(8)
     values = np.cumsum(rng.normal(size=4096)) + 100.0
-    _, buckets = chunks.pack(Points(np.arange(4096, dtype=np.int64), values))
+    _, buckets = chunks.pack(Points(np.arange(4096, dtype=np.int64), values), "float32")
     old = len(chunks.shuffle_zlib(buckets.tobytes(), chunks.BUCKET.itemsize))
     assert len(summary_codec.encode_buckets(buckets)) < 0.65 * old
 
@@ -181,7 +264,8 @@ def test_merge_points_keeps_the_stored_value() -> None:
 
 def test_float32_values_read_back_as_their_shortest_decimal() -> None:
     logged = np.array([15.37, 15.24, 3e-4, 6e-4, -2.5, 1e-45, 3.4e38, 123456789.0, 0.0])
-    back = chunks.decode(chunks.encode(Points(np.arange(len(logged), dtype=np.int64), logged)))
+    steps = np.arange(len(logged), dtype=np.int64)
+    back = chunks.decode(chunks.encode(Points(steps, logged), "float32"))
     assert back.values.tolist()[:5] == [15.37, 15.24, 3e-4, 6e-4, -2.5]
     assert same(back.values.astype(np.float32), logged.astype(np.float32))  # nothing lost
     rng = np.random.default_rng(5)

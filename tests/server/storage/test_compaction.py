@@ -33,10 +33,6 @@ def sessions(db_url: str) -> Iterator[Sessions]:
     engine.dispose()
 
 
-def f32(values: np.ndarray) -> np.ndarray:
-    return chunks.stored_values(values, "float32")
-
-
 def same(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b, equal_nan=True))
 
@@ -52,16 +48,79 @@ def test_compacted_points_read_back_exactly_and_hot_rows_go(sessions: Sessions) 
     assert count_rows(sessions, run, "chunks") == 5  # 4096 points a chunk
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, steps)
-    assert same(got_values, f32(values))
+    assert same(got_values, values)
 
 
-def test_float64_setting_is_lossless(sessions: Sessions) -> None:
+def test_the_opt_in_float32_setting_rounds_values_to_float32(sessions: Sessions) -> None:
+    """``NORMWATCH_COMPACTION_PRECISION=float32`` is lossy, as documented: each value reads
+    back as the shortest decimal of its float32, 1/3 as 0.33333334."""
     run = new_run(sessions)
     steps, values = noisy(5000, seed=1)
+    values[:3] = [1 / 3, 1e-50, 16.017241]
     post(sessions, run, steps, g=values)
-    compact(sessions, run, Policy(precision="float64"))
+    compact(sessions, run, Policy(precision="float32"))
     got_steps, got_values = stored(sessions, run, "g")
-    assert same(got_steps, steps) and same(got_values, values)
+    assert same(got_steps, steps)
+    assert same(got_values, chunks.stored_values(values, "float32"))
+    assert same(got_values.astype(np.float32), values.astype(np.float32))
+    assert got_values[:3].tolist() == [0.33333334, 0.0, 16.01724]
+
+
+def test_a_float32_tail_grows_in_float64_and_its_points_read_as_before(
+    sessions: Sessions,
+) -> None:
+    """A store compacted under the earlier float32 default, compacted on under the lossless
+    one: the unfinished float32 chunk takes the new points as float64, its own points keep
+    the values they read as (their shortest float32 decimals), the new ones are exact."""
+    run = new_run(sessions)
+    steps, values = noisy(3000, seed=7)
+    post(sessions, run, steps[:1000], g=values[:1000])
+    compact(sessions, run, Policy(precision="float32"))
+    before = stored(sessions, run, "g")[1]
+    assert same(before, chunks.stored_values(values[:1000], "float32"))
+    post(sessions, run, steps[1000:], g=values[1000:])
+    compact(sessions, run)
+    assert count_rows(sessions, run, "chunks") == 1
+    got_steps, got_values = stored(sessions, run, "g")
+    assert same(got_steps, steps)
+    assert same(got_values[:1000], before) and same(got_values[1000:], values[1000:])
+    with session_scope(sessions) as session:
+        key = the_run(session, run).key
+        data = session.execute(
+            text("SELECT data FROM chunks WHERE run_key = :k"), {"k": key}
+        ).scalar_one()
+    assert not chunks.holds_float32(bytes(data))
+
+
+def test_float64_chunks_stay_exact_when_compaction_turns_to_float32(sessions: Sessions) -> None:
+    """Opting into float32 rounds what is compacted from then on, never what is already
+    stored exactly: a float64 chunk that grows (its tail) or takes a late point is packed
+    as float64 again; new chunks are float32."""
+    run = new_run(sessions)
+    steps, values = noisy(10_000, seed=8)
+    post(sessions, run, steps[:5000:2], g=values[:5000:2])  # 2,500 points: one tail chunk
+    compact(sessions, run)
+    late = steps[1:5000:2][:100]  # inside the chunk's range
+    post(sessions, run, late, g=values[1:5000:2][:100])
+    post(sessions, run, steps[5000:], g=values[5000:])
+    compact(sessions, run, Policy(precision="float32"))
+    got_steps, got_values = stored(sessions, run, "g")
+    want = dict(zip(steps[:5000:2].tolist(), values[:5000:2].tolist(), strict=True))
+    want |= dict(zip(late.tolist(), values[1:5000:2][:100].tolist(), strict=True))
+    tail_room = 4096 - len(want)  # what the float64 tail chunk takes of the new points
+    fresh = slice(5000, 5000 + tail_room)
+    want |= dict(zip(steps[fresh].tolist(), values[fresh].tolist(), strict=True))
+    rounded = chunks.stored_values(values[5000:][tail_room:], "float32")
+    want |= dict(zip(steps[5000:][tail_room:].tolist(), rounded.tolist(), strict=True))
+    assert got_steps.tolist() == sorted(want)
+    assert got_values.tolist() == [want[s] for s in sorted(want)]
+    with session_scope(sessions) as session:
+        key = the_run(session, run).key
+        heads = session.execute(
+            text("SELECT substr(data, 1, 4) FROM chunks WHERE run_key = :k ORDER BY seq"),
+            {"k": key},
+        ).all()
+    assert [chunks.holds_float32(bytes(h)) for (h,) in heads] == [False, True]
 
 
 def test_zoomed_out_read_equals_m4_over_every_point(sessions: Sessions) -> None:
@@ -72,7 +131,6 @@ def test_zoomed_out_read_equals_m4_over_every_point(sessions: Sessions) -> None:
     post(sessions, run, steps, g=values)
     compact(sessions, run)
     assert count_rows(sessions, run, "rollups") == 3  # two level-1 rows, one level-2 row
-    values = f32(values)
     for start, end, points in [(None, None, 1000), (None, None, 300), (100_000, 150_000, 500)]:
         s = series(
             sessions,
@@ -110,7 +168,7 @@ def test_zoomed_in_read_is_every_point(sessions: Sessions) -> None:
     s = series(sessions, run, "g", start=20_000, end=20_999, points=1000)
     assert not s.downsampled
     assert s.steps.tolist() == list(range(20_000, 21_000))
-    assert same(s.values, f32(values[20_000:21_000]))
+    assert same(s.values, values[20_000:21_000])
 
 
 def test_hot_and_compacted_points_merge(sessions: Sessions) -> None:
@@ -121,7 +179,7 @@ def test_hot_and_compacted_points_merge(sessions: Sessions) -> None:
     post(sessions, run, steps[6000:], g=values[6000:])  # still hot
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, steps)
-    assert same(got_values[:6000], f32(values[:6000])) and same(got_values[6000:], values[6000:])
+    assert same(got_values[:6000], values[:6000]) and same(got_values[6000:], values[6000:])
     s = series(sessions, run, "g", points=100)
     assert s.total_points == 10_000 and s.steps[0] == 0 and s.steps[-1] == 9999
 
@@ -137,11 +195,11 @@ def test_compaction_is_idempotent_and_resends_are_stored_once(sessions: Sessions
     post(sessions, run, steps[100:200], g=values[100:200] + 1.0)  # a re-send, changed values
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, steps)  # no step twice, even before compaction
-    assert same(got_values, f32(values))  # the stored values win
+    assert same(got_values, values)  # the stored values win
     compact(sessions, run)
     assert count_rows(sessions, run, "blocks") == 0
     got_steps, got_values = stored(sessions, run, "g")
-    assert same(got_steps, steps) and same(got_values, f32(values))
+    assert same(got_steps, steps) and same(got_values, values)
     with session_scope(sessions) as session:
         key = the_run(session, run).key
         points = session.execute(
@@ -180,7 +238,7 @@ def test_restart_segments_compact_and_read_by_lineage(sessions: Sessions) -> Non
     assert count_rows(sessions, run, "blocks") == 0
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, np.arange(12_000))
-    assert same(got_values[:8000], f32(values[:8000])) and (got_values[8000:] == 7.0).all()
+    assert same(got_values[:8000], values[:8000]) and (got_values[8000:] == 7.0).all()
     s = series(sessions, run, "g", points=50)
     assert s.total_points == 12_000 and s.steps[-1] == 11_999
 

@@ -151,8 +151,9 @@ def test_old_rows_are_rewritten_and_read_the_same(sessions: Sessions) -> None:
     }
     values[NAMES[1]][4000] = np.inf
     post(sessions, run_id, steps, **values)
-    compact(sessions, run_id, Policy(chunk_points=512))
-    # A second series stored at float64, steps uneven.
+    # Float32 chunks (the earlier default, or the opt-in lossy setting)...
+    compact(sessions, run_id, Policy(chunk_points=512, precision="float32"))
+    # ... and a second series stored at float64 (the default), steps uneven.
     other = new_run(sessions, name="f64")
     uneven = np.cumsum(1 + steps % 5)
     post(sessions, other, uneven, **{n: v for n, v in values.items()})
@@ -180,9 +181,21 @@ def test_old_rows_are_rewritten_and_read_the_same(sessions: Sessions) -> None:
     old, rollup_heads = _heads(sessions)
     assert not any(old) and 0x78 not in rollup_heads
     assert [_reads(sessions, run_id), _reads(sessions, other)] == want
+    # Each chunk kept its precision: float32 ones are not widened, float64 ones not narrowed.
+    assert _precisions(sessions, run_id) == {True} and _precisions(sessions, other) == {False}
     # Nothing is left for a fresh walk.
     again = recode.Recoder()
     assert again.step(sessions).rows == 0 and again.finished
+
+
+def _precisions(sessions: Sessions, run_id: str) -> set[bool]:
+    """Whether each of the run's chunks holds float32 values."""
+    with session_scope(sessions) as session:
+        key = the_run(session, run_id).key
+        heads = session.execute(
+            text("SELECT substr(data, 1, 4) FROM chunks WHERE run_key = :k"), {"k": key}
+        ).all()
+    return {chunks.holds_float32(bytes(head)) for (head,) in heads}
 
 
 def test_outline_of_a_float64_chunk_is_not_old() -> None:
@@ -201,10 +214,10 @@ def test_the_compactor_rewrites_old_rows_when_it_has_nothing_to_compact(
     run_id = new_run(sessions)
     steps = np.arange(3000)
     post(sessions, run_id, steps, loss=np.linspace(3.0, 1.0, 3000))
-    compact(sessions, run_id, Policy(chunk_points=512))
+    compact(sessions, run_id, Policy(chunk_points=512, precision="float32"))
     want = _reads_one(sessions, run_id)
     _age(sessions)
-    compactor = Compactor(sessions, Policy(), interval_s=0.05)
+    compactor = Compactor(sessions, Policy(), interval_s=0.05)  # the lossless default
     compactor.start()
     try:
         deadline = time.monotonic() + 20
@@ -215,6 +228,7 @@ def test_the_compactor_rewrites_old_rows_when_it_has_nothing_to_compact(
     old, rollup_heads = _heads(sessions)
     assert compactor.recoder.finished and not any(old) and 0x78 not in rollup_heads
     assert _reads_one(sessions, run_id) == want
+    assert _precisions(sessions, run_id) == {True}  # rewritten, still float32
 
 
 def _reads_one(sessions: Sessions, run_id: str) -> tuple[list[int], list[int]]:
