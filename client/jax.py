@@ -347,12 +347,30 @@ def _parts(tree: PyTree, layer_axes: NormalizedAxes, *, guessed: bool) -> list[_
         # The kept axes come out in ascending order; put them in the order given, then
         # flatten row-major so that layer i is entry i.
         kept = sorted(axes)
-        per_layer = jnp.transpose(per_layer, [kept.index(axis) for axis in axes]).reshape(-1)
+        per_layer = jnp.transpose(per_layer, [kept.index(axis) for axis in axes])
+        per_layer = _unsharded(per_layer).reshape(-1)
         names = [
             [*segments[:position], str(i), *segments[position:]] for i in range(per_layer.shape[0])
         ]
         parts.append(_Part(names, per_layer))
     return parts
+
+
+def _unsharded(sums: jax.Array) -> jax.Array:
+    """``sums`` with none of its axes sharded in its type.
+
+    Under explicit sharding (the axis type `jax.make_mesh` gives by default in recent JAX)
+    a leaf sharded along its layer axis keeps that sharding in its per-layer sums, and
+    ``concatenate`` takes only operands of one sharding: the few per-layer sums are
+    gathered instead (one float a layer). Auto-sharded and unsharded values pass as they
+    are.
+    """
+    typeof = getattr(jax, "typeof", None)  # jax >= 0.6; no explicit sharding before it
+    sharding = getattr(typeof(sums), "sharding", None) if typeof is not None else None
+    spec = getattr(sharding, "spec", None)
+    if sharding is None or spec is None or all(axis is None for axis in spec):
+        return sums
+    return jax.sharding.reshard(sums, sharding.update(spec=jax.sharding.PartitionSpec()))
 
 
 def _adam_states(opt_state: PyTree | None) -> list[Any]:

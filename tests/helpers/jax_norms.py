@@ -109,18 +109,21 @@ def assert_norms_match(metrics: Mapping[str, Any], expected: Mapping[str, float]
 
 
 def random_like(shapes: object, seed: int, dtype: Any = jnp.float32) -> Any:
-    """``shapes`` (a tree of shape tuples) with standard normal leaves."""
+    """``shapes`` (a tree of shape tuples, or of ``jax.ShapeDtypeStruct`` as
+    ``jax.eval_shape`` gives them) with standard normal leaves. NumPy draws them: a JAX
+    draw compiles once for every new shape, seconds for a model's tree."""
 
     def is_shape(node: object) -> bool:
         return isinstance(node, tuple) and all(isinstance(dim, int) for dim in node)
 
-    leaves, treedef = jax.tree_util.tree_flatten(shapes, is_leaf=is_shape)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    arrays = [
-        jax.random.normal(key, shape, jnp.float32).astype(dtype)
-        for key, shape in zip(keys, leaves, strict=True)
-    ]
-    return jax.tree_util.tree_unflatten(treedef, arrays)
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(
+        lambda shape: jnp.asarray(
+            rng.standard_normal(getattr(shape, "shape", shape), np.float32), dtype
+        ),
+        shapes,
+        is_leaf=is_shape,
+    )
 
 
 def to_numpy(tree: Any) -> Any:
