@@ -226,8 +226,8 @@ def _stacked_axes(
             return None
         raise ValueError(
             f"layer_axes[{key!r}] = {_shown_axes(given)} says the leaves under "
-            f"{'.'.join(site)} are stacked, but their sizes along {_axes_word(given)} "
-            f"differ ({_shown_leaves(members)}); stacked leaves share them. Pass "
+            f"{'.'.join(site)!r} are stacked, but their sizes along {_axes_word(given)} "
+            f"{_shown_axes(given)} differ ({_shown_leaves(members)}); stacked leaves share them. Pass "
             f"layer_axes={{{key!r}: None}} if they are not stacked, or the axes that do "
             f"index layers"
         )
@@ -235,7 +235,7 @@ def _stacked_axes(
     n_layers = math.prod(count)
     if guessed and n_layers > MAX_GUESSED_LAYERS:
         raise ValueError(
-            f"the leaves under {'.'.join(site)} all have size {n_layers} along "
+            f"the leaves under {'.'.join(site)!r} all have size {n_layers} along "
             f"{_axes_word(given)} {_shown_axes(given)} ({_shown_leaves(members)}), so the "
             f"default layer_axes would split them into {n_layers:,} layers; a guess of more "
             f"than {MAX_GUESSED_LAYERS} is refused. Pass layer_axes={{{key!r}: None}} if "

@@ -38,7 +38,7 @@ runs the same jitted step.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from typing import Any, Literal, NamedTuple, TypeVar, cast, overload
 
 import jax
 import jax.numpy as jnp
@@ -365,12 +365,13 @@ def _unsharded(sums: jax.Array) -> jax.Array:
     gathered instead (one float a layer). Auto-sharded and unsharded values pass as they
     are.
     """
-    typeof = getattr(jax, "typeof", None)  # jax >= 0.6; no explicit sharding before it
+    typeof = getattr(jax, "typeof", None)  # older JAX: no typeof, no sharding in types
     sharding = getattr(typeof(sums), "sharding", None) if typeof is not None else None
     spec = getattr(sharding, "spec", None)
     if sharding is None or spec is None or all(axis is None for axis in spec):
         return sums
-    return jax.sharding.reshard(sums, sharding.update(spec=jax.sharding.PartitionSpec()))
+    replicated = sharding.update(spec=jax.sharding.PartitionSpec())  # type: ignore[no-untyped-call]
+    return cast(jax.Array, jax.sharding.reshard(sums, replicated))  # type: ignore[no-untyped-call]
 
 
 def _adam_states(opt_state: PyTree | None) -> list[Any]:

@@ -319,6 +319,18 @@ def test_a_guessed_stack_deeper_than_the_bound_is_refused_naming_layer_axes() ->
     assert f"grad/norm/layers.{MAX_GUESSED_LAYERS - 1}" in guessed
 
 
+def test_the_refusal_quoted_in_the_docs_is_the_one_given() -> None:
+    dense = {"layers": {"kernel": jnp.ones((4096, 4096)), "bias": jnp.ones((4096,))}}
+    with pytest.raises(ValueError) as refused:
+        stability_metrics(dense, dense)
+    quoted = [
+        line.removeprefix("ValueError: ")
+        for line in (ROOT / "docs" / "client.md").read_text().splitlines()
+        if line.startswith("ValueError: the leaves under")
+    ]
+    assert quoted == [str(refused.value)]
+
+
 def test_layer_axes_none_names_layers_without_splitting() -> None:
     stacked = random_like({"layers": {"w": (3, 4)}}, seed=7)
     assert sorted(stability_metrics(stacked, stacked, layer_axes={"layers": None})) == [
