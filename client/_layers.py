@@ -227,9 +227,9 @@ def _stacked_axes(
         raise ValueError(
             f"layer_axes[{key!r}] = {_shown_axes(given)} says the leaves under "
             f"{'.'.join(site)!r} are stacked, but their sizes along {_axes_word(given)} "
-            f"{_shown_axes(given)} differ ({_shown_leaves(members)}); stacked leaves share them. Pass "
-            f"layer_axes={{{key!r}: None}} if they are not stacked, or the axes that do "
-            f"index layers"
+            f"{_shown_axes(given)} differ ({_shown_leaves(members)}); stacked leaves share "
+            f"them. Pass layer_axes={{{key!r}: None}} if they are not stacked, or the axes "
+            f"that do index layers"
         )
     (count,) = counts
     n_layers = math.prod(count)
