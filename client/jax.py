@@ -37,21 +37,32 @@ runs the same jitted step.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple, TypeVar, cast, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax  # type: ignore[import-untyped]  # optax ships no py.typed
 
+from ._layers import (
+    DEFAULT_LAYER_AXES,
+    MAX_GUESSED_LAYERS,
+    LayerAxes,
+    NormalizedAxes,
+    layer_prefix,
+    layer_splits,
+    leaf_segments,
+    normalized_layer_axes,
+)
 from ._packed import PackedMetrics, from_pytree_parts, pytree_parts
 
 jax.tree_util.register_pytree_node(PackedMetrics, pytree_parts, from_pytree_parts)
 
 __all__ = [
     "DEFAULT_LAYER_AXES",
+    "MAX_GUESSED_LAYERS",
+    "LayerAxes",
     "PER_LEAF_FAMILIES",
     "computed_at",
     "is_logging_process",
@@ -59,12 +70,7 @@ __all__ = [
 ]
 
 PyTree = Any
-LayerAxes = Mapping[str, int | Sequence[int]]
 V = TypeVar("V")
-
-DEFAULT_LAYER_AXES: Mapping[str, int] = {"layers": 0}
-"""Leaves under a ``layers`` key hold all layers stacked on their leading axis, as
-``flax.linen.scan(..., variable_axes={"params": 0})(name="layers")`` creates them."""
 
 PER_LEAF_FAMILIES = (
     "grad/norm/",
@@ -74,10 +80,6 @@ PER_LEAF_FAMILIES = (
     "optim/nu/norm/",
 )
 """Name prefixes of `stability_metrics`; all but their ``.../total`` are per leaf or layer."""
-
-_PARAMS_COLLECTION = "params"
-_BOXED_VALUE = "value"
-"""``flax.nnx`` variables and ``flax.linen`` boxed parameters end their key paths here."""
 
 
 def is_logging_process() -> bool:
@@ -164,16 +166,24 @@ def stability_metrics(
     (integer counters, ``float0`` gradients) are left out.
 
     Names: the leaf's key path joined with ``.``, without a leading ``params`` collection or
-    a trailing ``value`` attribute (Flax), Flax's ``layers_3`` written ``layers.3``. A leaf
-    under a key of ``layer_axes`` (default `DEFAULT_LAYER_AXES`, ``{"layers": 0}``) holds
-    all layers stacked along that axis (``flax.linen.scan``, ``nnx.vmap``): it gives one norm
-    per layer, ``layers.<i>.<rest>``, reduced over all other axes. A tuple of axes is
-    flattened in row-major order (``flax.linen.remat_scan`` with ``lengths=(2, 3)``: pass
-    ``{"<its name>": (0, 1)}``). Where the key holds a list (``layers.0``, ``layers.1``...)
-    the leaves are not split. Each layer ``layers.<i>`` also gets the norm of all its
-    leaves together. ``per_leaf=False`` keeps only the totals and these per-layer norms:
-    every name is one output of the jitted step, and thousands of outputs cost compile time
-    and host time per step (see docs/benchmarks.md).
+    a trailing ``value`` attribute (Flax), a numbered layer key written as a layer number
+    (``layers_3`` and ``layers.layers_3`` are both ``layers.3``). A key of ``layer_axes``
+    marks layers; each layer ``layers.<i>`` gets the norm of all its leaves together. Under
+    the key, the leaves are one layer each where its children are numbered (a list, or
+    Flax's ``layers_0``, ``layers_1``...), and are stacked where they all have the same size
+    along the key's axis (``flax.linen.scan``, ``nnx.vmap``): each is split into one norm per
+    layer, ``layers.<i>.<rest>``, reduced over its other axes. A tuple of axes is flattened
+    in row-major order (``flax.linen.remat_scan`` with ``lengths=(2, 3)``: pass ``{"<its
+    name>": (0, 1)}``); ``None`` marks a layer key whose leaves are never split.
+
+    With the default (`DEFAULT_LAYER_AXES`, ``{"layers": 0}``) the split is a guess: leaves
+    that do not share their first dimension are not stacked and keep their names, and a
+    stack deeper than `MAX_GUESSED_LAYERS` (512) is refused with a `ValueError`: pass
+    ``layer_axes`` to say which it is. A ``layer_axes`` given is trusted at any depth, and
+    leaves under its keys that cannot be split as it says are a `ValueError`.
+    ``per_leaf=False`` keeps only the totals and the per-layer norms: every name is one
+    output of the jitted step, and thousands of outputs cost compile time and host time per
+    step (see docs/benchmarks.md; ``packed=True`` keeps them one output).
 
     ``opt_state`` is searched for ``optax.ScaleByAdamState`` anywhere (inside
     ``optax.chain``, ``inject_hyperparams``, ``MultiSteps``...); their ``mu`` and ``nu``
@@ -205,13 +215,14 @@ def stability_metrics(
     _check_every(every)
     if every > 1 and step is None:
         raise ValueError(f"every={every} needs the step number: pass step=<the traced step>")
-    axes = _normalized_layer_axes(DEFAULT_LAYER_AXES if layer_axes is None else layer_axes)
+    guessed = layer_axes is None
+    axes = normalized_layer_axes(DEFAULT_LAYER_AXES if layer_axes is None else layer_axes)
 
     plan = _Plan(layer_keys=axes.keys())
     sums: list[jax.Array] = []
 
     def add(prefix: str, trees: list[PyTree], *, leaves: bool, layers: bool) -> None:
-        parts = [part for tree in trees for part in _parts(tree, axes)]
+        parts = [part for tree in trees for part in _parts(tree, axes, guessed=guessed)]
         plan.add_family(prefix, parts, leaves=leaves, layers=layers)
         sums.extend(part.sums for part in parts)
 
@@ -273,7 +284,7 @@ class _Plan:
                     raise ValueError(
                         f"a leaf named 'total' would clash with {prefix}total; rename it"
                     )
-                layer = _layer_prefix(segments, self._layer_keys) if layers else None
+                layer = layer_prefix(segments, self._layer_keys) if layers else None
                 if leaves:
                     self._detail.append((prefix + name, self._inputs))
                 if layer is not None and (layer != name or not leaves):
@@ -308,39 +319,36 @@ class _Plan:
         return names, reduced
 
 
-def _parts(tree: PyTree, layer_axes: Mapping[str, tuple[int, ...]]) -> list[_Part]:
-    parts = []
+def _parts(tree: PyTree, layer_axes: NormalizedAxes, *, guessed: bool) -> list[_Part]:
+    leaves: list[tuple[list[str], jax.Array]] = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         try:
             dtype = jnp.result_type(leaf)
         except TypeError:  # not an array or a number (a string in a config tree)
             continue
-        if not jnp.issubdtype(dtype, jnp.inexact):
-            continue
-        value = jnp.asarray(leaf)
+        if jnp.issubdtype(dtype, jnp.inexact):
+            leaves.append((leaf_segments(path, layer_axes.keys()), jnp.asarray(leaf)))
+    splits = layer_splits(
+        [(segments, value.shape) for segments, value in leaves], layer_axes, guessed=guessed
+    )
+    parts = []
+    for (segments, value), split in zip(leaves, splits, strict=True):
         squares = (
             jnp.abs(value).astype(jnp.float32) ** 2
-            if jnp.issubdtype(dtype, jnp.complexfloating)
+            if jnp.issubdtype(value.dtype, jnp.complexfloating)
             else value.astype(jnp.float32) ** 2
         )
-        segments = _segments(path, layer_axes.keys())
-        split = _stacked_at(segments, layer_axes)
         if split is None:
             parts.append(_Part([segments], jnp.sum(squares).reshape(1)))
             continue
-        position, given = split
-        axes = _resolved_axes(given, value.ndim)
-        if axes is None:
-            raise ValueError(
-                f"leaf {'.'.join(segments)} of shape {value.shape} cannot be split into layers "
-                f"along axes {given}; fix layer_axes[{segments[position - 1]!r}]"
-            )
+        position, axes = split
         rest = tuple(axis for axis in range(value.ndim) if axis not in axes)
         per_layer = jnp.sum(squares, axis=rest)
         # The kept axes come out in ascending order; put them in the order given, then
         # flatten row-major so that layer i is entry i.
         kept = sorted(axes)
-        per_layer = jnp.transpose(per_layer, [kept.index(axis) for axis in axes]).reshape(-1)
+        per_layer = jnp.transpose(per_layer, [kept.index(axis) for axis in axes])
+        per_layer = _unsharded(per_layer).reshape(-1)
         names = [
             [*segments[:position], str(i), *segments[position:]] for i in range(per_layer.shape[0])
         ]
@@ -348,65 +356,22 @@ def _parts(tree: PyTree, layer_axes: Mapping[str, tuple[int, ...]]) -> list[_Par
     return parts
 
 
-def _segments(path: Sequence[Any], layer_keys: Iterable[str]) -> list[str]:
-    segments: list[str] = []
-    for key in path:
-        if isinstance(key, jax.tree_util.DictKey):
-            segments.append(str(key.key))
-        elif isinstance(key, jax.tree_util.SequenceKey):
-            segments.append(str(key.idx))
-        elif isinstance(key, jax.tree_util.GetAttrKey):
-            segments.append(key.name)
-        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
-            segments.append(str(key.key))
-        else:
-            segments.append(str(key).strip(".[]'\""))
-    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and segments[-1] == _BOXED_VALUE:
-        segments.pop()
-    if len(segments) > 1 and segments[0] == _PARAMS_COLLECTION:
-        segments.pop(0)
-    keys = "|".join(re.escape(key) for key in layer_keys)
-    if not keys:
-        return segments
-    numbered = re.compile(rf"({keys})_(\d+)")
-    expanded: list[str] = []
-    for segment in segments:
-        match = numbered.fullmatch(segment)
-        expanded.extend(match.groups() if match else (segment,))
-    return expanded
+def _unsharded(sums: jax.Array) -> jax.Array:
+    """``sums`` with none of its axes sharded in its type.
 
-
-def _stacked_at(
-    segments: list[str], layer_axes: Mapping[str, tuple[int, ...]]
-) -> tuple[int, tuple[int, ...]] | None:
-    """Where the layer number goes in the name and which axes index layers, for a leaf
-    under a layer key that is not followed by a list index (a list is already per layer)."""
-    for position, segment in enumerate(segments):
-        axes = layer_axes.get(segment)
-        if axes is None:
-            continue
-        following = segments[position + 1] if position + 1 < len(segments) else None
-        if following is not None and following.isdigit():
-            return None
-        return position + 1, axes
-    return None
-
-
-def _resolved_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...] | None:
-    """``axes`` as non-negative axes of an ``ndim``-dimensional leaf; None when one is out of
-    range or repeated."""
-    if not all(-ndim <= axis < ndim for axis in axes):
-        return None
-    resolved = tuple(axis % ndim for axis in axes)
-    return resolved if len(set(resolved)) == len(resolved) else None
-
-
-def _layer_prefix(segments: list[str], layer_keys: frozenset[str]) -> str | None:
-    """``decoder.layers.3`` for ``decoder.layers.3.mlp.w1``: the layer the leaf belongs to."""
-    for position in range(len(segments) - 1):
-        if segments[position] in layer_keys and segments[position + 1].isdigit():
-            return ".".join(segments[: position + 2])
-    return None
+    Under explicit sharding (the axis type `jax.make_mesh` gives by default in recent JAX)
+    a leaf sharded along its layer axis keeps that sharding in its per-layer sums, and
+    ``concatenate`` takes only operands of one sharding: the few per-layer sums are
+    gathered instead (one float a layer). Auto-sharded and unsharded values pass as they
+    are.
+    """
+    typeof = getattr(jax, "typeof", None)  # older JAX: no typeof, no sharding in types
+    sharding = getattr(typeof(sums), "sharding", None) if typeof is not None else None
+    spec = getattr(sharding, "spec", None)
+    if sharding is None or spec is None or all(axis is None for axis in spec):
+        return sums
+    replicated = sharding.update(spec=jax.sharding.PartitionSpec())  # type: ignore[no-untyped-call]
+    return cast(jax.Array, jax.sharding.reshard(sums, replicated))  # type: ignore[no-untyped-call]
 
 
 def _adam_states(opt_state: PyTree | None) -> list[Any]:
@@ -419,19 +384,6 @@ def _adam_states(opt_state: PyTree | None) -> list[Any]:
 
     nodes = jax.tree_util.tree_leaves(opt_state, is_leaf=is_adam)
     return [node for node in nodes if is_adam(node)]
-
-
-def _normalized_layer_axes(layer_axes: LayerAxes) -> dict[str, tuple[int, ...]]:
-    normalized: dict[str, tuple[int, ...]] = {}
-    for key, axes in layer_axes.items():
-        axes_tuple = (axes,) if isinstance(axes, int) else tuple(axes)
-        if not axes_tuple or not all(isinstance(axis, int) for axis in axes_tuple):
-            raise ValueError(
-                f"layer_axes[{key!r}] must be an axis or a tuple of axes, e.g. "
-                f"{{{key!r}: 0}}; got {axes!r}"
-            )
-        normalized[key] = axes_tuple
-    return normalized
 
 
 def _is_per_leaf(name: str) -> bool:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,80 +30,19 @@ from normwatch.client.jax import (
 )
 from normwatch.testing import ServerProcess
 from tests.helpers.ingest import IngestRecorder
+from tests.helpers.jax_norms import (
+    RTOL,
+    assert_norms_match,
+    find_adam,
+    random_like,
+    reference_norms,
+    to_numpy,
+)
 from tests.helpers.tenants import make_tenant
 
 ROOT = Path(__file__).resolve().parents[2]
-RTOL = 1e-6
-
-# --- an independent reference: plain recursion over dicts and sequences, float64 -------------
-
-
-def reference_sums(tree: object, path: tuple[str, ...] = ()) -> dict[str, float]:
-    """Sum of squares in float64 per metric name, by the naming rules spelled out by hand:
-    a leading ``params`` dropped, ``layers_3`` read as ``layers.3``, a leaf under ``layers``
-    (not followed by an index) split along axis 0, each ``layers.<i>`` summed as a whole."""
-    sums: dict[str, float] = {}
-    if isinstance(tree, Mapping | list | tuple):
-        items = tree.items() if isinstance(tree, Mapping) else enumerate(tree)
-        for key, child in items:
-            parts: tuple[str, ...] = (str(key),)
-            if not path and key == "params":
-                parts = ()
-            elif isinstance(key, str) and key.startswith("layers_") and key[7:].isdigit():
-                parts = ("layers", key[7:])
-            for name, value in reference_sums(child, path + parts).items():
-                sums[name] = sums.get(name, 0.0) + value
-        return sums
-    array = np.asarray(tree).astype(np.float64)
-    position = path.index("layers") + 1 if "layers" in path else None
-    if position is not None and not (position < len(path) and path[position].isdigit()):
-        for layer in range(array.shape[0]):
-            leaf = ".".join((*path[:position], str(layer), *path[position:]))
-            sums[leaf] = float(np.sum(array[layer] ** 2))
-    else:
-        sums[".".join(path)] = float(np.sum(array**2))
-    for leaf in list(sums):
-        segments = leaf.split(".")
-        if "layers" in segments:
-            layer = ".".join(segments[: segments.index("layers") + 2])
-            if layer != leaf:
-                sums[layer] = sums.get(layer, 0.0) + sums[leaf]
-    return sums
-
-
-def reference_norms(tree: object, prefix: str) -> dict[str, float]:
-    sums = reference_sums(tree)
-    leaves = {name: value for name, value in sums.items() if not _is_layer_sum(name, sums)}
-    norms = {f"{prefix}total": math.sqrt(sum(leaves.values()))}
-    norms.update({prefix + name: math.sqrt(value) for name, value in sums.items()})
-    return norms
-
-
-def _is_layer_sum(name: str, sums: Mapping[str, float]) -> bool:
-    return any(other.startswith(name + ".") for other in sums)
-
-
-def assert_norms_match(metrics: Mapping[str, jax.Array], expected: Mapping[str, float]) -> None:
-    got = {name: float(value) for name, value in metrics.items() if name in expected}
-    assert set(got) == set(expected), set(expected) ^ set(got)
-    for name, value in expected.items():
-        np.testing.assert_allclose(got[name], value, rtol=RTOL, err_msg=name)
-
 
 # --- trees -------------------------------------------------------------------------------------
-
-
-def random_like(shapes: object, seed: int, dtype: Any = jnp.float32) -> Any:
-    def is_shape(node: object) -> bool:
-        return isinstance(node, tuple) and all(isinstance(dim, int) for dim in node)
-
-    leaves, treedef = jax.tree_util.tree_flatten(shapes, is_leaf=is_shape)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    arrays = [
-        jax.random.normal(key, shape, jnp.float32).astype(dtype)
-        for key, shape in zip(keys, leaves, strict=True)
-    ]
-    return jax.tree_util.tree_unflatten(treedef, arrays)
 
 
 class Block(nn.Module):
@@ -170,10 +109,6 @@ TREES: dict[str, Callable[[], Any]] = {
     "bfloat16": lambda: random_like({"layers": {"w": (3, 64, 64)}, "e": (256,)}, 4, jnp.bfloat16),
     "float16": lambda: random_like({"w": (128, 128), "b": (128,)}, seed=5, dtype=jnp.float16),
 }
-
-
-def to_numpy(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x: np.asarray(x.astype(jnp.float32)), tree)
 
 
 # --- norms -------------------------------------------------------------------------------------
@@ -308,14 +243,17 @@ def test_per_leaf_false_keeps_the_totals_and_the_per_layer_norms() -> None:
 
 def test_bad_layer_axes_are_refused_with_the_fix() -> None:
     tree = {"layers": {"scale": jnp.ones(())}}
-    with pytest.raises(ValueError, match=r"fix layer_axes\['layers'\]"):
-        stability_metrics(tree, tree)
+    with pytest.raises(ValueError, match=r"fix layer_axes\['layers'\] \(None: not stacked\)"):
+        stability_metrics(tree, tree, layer_axes={"layers": 0})
     matrix = {"layers": {"w": jnp.ones((2, 3))}}
     with pytest.raises(ValueError, match=r"along axes \(0, -2\); fix layer_axes"):
         stability_metrics(matrix, matrix, layer_axes={"layers": (0, -2)})  # the same axis twice
-    with pytest.raises(ValueError, match="an axis or a tuple of axes"):
-        stability_metrics(tree, tree, layer_axes={"layers": "0"})  # type: ignore[dict-item]
+    for bad in ("0", True, ()):
+        with pytest.raises(ValueError, match="an axis, a tuple of axes, or None"):
+            stability_metrics(tree, tree, layer_axes={"layers": bad})  # type: ignore[dict-item]
     assert "grad/norm/layers.scale" in stability_metrics(tree, tree, layer_axes={})
+    # The default only guesses: a scalar has no layer axis, so it is not a stack.
+    assert "grad/norm/layers.scale" in stability_metrics(tree, tree)
 
 
 def test_non_float_leaves_are_left_out() -> None:
@@ -345,18 +283,6 @@ OPTIMIZERS: dict[str, Callable[[], optax.GradientTransformation]] = {
     "inject_hyperparams(adamw)": lambda: optax.inject_hyperparams(optax.adamw)(learning_rate=1e-2),
     "MultiSteps(adam)": lambda: optax.MultiSteps(optax.adam(1e-2), every_k_schedule=1),
 }
-
-
-def find_adam(node: Any) -> Any:
-    """The one ScaleByAdamState, by walking the optimizer's state by hand."""
-    if isinstance(node, optax.ScaleByAdamState):
-        return node
-    children = node.values() if isinstance(node, dict) else node
-    if isinstance(node, tuple | list | dict):
-        for child in children:
-            if (found := find_adam(child)) is not None:
-                return found
-    return None
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)

@@ -11,6 +11,8 @@
 - `points`: every point a run stored, read straight from its tables.
 - `series`: metric values the tests log (noisy series, the fault trainers' values).
 - `m4_reference`: the brute-force M4 reference.
+- `jax_norms`: the float64 reference of the JAX client's norms, and random trees for it.
+- `jax_mesh`: the JAX client on an 8-device CPU mesh (a script run in its own process).
 - `notifications`: alert notifications as the dispatcher hands them to the deliverer.
 - `dns`: stand-ins for ``getaddrinfo``.
 - `floats`: float comparisons that tell NaN and the signed zeros apart.
