@@ -20,10 +20,11 @@
                └── TooManyMetrics 422 the run would hold too many metric names
 
 ``str()`` of each is the message for the caller; `ServiceError.fields` what its answer
-carries besides (`UnknownMetrics`: the names and the closest ones the run has). Nothing here depends on the web framework,
-so the parsing, storage and service layers raise these, and they are turned into answers in
-one place each: HTTP responses in :mod:`normwatch.server.api.errors`, the dashboard's
-messages in :mod:`normwatch.dashboard.refusals`. Who may do what is decided in one place too,
+carries besides (`UnknownMetrics`: the names and the closest ones the run has). Nothing
+here depends on the web framework, so the parsing, storage and service layers raise these,
+and they are turned into answers in one place each: HTTP responses in
+:mod:`normwatch.server.api.errors`, the dashboard's messages in
+:mod:`normwatch.dashboard.refusals`. Who may do what is decided in one place too,
 :mod:`normwatch.server.services.access`.
 """
 

@@ -13,15 +13,17 @@ alias stands for is suggested too.
 
 Suggestions are the closest names by `difflib`'s ratio (at least `CUTOFF`, and within
 `SPREAD` of the best one, so that a near-perfect match is not followed by names that only
-share its directory), at most `MAX_SUGGESTIONS`; for a glob whose directory is misspelled (``grad/nrom/*``) the same glob
-under the closest directories the run has comes first, where it matches something. On a
-run of 10,000 names a suggestion takes about 10 ms, on one of 100,000 about 70 ms (a
-shortlist, `_shortlist`); it is computed only when a read is refused.
+share its directory), at most `MAX_SUGGESTIONS`; for a glob whose directory is misspelled
+(``grad/nrom/*``) the same glob under the closest directories the run has comes first,
+where it matches something. Suggestions are computed only when a read is refused: on a
+run of 10,000 names in 10 to 120 ms, of 100,000 in about 0.4 s the first time and under
+70 ms after (the name orders of `_shortlist` are kept), where scoring every name took up to
+10 s (``benchmarks/suggestions.py``, on a loaded two-core machine).
 
 >>> closest("grad/norm/totl", ["grad/norm/total", "grad/norm/layers.0", "train/loss"])
 ['grad/norm/total']
 >>> closest("grad/nrom/*", ["grad/norm/total", "grad/norm/layers.0", "train/loss"])
-['grad/norm/*', 'grad/norm/total']
+['grad/norm/*', 'grad/norm/total', 'grad/norm/layers.0']
 >>> closest_prefixes("grad/nrom", ["grad/norm/total", "params/norm/w"])
 ['grad/norm']
 """
@@ -32,6 +34,7 @@ import bisect
 import difflib
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from ..alerts.selectors import GLOB_CHARS, metric_matches
 from ..analytics import derived
@@ -131,19 +134,53 @@ def closest_prefixes(prefix: str, names: Sequence[str], n: int = MAX_SUGGESTIONS
 
 def _shortlist(word: str, names: Sequence[str]) -> Sequence[str]:
     """The names worth scoring against ``word``: all of a few thousand; of more, those
-    nearest it in name order and in the order of reversed names (`SHORTLIST` each way).
+    nearest it in name order and in the order of reversed names (`SHORTLIST` each way),
+    and in each order those nearest the word with its first difference from its
+    neighbour mended (a character dropped, inserted or replaced).
 
     A typo splits a name into a correct start and a correct end, so the name meant sorts
-    near the word by one of them: the ratio is costly (about 40 µs a name), and scoring a
-    run's 100,000 names took seconds."""
+    near the word by one of them, or, mended, by both: the ratio is costly (about 40 µs a
+    name), and scoring a run's 100,000 names took seconds."""
     if len(names) <= EXACT_UP_TO:
         return names
     out: dict[str, None] = {}
+    for reverse, (ordered, keys) in enumerate(_orders(tuple(names))):
+        typed = _reversed(word) if reverse else word.casefold()
+        at = bisect.bisect(keys, typed)
+        out.update(dict.fromkeys(ordered[max(0, at - SHORTLIST) : at + SHORTLIST]))
+        for mended in _mended(typed, keys[max(0, at - 1) : at + 1]):
+            near = bisect.bisect(keys, mended)
+            out.update(dict.fromkeys(ordered[max(0, near - 8) : near + 8]))
+    return list(out)
+
+
+@lru_cache(maxsize=8)
+def _orders(names: tuple[str, ...]) -> list[tuple[list[str], list[str]]]:
+    """``names`` in name order and in the order of reversed names (both casefolded), each
+    with its sort keys; kept for the last few runs' names, since a refused read is often
+    tried again."""
+    out = []
     for key in (str.casefold, _reversed):
         ordered = sorted(names, key=key)
-        at = bisect.bisect(ordered, key(word), key=key)
-        out.update(dict.fromkeys(ordered[max(0, at - SHORTLIST) : at + SHORTLIST]))
-    return list(out)
+        out.append((ordered, [key(name) for name in ordered]))
+    return out
+
+
+def _mended(typed: str, neighbours: Sequence[str]) -> list[str]:
+    """``typed`` with its first difference from each of ``neighbours`` undone each way a
+    typo is made: its character there dropped, the neighbour's inserted, or put instead.
+
+    >>> _mended("layrs.12", ["layers.9"])
+    ['lays.12', 'layers.12', 'layes.12']
+    """
+    out = []
+    for other in neighbours:
+        at = next((i for i, (a, b) in enumerate(zip(typed, other, strict=False)) if a != b), None)
+        if at is None:
+            continue
+        out += [typed[:at] + typed[at + 1 :], typed[:at] + other[at] + typed[at:]]
+        out.append(typed[:at] + other[at] + typed[at + 1 :])
+    return out
 
 
 def _reversed(name: str) -> str:
@@ -185,9 +222,5 @@ def _moved_globs(pattern: str, names: Sequence[str], n: int) -> list[str]:
     heads = sorted(
         {"/".join(name.split("/")[:first_wild]) for name in names if name.count("/") >= first_wild}
     )
-    moved = [
-        f"{close}/{rest}"
-        for close in _ranked(head, heads, n)
-        if close != head
-    ]
+    moved = [f"{close}/{rest}" for close in _ranked(head, heads, n) if close != head]
     return [glob for glob in moved if any(metric_matches(glob, name) for name in names)]
