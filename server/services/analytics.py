@@ -283,7 +283,8 @@ def compare_runs(
         if lacking:
             empty = np.empty(0, np.int64)
             series = query.Series(metric, empty, np.empty(0, np.float64), False, 0)
-            summary, found, fraction = summarize(empty, np.empty(0)), [], 0.0
+            found: list[spike_finder.Spike] = []
+            summary, fraction = summarize(empty, np.empty(0)), 0.0
         else:
             [series] = query.read_series(
                 session,

@@ -101,8 +101,8 @@ def _shares(
     stored = metric_names(session, run.key)
     under = under_prefix(stored, prefix)
     if stem + "total" not in under:
-        total = stem + "total"
-        raise UnknownMetrics([total], {total: closest(total, stored)})
+        named = stem + "total"
+        raise UnknownMetrics([named], {named: closest(named, stored)})
     parts = depth_order(
         outermost(name[len(stem) :] for name in under if name[len(stem) :] != "total")
     )

@@ -706,6 +706,33 @@ def test_draw_of_a_malformed_extra_series_says_why(
     assert text(events) == "zoom step 1,000 · config · lr warmup ends"
 
 
+def test_draw_leaves_out_and_names_what_the_run_never_logged(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    """A deep link or a picker naming what the run never logged: the other series are
+    drawn, and the range text names what was left out with the closest names the run has;
+    with nothing left, the chart says it."""
+    view = full_view(world, right=None, extra=("train/los", "ratio(train/loss, grad/nrom/*)"))
+    fig, _, info, _ = draw(dashboard_data, world.mine.read, view, None, trigger=None)
+    assert [t["name"] for t in fig["data"] if t["name"] in view.metrics] == [LEFT]
+    warning, _, drawn = info
+    assert warning.className == "error"
+    assert warning.children == (
+        "Not drawn: no metric 'train/los' in this run (closest: 'train/loss'); "
+        "'grad/nrom/*' matches no metric of this run (closest: 'grad/norm/*', "
+        "'grad/norm/embed', 'grad/norm/total')."
+    )
+    assert drawn == f"{LEFT}: 2,000 points, steps 0–1,999"
+    alone = RunView(world.run, "grad/norm/totl", None)
+    fig, shape, info, _ = draw(dashboard_data, world.mine.read, alone, None, trigger=None)
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == (
+        "Cannot draw these series: no metric 'grad/norm/totl' in this run "
+        "(closest: 'grad/norm/total')"
+    )
+    assert (shape, info) == ([], "")
+
+
 def test_refresh_options_keep_the_views_expressions(
     world: World, dashboard_data: DashboardData
 ) -> None:

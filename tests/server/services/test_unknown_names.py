@@ -109,8 +109,7 @@ def test_the_refusal_names_each_with_its_suggestions_and_runs() -> None:
         ["a/b", "c/*"], {"a/b": ["a/bb", "a/c"]}, missing_in={"a/b": ["r1"], "c/*": ["r1", "r2"]}
     )
     assert str(refused) == (
-        "no metric 'a/b' in run r1 (closest: 'a/bb', 'a/c'); "
-        "'c/*' matches no metric of runs r1, r2"
+        "no metric 'a/b' in run r1 (closest: 'a/bb', 'a/c'); 'c/*' matches no metric of runs r1, r2"
     )
     assert refused.fields() == {
         "unknown": ["a/b", "c/*"],
