@@ -84,6 +84,8 @@ class World:
     run: str
     empty_run: str
     their_run: str
+    read_token: str = ""
+    """My tenant's read token, for requests through the real server."""
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,7 @@ def world(pg_server: ServerProcess, dashboard_sessions: sessionmaker[Session]) -
         run,
         empty_run,
         their_run,
+        mine.read,
     )
 
 
@@ -731,6 +734,42 @@ def test_draw_leaves_out_and_names_what_the_run_never_logged(
         "(closest: 'grad/norm/total')"
     )
     assert (shape, info) == ([], "")
+
+
+def test_a_name_never_logged_over_http_draws_the_rest_and_the_download_names_it(
+    world: World, pg_server: ServerProcess
+) -> None:
+    """Through the real server: the draw callback's answer carries the left-out names
+    beside the chart, and the page's CSV download of them is a 404 saying the same."""
+    view = full_view(world, right=None, extra=("grad/norm/totl",))
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": world.read_token}).status_code == 303
+        drawn = browser.post(
+            CALLBACK,
+            json=callback_request(
+                DRAW_OUTPUTS,
+                {"view.data": view.to_store(), "draw-tick.data": 1, "overlay-aids.data": None},
+                {"overlay-shape.data": None},
+                ["view.data"],
+            ),
+        )
+        assert drawn.status_code == 200, drawn.text
+        answer = drawn.json()["response"]
+        assert [t["name"] for t in answer["overlay"]["figure"]["data"]][:1] == [LEFT]
+        warning, _, drawn_text = answer["range-info"]["children"]
+        assert warning["props"] == {
+            "children": "Not drawn: no metric 'grad/norm/totl' in this run "
+            "(closest: 'grad/norm/total').",
+            "className": "error",
+        }
+        assert drawn_text == f"{LEFT}: 2,000 points, steps 0–1,999"
+        download = browser.get(
+            f"/runs/{world.run}/export.csv", params={"metric": [LEFT, "grad/norm/totl"]}
+        )
+        assert download.status_code == 404
+        assert (
+            download.text == "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')"
+        )
 
 
 def test_refresh_options_keep_the_views_expressions(
