@@ -75,7 +75,8 @@ def spike_report(
     """Each metric's spikes (those overlapping ``[start, end]`` when given) at ``threshold``
     robust noise SDs, the share of its logged steps inside a spike over the whole run and
     over the range, and, for each ordered pair of metrics, how their spikes lead and
-    follow."""
+    follow. A name the run never logged, or a glob matching none of its names, is refused
+    (`UnknownMetrics`, 404) before anything is read."""
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     if not 1 <= max_lag <= MAX_LAG:
