@@ -45,12 +45,39 @@ _MISSING = object()
 
 class ApiError(RuntimeError):
     """A request the server refused or could not answer: ``status`` and the server's
-    ``detail`` (why, and usually how to fix it)."""
+    ``detail`` (why, and usually how to fix it).
 
-    def __init__(self, status: int, detail: str, method: str, path: str) -> None:
+    A read naming metrics the run never logged is a 404 whose ``unknown`` lists them (names
+    and globs as written, an expression's on their own) and ``suggestions`` gives, for
+    each, the closest names the run has; both are empty for any other refusal:
+
+    >>> try:  # doctest: +SKIP
+    ...     api.history(run_id, ["grad/norm/totl"])
+    ... except ApiError as e:
+    ...     print(e.status, e.unknown, e.suggestions)
+    404 ['grad/norm/totl'] {'grad/norm/totl': ['grad/norm/total']}
+    """
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{method} {path}: {status} {detail}")
         self.status = status
         self.detail = detail
+        body = body or {}
+        unknown = body.get("unknown")
+        suggestions = body.get("suggestions")
+        self.unknown: list[str] = [str(n) for n in unknown] if isinstance(unknown, list) else []
+        self.suggestions: dict[str, list[str]] = (
+            {str(k): [str(n) for n in v] for k, v in suggestions.items() if isinstance(v, list)}
+            if isinstance(suggestions, dict)
+            else {}
+        )
 
 
 class Api:
@@ -167,7 +194,10 @@ class Api:
         of them is logged, ``None`` where one has no point at that step. Values are exact:
         the float64 the server holds, bit for bit (a float32 logged from JAX as its exact
         float64); NaN and infinities as floats. A glob gives each metric it matches; an
-        expression (``rss(grad/norm/layers.*)``) is computed from every stored point.
+        expression (``rss(grad/norm/layers.*)``) is computed from every stored point. A
+        name the run never logged (nor an alias of it), or a glob that matches none of its
+        names, raises `ApiError` (404) naming it, with the closest names the run has
+        (``error.unknown``, ``error.suggestions``).
 
         ``"step"`` always holds the steps: a metric named ``step`` is returned under
         ``"step (metric)"``.
@@ -359,10 +389,12 @@ def _raise_for(response: httpx.Response, method: str, path: str) -> None:
     if response.status_code < 400:
         return
     response.read()
+    body: Any = None
     try:
-        detail = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
+        body = response.json()
+        detail = body.get("detail", response.text)
+    except (ValueError, AttributeError):
+        body, detail = None, response.text
     if not isinstance(detail, str):
         detail = "; ".join(
             f"{'.'.join(str(p) for p in d.get('loc', ())[1:])}: {d.get('msg')}"
@@ -370,7 +402,9 @@ def _raise_for(response: httpx.Response, method: str, path: str) -> None:
             else str(d)
             for d in (detail if isinstance(detail, list) else [detail])
         )
-    raise ApiError(response.status_code, detail, method, path)
+    raise ApiError(
+        response.status_code, detail, method, path, body if isinstance(body, dict) else None
+    )
 
 
 def _names(metrics: str | Sequence[str]) -> list[str]:

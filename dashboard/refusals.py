@@ -4,7 +4,9 @@ Every refusal the dashboard meets is an :class:`~normwatch.server.errors.Service
 (the tree of :mod:`normwatch.server.errors`, the API's 4xx answers), raised by the services
 and by `services.access`, which decides who may do what for the API and the dashboard alike.
 The data layer (:mod:`.data`) passes them on untouched; a page catches `RunNotFound` where
-it has a not-found view of its own, then `Refusal`, and shows `said`.
+it has a not-found view of its own, then `Refusal`, and shows `said`. A page that can draw
+some of what it was asked catches `UnknownMetrics` first (names the run never logged,
+with the closest ones it has: ``unknown`` and ``suggestions``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from normwatch.server.errors import Invalid, RunNotFound, ServiceError
+from normwatch.server.errors import Invalid, RunNotFound, ServiceError, UnknownMetrics
 
-__all__ = ["NO_SUCH_RUN", "Refusal", "RunNotFound", "invalid", "said"]
+__all__ = ["NO_SUCH_RUN", "Refusal", "RunNotFound", "UnknownMetrics", "invalid", "said"]
 
 Refusal = ServiceError
 """What a page catches: any refusal of the service."""

@@ -6,7 +6,8 @@
      ├── Unauthenticated         401  no token, or one that is unknown, revoked or expired
      ├── Forbidden               403  another project's object, or a scope too narrow
      ├── NotFound                404  no such object
-     │    └── RunNotFound        404  no such run (for the dashboard, none in the viewer's project)
+     │    ├── RunNotFound        404  no such run (for the dashboard, none in the viewer's project)
+     │    └── UnknownMetrics     404  metric names, globs or prefixes the run never logged
      ├── Conflict                409  clashes with what is stored (a rule name taken)
      │    └── TokenRevoked       409  a revoked token has no successor
      ├── TooLarge                413  over a size limit; the message names the limit
@@ -18,10 +19,12 @@
                ├── BatchTooLarge 413  over the batch size limits
                └── TooManyMetrics 422 the run would hold too many metric names
 
-``str()`` of each is the message for the caller. Nothing here depends on the web framework,
-so the parsing, storage and service layers raise these, and they are turned into answers in
-one place each: HTTP responses in :mod:`normwatch.server.api.errors`, the dashboard's
-messages in :mod:`normwatch.dashboard.refusals`. Who may do what is decided in one place too,
+``str()`` of each is the message for the caller; `ServiceError.fields` what its answer
+carries besides (`UnknownMetrics`: the names and the closest ones the run has). Nothing
+here depends on the web framework, so the parsing, storage and service layers raise these,
+and they are turned into answers in one place each: HTTP responses in
+:mod:`normwatch.server.api.errors`, the dashboard's messages in
+:mod:`normwatch.dashboard.refusals`. Who may do what is decided in one place too,
 :mod:`normwatch.server.services.access`.
 """
 
@@ -42,6 +45,7 @@ __all__ = [
     "TooLarge",
     "TooManyMetrics",
     "Unauthenticated",
+    "UnknownMetrics",
     "Unsupported",
 ]
 
@@ -51,6 +55,10 @@ class ServiceError(Exception):
     logged as an error: it is the caller's to fix."""
 
     status_code = 400
+
+    def fields(self) -> dict[str, object]:
+        """What the answer carries besides its message (JSON values); none by default."""
+        return {}
 
 
 class Unauthenticated(ServiceError):
@@ -75,6 +83,58 @@ class RunNotFound(NotFound):
     def __init__(self, message: str, run_id: str | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+class UnknownMetrics(NotFound):
+    """Metric names (or globs, or a prefix) that a read names and the run never logged.
+
+    ``unknown``: each as the caller wrote it (a name or glob inside an expression on its
+    own); ``suggestions``: for each, the closest names the run has (maybe none);
+    ``missing_in``: for a read of several runs, the runs that lack each (None: one run,
+    the one the request names). ``what`` says what the names are ("metric", "prefix").
+
+    >>> print(UnknownMetrics(["grad/norm/totl"], {"grad/norm/totl": ["grad/norm/total"]}))
+    no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')
+    >>> print(UnknownMetrics(["grad/nrom/*"], {"grad/nrom/*": []}))
+    'grad/nrom/*' matches no metric of this run
+    """
+
+    def __init__(
+        self,
+        unknown: list[str],
+        suggestions: dict[str, list[str]],
+        *,
+        missing_in: dict[str, list[str]] | None = None,
+        what: str = "metric",
+    ) -> None:
+        self.unknown = list(unknown)
+        self.suggestions = {name: list(suggestions.get(name, ())) for name in self.unknown}
+        self.missing_in = missing_in
+        self.what = what
+        super().__init__("; ".join(self._said(name) for name in self.unknown))
+
+    def _said(self, name: str) -> str:
+        runs = None if self.missing_in is None else self.missing_in.get(name)
+        if runs is None:
+            where = "this run"
+        else:
+            where = ("run " if len(runs) == 1 else "runs ") + ", ".join(runs)
+        if self.what == "prefix":
+            text = f"no metric under {name!r} in {where}"
+        elif any(c in name for c in "*?["):
+            text = f"{name!r} matches no metric of {where}"
+        else:
+            text = f"no metric {name!r} in {where}"
+        closest = self.suggestions.get(name)
+        if closest:
+            text += " (closest: " + ", ".join(repr(c) for c in closest) + ")"
+        return text
+
+    def fields(self) -> dict[str, object]:
+        out: dict[str, object] = {"unknown": self.unknown, "suggestions": self.suggestions}
+        if self.missing_in is not None:
+            out["missing_in"] = self.missing_in
+        return out
 
 
 class Conflict(ServiceError):

@@ -148,7 +148,9 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
 def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
     """The chart (a line a run), the range text, the summary and the config diff for
     ``view``; a chart that says why when there is nothing to draw: no view, no metric, a
-    run outside the viewer's project, a metric the service refuses, or no points."""
+    run outside the viewer's project, a metric the service refuses (one no run logged:
+    named with the closest names they have), or no points. A run that never logged the
+    metric, beside others that did, is named in the range text."""
     if view is None:
         return nothing_drawn(NO_RUNS)
     if view.metric is None:
@@ -180,7 +182,8 @@ def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
         )
     else:
         fig = empty_figure(f"None of these runs logged {view.metric} in this range.")
-    return fig, range_text(lines), summary_table(compared, labels), diff_table(compared, labels)
+    info = range_text(lines, [r.missing for r in compared.runs])
+    return fig, info, summary_table(compared, labels), diff_table(compared, labels)
 
 
 def nothing_drawn(message: str) -> Drawn:

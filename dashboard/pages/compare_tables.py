@@ -53,10 +53,21 @@ def line_of(run: ComparedRunOut) -> Line:
     return Line(series.metric, series.steps, values, series.downsampled, series.total_points)
 
 
-def range_text(lines: Sequence[tuple[str, Line]]) -> str:
-    """'a: 2,000 points, steps 0–1,999 · b (M4): 1,000 of 20,000 points, steps 0–19,999'."""
+def range_text(
+    lines: Sequence[tuple[str, Line]], missing: Sequence[Sequence[str]] | None = None
+) -> str:
+    """'a: 2,000 points, steps 0–1,999 · b (M4): 1,000 of 20,000 points, steps 0–19,999';
+    a run that never logged the metric (``missing``: per run, the names it lacks) says so.
+
+    >>> range_text([("a", Line("m", [], [])), ("b", Line("m", [], []))], [["m"], []])
+    "a: never logged 'm' · b: no points"
+    """
     parts = []
-    for label, line in lines:
+    for i, (label, line) in enumerate(lines):
+        lacking = missing[i] if missing is not None and i < len(missing) else []
+        if lacking:
+            parts.append(f"{label}: never logged " + ", ".join(repr(m) for m in lacking))
+            continue
         if not line.steps:
             parts.append(f"{label}: no points")
             continue

@@ -21,10 +21,11 @@ from dash import ALL, Input, Output, State, dcc, html
 
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
+from normwatch.server.services.unknown_names import patterns_of
 
 from ..figures import AlertMark, Line, Marker, empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
-from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, said
+from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, UnknownMetrics, said
 from ..session import viewer
 from ..transforms import NORMALIZE_MODES
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread, or_prevent, triggered_id
@@ -304,18 +305,16 @@ def draw(
     On a tick (``trigger == "tick"``) with the chart's ``shape`` unchanged, the figure is a
     patch of its data and the shape and event list are left as they are (``no_update``);
     anything else draws the whole figure. A view of no run of the viewer's project (or
-    None) draws the not-found chart; a series the service will not read, a chart saying why.
+    None) draws the not-found chart; a series the service will not read, a chart saying why;
+    a name the run never logged, the other series and, beside them, the name with the
+    closest ones the run has (`drawable_lines`).
     """
     if view is None:
         return not_found_drawn()
     try:
         alerts = data.alert_marks(who, view.run)
         markers = data.markers(who, view.run)
-        lines = (
-            data.lines(who, view.run, view.metrics, start=view.start, end=view.end, points=POINTS)
-            if view.metrics
-            else {}
-        )
+        lines, unknown = drawable_lines(data, who, view)
     except RunNotFound:
         return not_found_drawn()
     except Refusal as exc:
@@ -323,7 +322,9 @@ def draw(
     overlay = overlay_for(view, lines, markers, run_shaping.watching(alerts, lines))
     # Rule lines, fits and forecasts are in the metrics' own units: none on a normalized chart.
     fig = view_figure(overlay, None if view.norm else run_aids.aids_of(aids, view, overlay))
-    info = range_text(overlay)
+    info: Any = range_text(overlay)
+    if unknown is not None:
+        info = [html.Span(f"Not drawn: {said(unknown)}.", className="error"), " ", info]
     if view.x != "step" and overlay is not None:
         axis = run_shaping.x_axis(data, who, view)
         if axis is None:
@@ -334,6 +335,28 @@ def draw(
     if trigger != "tick" or shape != new_shape:
         return fig, new_shape, info, event_list(markers)
     return data_patch(fig), dash.no_update, info, dash.no_update
+
+
+def drawable_lines(
+    data: RunReads, who: Principal, view: RunView
+) -> tuple[dict[str, Line], UnknownMetrics | None]:
+    """The view's series, and the refusal of those naming what the run never logged
+    (None when it logged them all): the others are drawn without them, so that a name
+    typed wrong, or one not logged yet, leaves the rest of the chart. A refusal for every
+    series, or of another kind, is raised."""
+    if not view.metrics:
+        return {}, None
+    try:
+        read = data.lines(
+            who, view.run, view.metrics, start=view.start, end=view.end, points=POINTS
+        )
+        return read, None
+    except UnknownMetrics as exc:
+        missing = set(exc.unknown)
+        rest = [m for m in view.metrics if missing.isdisjoint(patterns_of([m]))]
+        if not rest:
+            raise
+        return data.lines(who, view.run, rest, start=view.start, end=view.end, points=POINTS), exc
 
 
 def not_found_drawn() -> Drawn:

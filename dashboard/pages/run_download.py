@@ -24,7 +24,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from normwatch.server.auth import Principal
 from normwatch.server.services.export import file_stem
 
-from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, said
+from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, UnknownMetrics, said
 from ..session import viewer
 from .run_view import RunView
 
@@ -76,6 +76,8 @@ def install_export(server: FastAPI, data: ExportReads) -> None:
             name, body = data.export_csv(viewer(), run_id, metric, start=start, end=end)
         except RunNotFound:
             return PlainTextResponse(NO_SUCH_RUN, 404)
+        except UnknownMetrics as exc:  # named, with the closest names the run has
+            return PlainTextResponse(said(exc), 404)
         except Refusal as exc:
             return PlainTextResponse(said(exc), 422)
         stem = file_stem(name, run_id, start, end)

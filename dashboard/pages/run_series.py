@@ -18,11 +18,11 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from normwatch.server.alerts.selectors import metric_matches
-from normwatch.server.analytics.derived import Name, parse, patterns
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut
+from normwatch.server.services.unknown_names import closest, patterns_of
 
-from ..refusals import RunNotFound
+from ..refusals import RunNotFound, UnknownMetrics, said
 from ..session import viewer
 from ..wiring import in_thread, triggered_id
 from .run_view import MAX_EXTRA, RunView, expression_error, extra_series
@@ -132,21 +132,24 @@ def controls(names: Sequence[str], view: RunView) -> html.Div:
 
 
 def unknown_metrics(expression: str, names: Sequence[str]) -> str | None:
-    """Why ``expression`` would draw nothing on a run that logs ``names``: a name it has not
-    logged, or a glob that matches none of them; None when every one is there.
+    """Why ``expression`` would draw nothing on a run that can be read by ``names`` (its
+    stored names and the canonical names its aliases stand for): each name it has not
+    logged, or glob that matches none of them, with the closest names it has, as the
+    service refuses them (`UnknownMetrics`); None when every one is there.
 
     >>> unknown_metrics("ratio(grad/norm/totl, params/*)", ["grad/norm/total", "params/a"])
-    'no metric grad/norm/totl in this run'
+    "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')"
     >>> unknown_metrics("rss(grad/norm/layer.*)", ["grad/norm/layers.0"])
-    'grad/norm/layer.* matches no metric of this run'
+    "'grad/norm/layer.*' matches no metric of this run (closest: 'grad/norm/layers.0')"
     """
-    for pattern in patterns(parse(expression)):
-        if Name(pattern).is_glob:
-            if not any(metric_matches(pattern, name) for name in names):
-                return f"{pattern} matches no metric of this run"
-        elif pattern not in names:
-            return f"no metric {pattern} in this run"
-    return None
+    unknown = [
+        pattern
+        for pattern in patterns_of([expression])
+        if not any(metric_matches(pattern, name) for name in names)
+    ]
+    if not unknown:
+        return None
+    return said(UnknownMetrics(unknown, {p: closest(p, names) for p in unknown}))
 
 
 def _option_values(options: object) -> list[str]:
@@ -218,13 +221,15 @@ class SeriesReads(Protocol):
 
 
 def run_names(data: SeriesReads, who: Principal, view: RunView | None) -> list[str]:
-    """The metrics the view's run has logged; none for no view, or a run of another project."""
+    """The names the view's run can be read by: those it logged, and the canonical names
+    its aliases stand for; none for no view, or a run of another project."""
     if view is None:
         return []
     try:
-        return [m.name for m in data.metrics(who, view.run)]
+        metrics = data.metrics(who, view.run)
     except RunNotFound:
         return []
+    return [m.name for m in metrics] + [m.canonical for m in metrics if m.canonical]
 
 
 def register(app: dash.Dash, data: SeriesReads) -> None:

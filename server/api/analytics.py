@@ -26,6 +26,8 @@ from .errors import API, documented
 router = APIRouter(
     prefix="/api/v1/runs/{run_id}", tags=["analytics"], responses=documented(*API, 404)
 )
+"""Every route here answers 404 for a metric name (or glob, or prefix) the run never logged,
+naming it (``unknown``) with the closest names the run has (``suggestions``)."""
 
 Step = Annotated[int | None, Query(ge=-INT64_MAX - 1, le=INT64_MAX)]
 
@@ -142,7 +144,9 @@ def compare(
 ) -> Response:
     """One metric of several runs on one step axis, with a summary per run (largest and
     final value, slope over the range, spike count, share of steps in spikes) and the
-    config keys that differ between them."""
+    config keys that differ between them. A run that never logged the metric has an empty
+    series and says what it lacks (``missing``); a metric no run has is a 404 naming it,
+    the runs that lack it (``missing_in``) and the closest names they have."""
     runs = [owned_run(session, who, run_id)[0] for run_id in dict.fromkeys(run)]
     compared = analytics.compare_runs(session, runs, metric, start=start, end=end, points=points)
     return Response(orjson.dumps(compared.model_dump()), media_type="application/json")

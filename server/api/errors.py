@@ -2,7 +2,8 @@
 
 - A refusal of :mod:`normwatch.server.errors` (unauthenticated, forbidden, not found,
   conflict, too large, invalid, a bad metric batch...): its status and
-  ``{"detail": "<why>"}``; a 401 with ``WWW-Authenticate: Bearer``. Routes raise these,
+  ``{"detail": "<why>", ...its fields}`` (a metric name the run never logged:
+  ``"unknown"`` and ``"suggestions"``); a 401 with ``WWW-Authenticate: Bearer``. Routes raise these,
   never a ``HTTPException`` of their own.
 - A request body or query that fails validation: 422 in FastAPI's shape
   ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``, without the offending input (a 40 MiB
@@ -57,7 +58,8 @@ _MEANINGS = {
     400: "Malformed: a body that is not JSON (or not valid gzip), a NUL in the URL.",
     401: "No bearer token, or one that is unknown, revoked or expired.",
     403: "The token's scope is too narrow, or the object belongs to another project.",
-    404: "No such object.",
+    404: "No such object; or metric names, globs or a prefix that the run never logged "
+    "(`unknown` lists them as written, `suggestions` the closest names the run has).",
     409: "Conflicts with what is stored, or a bound on what it may hold is reached.",
     413: "The body, what it carries or what it would read is over a size limit; the "
     "message names it.",
@@ -98,9 +100,11 @@ def unavailable(reason: str, retry_after_s: float = RETRY_AFTER_S) -> JSONRespon
 
 
 def refusal(exc: ServiceError) -> JSONResponse:
-    """The answer to a refusal: its status, its message, and for a 401 the scheme to use."""
+    """The answer to a refusal: its status, its message and fields, and for a 401 the scheme
+    to use."""
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthenticated) else None
-    return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+    body = {"detail": str(exc), **exc.fields()}
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def install(app: FastAPI) -> None:

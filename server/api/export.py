@@ -56,9 +56,11 @@ def export(
     ] = None,
 ) -> StreamingResponse:
     """Every stored point of the latest lineage in ``[start, end]``, streamed a page of
-    steps at a time: a row a step where any column is logged. A name is a column (empty
-    if never logged), a glob a column for each metric it matches, an expression
-    (``rss(grad/norm/layers.*)``) one column computed from every stored point.
+    steps at a time: a row a step where any column is logged. A name is a column, a glob a
+    column for each metric it matches, an expression (``rss(grad/norm/layers.*)``) one
+    column computed from every stored point. A name the run never logged, or a glob that
+    matches none of its names, is a 404 naming it (``unknown``) with the closest names the
+    run has (``suggestions``), before any byte is sent.
 
     ``format=csv`` (the default): header ``step,A,B``, an empty cell where a column has
     no point, each value as the shortest decimal a float64 parser reads back to the stored

@@ -160,6 +160,9 @@ def get_series(
 
     Each bucket's first, last, minimum and maximum survive, so a one-step spike shows
     at every zoom. Non-finite values come back as ``"NaN"``/``"Infinity"``/``"-Infinity"``.
+    A name the run never logged (nor an alias of it), or a glob that matches none of its
+    names, is a 404 naming it (``unknown``) with the closest names the run has
+    (``suggestions``).
     """
     run, _ = owned_run(session, who, run_id)
     series = query.read_series(session, run, metric, start=start, end=end, points=points)

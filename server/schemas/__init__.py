@@ -232,7 +232,15 @@ class ValidationItem(BaseModel):
 
 class ErrorOut(BaseModel):
     """Every error answer: ``detail`` says what is wrong (for a failed validation, one item a
-    failed check); a 500 adds the ``error_id`` its traceback is logged under."""
+    failed check); a 500 adds the ``error_id`` its traceback is logged under; a 404 for
+    metric names the run never logged adds ``unknown`` and ``suggestions`` (and, comparing
+    runs, ``missing_in``)."""
 
     detail: str | list[ValidationItem]
     error_id: str | None = None
+    unknown: list[str] | None = None
+    """The metric names, globs or prefixes (as written) that the run never logged."""
+    suggestions: dict[str, list[str]] | None = None
+    """For each unknown name, the closest names the run has, closest first (maybe none)."""
+    missing_in: dict[str, list[str]] | None = None
+    """Comparing runs: for each unknown name, the compared runs (ids) that lack it."""

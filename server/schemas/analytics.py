@@ -93,6 +93,10 @@ class ComparedRunOut(BaseModel):
     name: str
     series: SeriesOut
     summary: CompareSummaryOut
+    missing: list[str] = []
+    """The names and globs of the metric (an expression's arguments) this run never
+    logged: its series is then empty and its summary has no points. Empty when it has
+    them all."""
 
 
 class CompareOut(BaseModel):

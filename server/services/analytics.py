@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from ..analytics import derived
 from ..analytics import spikes as spike_finder
 from ..analytics.summary import BASELINE_SPAN, Summary, config_diff, level_before, summarize
-from ..errors import Invalid
+from ..errors import Invalid, UnknownMetrics
 from ..models import Run
 from ..schemas.analytics import CompareOut
 from ..storage.versions import DataVersion, data_version
@@ -27,6 +27,7 @@ from .aliases import project_aliases
 from .full_resolution import Budget, Reader
 from .kept import kept
 from .kept_spikes import FoundSpikes, found_spikes
+from .unknown_names import closest, require_known, unknown_in, visible_names
 
 StepArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -74,7 +75,8 @@ def spike_report(
     """Each metric's spikes (those overlapping ``[start, end]`` when given) at ``threshold``
     robust noise SDs, the share of its logged steps inside a spike over the whole run and
     over the range, and, for each ordered pair of metrics, how their spikes lead and
-    follow."""
+    follow. A name the run never logged, or a glob matching none of its names, is refused
+    (`UnknownMetrics`, 404) before anything is read."""
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     if not 1 <= max_lag <= MAX_LAG:
@@ -85,6 +87,7 @@ def spike_report(
             f"{spike_finder.MAX_THRESHOLD:g} noise SDs, got {threshold:g}"
         )
     reader = Reader(session, run, None, None, aliases=project_aliases(session, run.project_id))
+    require_known(reader, metrics)
     version = data_version(session, run.key)
     ranged = start is not None or end is not None
     found: dict[str, list[spike_finder.Spike]] = {}
@@ -119,6 +122,21 @@ def spike_report(
         for a, b in itertools.permutations(found, 2)
     ]
     return SpikeReport(listed, whole, window if ranged else None, pairs)
+
+
+def _unknown_everywhere(readers: list[Reader], missing: list[list[str]]) -> UnknownMetrics:
+    """The refusal of a comparison none of whose runs logged all its metric names: each
+    name some run lacks, the runs that lack it, and the closest names any of them has."""
+    unknown = list(dict.fromkeys(name for lacking in missing for name in lacking))
+    names = list(dict.fromkeys(n for whole in readers for n in visible_names(whole)))
+    return UnknownMetrics(
+        unknown,
+        {name: closest(name, names) for name in unknown},
+        missing_in={
+            name: [w.run.id for w, lacking in zip(readers, missing, strict=True) if name in lacking]
+            for name in unknown
+        },
+    )
 
 
 def _compared(
@@ -244,25 +262,42 @@ def compare_runs(
     """One metric of each run, aligned by step (each series M4-downsampled over the same
     range), with a summary per run over that range: largest and final value, slope,
     spikes found over the whole run and the share of the run's steps in them; and the
-    config keys whose values differ between the runs."""
+    config keys whose values differ between the runs.
+
+    A run that never logged the metric (or a name or glob of the expression) is compared
+    with an empty series, and its ``missing`` names what it lacks; when every run lacks
+    something, the comparison is refused (`UnknownMetrics`, 404: each name, the runs
+    that lack it, and the closest names they have)."""
     if not 1 <= len(runs) <= MAX_COMPARED_RUNS:
         raise Invalid(f"compare 1 to {MAX_COMPARED_RUNS} runs, got {len(runs)}")
     out = []
     budget = Budget()  # one for the whole comparison, every run's reads together
-    for run in runs:
-        aliases = project_aliases(session, run.project_id)
-        [series] = query.read_series(
-            session,
-            run,
-            [metric],
-            start=start,
-            end=end,
-            points=points,
-            aliases=aliases,
-            budget=budget,
-        )
-        whole = Reader(session, run, None, None, budget, aliases=aliases)
-        summary, found, fraction = _compared(session, whole, metric, start, end)
+    readers = [
+        Reader(session, run, None, None, budget, aliases=project_aliases(session, run.project_id))
+        for run in runs
+    ]
+    missing = [unknown_in(whole, [metric]) for whole in readers]
+    if all(missing):
+        raise _unknown_everywhere(readers, missing)
+    for whole, lacking in zip(readers, missing, strict=True):
+        run = whole.run
+        if lacking:
+            empty = np.empty(0, np.int64)
+            series = query.Series(metric, empty, np.empty(0, np.float64), False, 0)
+            found: list[spike_finder.Spike] = []
+            summary, fraction = summarize(empty, np.empty(0)), 0.0
+        else:
+            [series] = query.read_series(
+                session,
+                run,
+                [metric],
+                start=start,
+                end=end,
+                points=points,
+                aliases=whole.aliases,
+                budget=budget,
+            )
+            summary, found, fraction = _compared(session, whole, metric, start, end)
         out.append(
             {
                 "run": run.id,
@@ -277,6 +312,7 @@ def compare_runs(
                     "spike_count": len(found),
                     "fraction_in_spikes": fraction,
                 },
+                "missing": lacking,
             }
         )
     return CompareOut.model_validate(

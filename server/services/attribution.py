@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from ..analytics.hierarchy import outermost
 from ..analytics.layers import bucket_edges, depth_group, depth_order, values_at
-from ..errors import Invalid
+from ..errors import Invalid, UnknownMetrics
 from ..models import Run
 from ..storage import across, pyramid
 from ..storage.chunks import Points
@@ -31,7 +31,8 @@ from ..storage.metric_ids import metric_names
 from ..storage.points import series_keys
 from ..storage.versions import data_version
 from .kept import kept
-from .layers import MAX_COLUMNS, MAX_LAYERS, cells
+from .layers import MAX_COLUMNS, MAX_LAYERS, cells, under_prefix
+from .unknown_names import closest
 
 TOLERANCE = 0.01
 """Largest ``|Σ shares - 1|`` that still counts as adding up (the opt-in float32 compaction
@@ -66,7 +67,9 @@ def attribution(
     by: str = "group",
 ) -> Attribution:
     """Shares of ``<prefix>/total``'s square by parameter group (``by="group"``:
-    embedding, blocks, final norm, head, others by name) or by part (``by="part"``)."""
+    embedding, blocks, final norm, head, others by name) or by part (``by="part"``).
+    `UnknownMetrics` (404) for a prefix under which the run logged nothing, or no
+    ``<prefix>/total``."""
     if not 1 <= points <= MAX_COLUMNS:
         raise Invalid(f"points must be between 1 and {MAX_COLUMNS}, got {points}")
     if by not in ("group", "part"):
@@ -95,12 +98,13 @@ def _shares(
     stem = prefix.rstrip("/") + "/"
     # The outermost parts only (the hierarchy rule): a layer and its leaves would count
     # the layer twice, and the sum check would find the parts adding up to 150 %.
+    stored = metric_names(session, run.key)
+    under = under_prefix(stored, prefix)
+    if stem + "total" not in under:
+        named = stem + "total"
+        raise UnknownMetrics([named], {named: closest(named, stored)})
     parts = depth_order(
-        outermost(
-            name[len(stem) :]
-            for name in metric_names(session, run.key)
-            if name.startswith(stem) and name[len(stem) :] != "total"
-        )
+        outermost(name[len(stem) :] for name in under if name[len(stem) :] != "total")
     )
     if len(parts) > MAX_LAYERS:
         raise Invalid(f"{len(parts)} metrics sit under {stem!r}, more than {MAX_LAYERS}")

@@ -39,6 +39,7 @@ from ..storage.runs import Lineage, lineage_of, segments_of
 from ..storage.sql import fetch, padded
 from .full_resolution import MAX_ANALYSIS_SERIES, Budget, Reader
 from .query import compute, parse_expression
+from .unknown_names import require_known
 
 __all__ = [
     "MAX_COLUMNS",
@@ -89,11 +90,13 @@ class Page:
 
 
 def columns(session: Session, run: Run, metrics: Sequence[str], aliases: AliasMap) -> list[Column]:
-    """The columns ``metrics`` ask for, in order, each once: a name as itself (empty if the
-    run never logged it), a glob as each stored metric it matches (in name order), an
-    expression as one column. `Invalid` (422) for a malformed expression or past
+    """The columns ``metrics`` ask for, in order, each once: a name as itself, a glob as
+    each stored metric it matches (in name order), an expression as one column.
+    `UnknownMetrics` (404) for names the run never logged and globs that match none of its
+    names (an expression's too); `Invalid` (422) for a malformed expression or past
     `MAX_COLUMNS`."""
     reader = Reader(session, run, None, None, aliases=aliases)
+    require_known(reader, dict.fromkeys(metrics))
     out: dict[str, Column] = {}
     for text in dict.fromkeys(metrics):
         if derived.is_derived(text):

@@ -31,7 +31,7 @@ from ..analytics.layers import (
     values_at,
 )
 from ..analytics.summary import BASELINE_SPAN, level_before
-from ..errors import Invalid
+from ..errors import Invalid, UnknownMetrics
 from ..models import Run
 from ..storage import across, chunks
 from ..storage.chunks import Points
@@ -40,6 +40,7 @@ from ..storage.points import series_keys
 from ..storage.runs import Lineage
 from ..storage.versions import data_version
 from .kept import kept
+from .unknown_names import closest_prefixes
 
 MAX_LAYERS = 2048
 """Rows a grid may have: every per-parameter norm of a large model under one prefix."""
@@ -104,7 +105,10 @@ def layer_grid(
     baseline: the median of its last `BASELINE_POINTS` logged values in the `BASELINE_SPAN`
     steps before ``baseline_end`` (default ``at``; a spike's start, so that the spike is
     not its own baseline). "Update-norm spikes are larger on the lower layers" then reads
-    off the profile: ×3.0 at the embedding, ×1.6 at the last layer."""
+    off the profile: ×3.0 at the embedding, ×1.6 at the last layer.
+
+    A prefix under which the run logged nothing is refused (`UnknownMetrics`, 404, with
+    the closest prefixes it has); one holding only a ``total`` has no layers."""
     if relative_to not in (None, "baseline"):
         raise Invalid(f"relative_to must be 'baseline', got {relative_to!r}")
     if relative_to is not None and at is None:
@@ -222,19 +226,27 @@ def _grid_bytes(grid: LayerGrid) -> int:
     return 4096 + 32 * (len(grid.layers) + 2) * (len(grid.steps) + 4)
 
 
+def under_prefix(names: list[str], prefix: str) -> list[str]:
+    """The ``names`` under ``prefix`` (``grad/norm`` or ``grad/norm/``); `UnknownMetrics`
+    (404) naming the prefix, with the closest directories the names have, for none."""
+    stem = prefix.rstrip("/") + "/"
+    under = [name for name in names if name.startswith(stem)]
+    if not under:
+        suggestions = {prefix: closest_prefixes(prefix, names)}
+        raise UnknownMetrics([prefix], suggestions, what="prefix")
+    return under
+
+
 def _layer_series(
     session: Session, run: Run, prefix: str
 ) -> tuple[str, list[str], Lineage, list[int]]:
     """``prefix`` as a stem (``grad/norm/``), its layers in depth order, the run's lineage
     and the layers' metric ids."""
     stem = prefix.rstrip("/") + "/"
+    under = under_prefix(metric_names(session, run.key), prefix)
     # Layers, never their leaves: a layer's norm already holds its leaves' (the hierarchy
     # rule), and a row a leaf would count each layer twice in the U-index.
-    parts = outermost(
-        name[len(stem) :]
-        for name in metric_names(session, run.key)
-        if name.startswith(stem) and name[len(stem) :] != "total"
-    )
+    parts = outermost(name[len(stem) :] for name in under if name[len(stem) :] != "total")
     if len(parts) > MAX_LAYERS:
         raise Invalid(
             f"{len(parts)} metrics sit under {stem!r}, more than the {MAX_LAYERS} a grid "

@@ -21,6 +21,7 @@ from ..storage.points import latest_values, series_keys
 from ..storage.runs import Lineage, events_of
 from .aliases import project_aliases
 from .full_resolution import Budget, Reader
+from .unknown_names import refuse_unknown, unknown_in
 
 MAX_POINTS = 20_000
 
@@ -94,8 +95,10 @@ def read_series(
     """Each metric's points in ``[start, end]`` of the latest lineage, M4-downsampled.
 
     At most ``4 · points`` points a metric come back (plus one per bucket holding a NaN),
-    each a real stored (step, value); a range holding no more than that comes back whole.
-    A metric the run never logged comes back empty. A derived-series expression
+    each a real stored (step, value); a range holding no more than that comes back whole
+    (a metric without a point in the range, empty). A name the run never logged, or a
+    glob that matches none of its names (an expression's too), is refused before anything
+    is read (`UnknownMetrics`, 404, with the closest names it has). A derived-series expression
     (`analytics.derived`) is computed from every stored point of its inputs in the range,
     then downsampled the same way, and comes back under the expression's text.
 
@@ -124,6 +127,8 @@ def read_series(
         if (source := aliases.resolve(name, ids)) is not None and source != name
     }
     reader = Reader(session, run, start, end, budget or Budget(), aliases=aliases)
+    unknown = [name for name in plain if aliases.resolve(name, ids) is None]
+    refuse_unknown(reader, [*unknown, *unknown_in(reader, expressions)])
     out = []
     for name in metrics:
         if name in expressions:

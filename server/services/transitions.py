@@ -28,6 +28,7 @@ from .aliases import project_aliases
 from .analytics import FloatArray, StepArray, full_series
 from .full_resolution import Reader
 from .kept import kept
+from .unknown_names import require_known
 
 MAX_METRICS = 16
 MIN_DETECT_POINTS = 20
@@ -103,7 +104,9 @@ def run_transitions(
 
     ``window`` is at most the analysed range (`analysed_span`); a wider one is clamped to
     it, and the answer's ``window`` is the one used. Every line a wider window fits is the
-    same, and the detector's work stays bounded by the points read, not by the window."""
+    same, and the detector's work stays bounded by the points read, not by the window.
+    A name the run never logged, or a glob matching none of its names, is refused
+    (`UnknownMetrics`, 404)."""
     if not 1 <= len(metrics) <= MAX_METRICS:
         raise Invalid(f"name 1 to {MAX_METRICS} metrics, got {len(metrics)}")
     if start is not None and end is not None and end < start:
@@ -111,6 +114,7 @@ def run_transitions(
     if window is not None and window < 1:
         raise Invalid(f"window must be at least 1 step, got {window}")
     reader = Reader(session, run, start, end, aliases=project_aliases(session, run.project_id))
+    require_known(reader, metrics)
     if any(is_derived(metric) for metric in metrics):
         return _transitions(session, run, reader, metrics, start, end, window)
     # A finished run's page asks for the same transitions on every load: kept (`.kept`), by

@@ -102,7 +102,10 @@ def test_history_is_every_point_as_logged(api: Api, server: ServerProcess, tenan
 
     one = api.history(run, GRAD, start=998)
     assert one == {"step": [998, 999], GRAD: [float(grad[998]), float(grad[999])]}
-    assert api.history(run, "never/logged") == {"step": [], "never/logged": []}
+    assert api.history(run, GRAD, start=2000) == {"step": [], GRAD: []}
+    with pytest.raises(ApiError, match="no metric 'never/logged' in this run") as unknown:
+        api.history(run, "never/logged")
+    assert (unknown.value.status, unknown.value.unknown) == (404, ["never/logged"])
 
 
 def test_history_of_an_earlier_segment_has_the_steps_a_restart_replaced(

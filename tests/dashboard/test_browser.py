@@ -213,7 +213,16 @@ def test_a_ratio_on_the_right_axis_and_a_mistyped_metric_said(
     page.fill("#expression", "ratio(train/loss, grad/norm/totl)")
     page.press("#expression", "Enter")
     page.wait_for_selector("#expression-info .error")
-    assert "no metric grad/norm/totl in this run" in page.inner_text("#expression-info")
+    said = "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')"
+    assert said in page.inner_text("#expression-info")
     assert {t["name"] for t in figure(page)["data"]} == {"grad/norm/total", ratio}
     page.screenshot(path=str(artifacts / "ratio-right-axis.png"))
+    # A link naming what the run never logged draws the rest and says what it left out.
+    page.goto(f"{pg_server.url}/runs/{run_id}?left=grad/norm/total&right=&series=train/los")
+    page.wait_for_selector("#range-info .error")
+    assert page.inner_text("#range-info .error") == (
+        "Not drawn: no metric 'train/los' in this run (closest: 'train/loss')."
+    )
+    drawn = page.evaluate(f"({FIGURE_JS})()")
+    assert [t["name"] for t in drawn["data"]] == ["grad/norm/total"]
     assert errors == []

@@ -700,6 +700,26 @@ def test_data_compare_takes_a_derived_expression(
     off, on = (r.series for r in got.runs)
     assert (off.metric, off.steps, off.values) == (SHARE, list(range(10)), [0.25] * 10)
     assert (on.steps, on.values) == ([], [])
+    assert [r.missing for r in got.runs] == [[], [HEAD]]  # qk-on logged no lm_head
+
+
+def test_the_page_names_what_a_run_never_logged(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    """A metric one run logged is drawn, the other run named as never having logged it; a
+    name no run logged is refused with the closest names they have, on the chart."""
+    who = world.mine.read
+    fig, info, summary_table, _ = draw(
+        dashboard_data, who, CompareView((world.off, world.on), LOSS)
+    )
+    assert [t["name"] for t in fig["data"]] == ["qk-off", "qk-on"]
+    assert info == "qk-off: 2,000 points, steps 0–1,999 · qk-on: never logged 'train/loss'"
+    assert rows(summary_table)[1][1:] == ["—", "—", "—", "0", "0.00 %"]
+    typo = CompareView((world.off, world.on), "train/los")
+    assert draw(dashboard_data, who, typo) == nothing_drawn(
+        f"Cannot draw train/los: no metric 'train/los' in runs {world.off}, {world.on} "
+        "(closest: 'train/loss')"
+    )
 
 
 def test_data_compare_refuses_runs_outside_the_project_and_bad_expressions(

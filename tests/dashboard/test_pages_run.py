@@ -84,6 +84,8 @@ class World:
     run: str
     empty_run: str
     their_run: str
+    read_token: str = ""
+    """My tenant's read token, for requests through the real server."""
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,7 @@ def world(pg_server: ServerProcess, dashboard_sessions: sessionmaker[Session]) -
         run,
         empty_run,
         their_run,
+        mine.read,
     )
 
 
@@ -704,6 +707,69 @@ def test_draw_of_a_malformed_extra_series_says_why(
     )
     assert (shape, info) == ([], "")
     assert text(events) == "zoom step 1,000 · config · lr warmup ends"
+
+
+def test_draw_leaves_out_and_names_what_the_run_never_logged(
+    world: World, dashboard_data: DashboardData
+) -> None:
+    """A deep link or a picker naming what the run never logged: the other series are
+    drawn, and the range text names what was left out with the closest names the run has;
+    with nothing left, the chart says it."""
+    view = full_view(world, right=None, extra=("train/los", "ratio(train/loss, grad/nrom/*)"))
+    fig, _, info, _ = draw(dashboard_data, world.mine.read, view, None, trigger=None)
+    assert [t["name"] for t in fig["data"] if t["name"] in view.metrics] == [LEFT]
+    warning, _, drawn = info
+    assert warning.className == "error"
+    assert warning.children == (
+        "Not drawn: no metric 'train/los' in this run (closest: 'train/loss'); "
+        "'grad/nrom/*' matches no metric of this run (closest: 'grad/norm/*', "
+        "'grad/norm/embed', 'grad/norm/total')."
+    )
+    assert drawn == f"{LEFT}: 2,000 points, steps 0–1,999"
+    alone = RunView(world.run, "grad/norm/totl", None)
+    fig, shape, info, _ = draw(dashboard_data, world.mine.read, alone, None, trigger=None)
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == (
+        "Cannot draw these series: no metric 'grad/norm/totl' in this run "
+        "(closest: 'grad/norm/total')"
+    )
+    assert (shape, info) == ([], "")
+
+
+def test_a_name_never_logged_over_http_draws_the_rest_and_the_download_names_it(
+    world: World, pg_server: ServerProcess
+) -> None:
+    """Through the real server: the draw callback's answer carries the left-out names
+    beside the chart, and the page's CSV download of them is a 404 saying the same."""
+    view = full_view(world, right=None, extra=("grad/norm/totl",))
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": world.read_token}).status_code == 303
+        drawn = browser.post(
+            CALLBACK,
+            json=callback_request(
+                DRAW_OUTPUTS,
+                {"view.data": view.to_store(), "draw-tick.data": 1, "overlay-aids.data": None},
+                {"overlay-shape.data": None},
+                ["view.data"],
+            ),
+        )
+        assert drawn.status_code == 200, drawn.text
+        answer = drawn.json()["response"]
+        assert [t["name"] for t in answer["overlay"]["figure"]["data"]][:1] == [LEFT]
+        warning, _, drawn_text = answer["range-info"]["children"]
+        assert warning["props"] == {
+            "children": "Not drawn: no metric 'grad/norm/totl' in this run "
+            "(closest: 'grad/norm/total').",
+            "className": "error",
+        }
+        assert drawn_text == f"{LEFT}: 2,000 points, steps 0–1,999"
+        download = browser.get(
+            f"/runs/{world.run}/export.csv", params={"metric": [LEFT, "grad/norm/totl"]}
+        )
+        assert download.status_code == 404
+        assert (
+            download.text == "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')"
+        )
 
 
 def test_refresh_options_keep_the_views_expressions(

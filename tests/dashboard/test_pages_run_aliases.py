@@ -12,11 +12,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.pages.run import draw, layout
+from normwatch.dashboard.pages.run_series import place_expression, run_names
 from normwatch.dashboard.pages.run_view import RunView, default_metrics
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 
-from .components import find
+from .components import find, tree
 from .seed import create_run, post_points, viewers
 
 STEPS = range(50)
@@ -116,3 +117,42 @@ def test_spikes_and_fits_of_canonical_names_read_their_aliases(
     # params-norm grows by 1 a step: 1,000 per 1,000 steps on both sides.
     fit = fits["params/norm/total"]
     assert (fit.slope_before, fit.slope_after) == (pytest.approx(1000.0), pytest.approx(1000.0))
+
+
+def test_a_typed_canonical_name_is_known_and_a_typo_of_it_is_named_with_it(
+    pg_server: ServerProcess,
+    dashboard_sessions: sessionmaker[Session],
+    dashboard_data: DashboardData,
+) -> None:
+    """The expression field checks the names the run can be read by: with the project's
+    Megatron aliases, ``grad/norm/total`` (stored as ``grad-norm``) is drawn, and a typo
+    of it is refused with it as the closest name."""
+    tenant = make_tenant(pg_server.database_url)
+    run = create_run(pg_server, tenant, "megatron-run")
+    post_points(pg_server, tenant, run, STEPS, MEGATRON)
+    who = viewers(dashboard_sessions, tenant)
+    view = RunView(run, "grad-norm", None)
+    typed = "ratio(lm loss, grad/norm/total)"
+    refused = place_expression(typed, "left", [], [], [], run_names(dashboard_data, who.read, view))
+    assert "no metric 'grad/norm/total' in this run" in tree(refused[2])["props"]["children"]
+    with httpx.Client(base_url=pg_server.url, headers=tenant.headers("admin")) as api:
+        r = api.put(f"/api/v1/projects/{tenant.project}/aliases", json={"presets": ["megatron"]})
+        assert r.status_code == 200, r.text
+    names = run_names(dashboard_data, who.read, view)
+    assert "grad/norm/total" in names and "grad-norm" in names
+    placed = place_expression(typed, "left", [], [], [], names)
+    assert placed[0] == [typed]
+    typo = place_expression("grad/norm/totl", "left", [], [], [], names)
+    assert tree(typo[2])["props"]["children"] == (
+        "Cannot draw grad/norm/totl: no metric 'grad/norm/totl' in this run "
+        "(closest: 'grad/norm/total')"
+    )
+    fig, _, info, _ = draw(
+        dashboard_data,
+        who.read,
+        RunView(run, "grad-norm", None, extra=(typed,)),
+        None,
+        trigger=None,
+    )
+    assert info.startswith("grad-norm: 50 points")
+    assert [t["name"] for t in fig["data"]] == ["grad-norm", typed]

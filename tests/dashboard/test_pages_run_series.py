@@ -159,9 +159,12 @@ def test_an_expression_goes_to_the_right_axis_when_asked() -> None:
 @pytest.mark.parametrize(
     ("typed", "reason"),
     [
-        ("grad/norm/totl", "no metric grad/norm/totl in this run"),
-        ("ratio(train/loss, grad/norm/totl)", "no metric grad/norm/totl in this run"),
-        ("rss(grad/norm/layer.*)", "grad/norm/layer.* matches no metric of this run"),
+        ("grad/norm/totl", "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')"),
+        (
+            "ratio(train/loss, grad/norm/totl)",
+            "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total')",
+        ),
+        ("rss(grad/nrom/*)", "'grad/nrom/*' matches no metric of this run (closest: 'grad/norm/*'"),
         ("share(a)", "share takes 2 arguments"),
     ],
 )
@@ -179,6 +182,6 @@ def test_the_names_checked_are_the_runs_own() -> None:
     """With the run's names given, the page's options do not count: a name only they hold
     (stale, or sent by hand) is refused, one the run has logged is taken."""
     placed = place_expression("x/y", "left", [], options("x/y"), [], names=NAMES)
-    assert "no metric x/y in this run" in tree(placed[2])["props"]["children"]
+    assert "no metric 'x/y' in this run" in tree(placed[2])["props"]["children"]
     placed = place_expression("train/loss", "left", [], [], [], names=NAMES)
     assert placed[0] == ["train/loss"]

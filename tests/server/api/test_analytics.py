@@ -125,12 +125,18 @@ def test_a_malformed_expression_is_a_422_naming_the_problem(
     assert r.status_code == 422 and message in r.json()["detail"], r.text
 
 
-def test_an_expression_over_metrics_never_logged_is_empty(
+def test_an_expression_over_metrics_never_logged_is_a_404_naming_them(
     api: httpx.Client, tenant: Tenant, parts_run: tuple[str, dict[str, np.ndarray]]
 ) -> None:
     run_id, _ = parts_run
-    [got] = series(api, tenant, run_id, metric="share(nothing/*, grad/norm/total)")
-    assert (got["steps"], got["values"], got["total_points"]) == ([], [], 0)
+    r = api.get(
+        f"/api/v1/runs/{run_id}/series",
+        params={"metric": ["grad/norm/total", "share(nothing/*, grad/norm/totl)"]},
+        headers=tenant.headers("read"),
+    )
+    assert r.status_code == 404, r.text
+    assert r.json()["unknown"] == ["nothing/*", "grad/norm/totl"]
+    assert r.json()["suggestions"] == {"nothing/*": [], "grad/norm/totl": ["grad/norm/total"]}
 
 
 def test_layers_come_back_in_depth_order_with_their_u_index(

@@ -105,11 +105,12 @@ def test_globs_expressions_and_names_that_need_quoting(api: httpx.Client, tenant
         assert float(row[4]) == pytest.approx(math.sqrt(sum(p * p for p in parts)), rel=1e-12)
 
 
-def test_an_empty_run_is_a_header_only(api: httpx.Client, tenant: Tenant) -> None:
-    run = new_run(api, tenant, "empty")
-    r = export(api, tenant, run, metric=GRAD)
+def test_a_range_without_points_is_a_header_only(
+    api: httpx.Client, tenant: Tenant, run_id: str
+) -> None:
+    r = export(api, tenant, run_id, metric=GRAD, start=100)
     assert r.status_code == 200 and r.text == f"step,{GRAD}\n"
-    assert export(api, tenant, run, metric=GRAD, format="jsonl").text == ""
+    assert export(api, tenant, run_id, metric=GRAD, start=100, format="jsonl").text == ""
 
 
 @pytest.mark.parametrize(
@@ -140,3 +141,34 @@ def test_another_projects_run_is_refused_and_no_run_is_a_404(
     )
     assert r.status_code == 403
     assert export(api, tenant, "no-such-run", metric=GRAD).status_code == 404
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
+def test_names_the_run_never_logged_are_a_404_naming_them_in_every_format(
+    api: httpx.Client, tenant: Tenant, run_id: str, kind: str
+) -> None:
+    """A misspelt name, a glob that matches nothing and an expression over a misspelt name
+    are refused before a byte is sent, each named with the closest names the run has."""
+    empty = new_run(api, tenant, "empty")
+    r = export(api, tenant, empty, metric=GRAD, format=kind)
+    assert r.status_code == 404, r.text
+    assert r.json() == {
+        "detail": f"no metric {GRAD!r} in this run",
+        "unknown": [GRAD],
+        "suggestions": {GRAD: []},
+    }
+    asked = [GRAD, "grad/norm/totl", "train/*loss*", "trian/*", "ratio(train/los, grad/norm/total)"]
+    r = export(api, tenant, run_id, metric=asked, format=kind)
+    assert r.status_code == 404, r.text
+    body = r.json()
+    assert body["unknown"] == ["grad/norm/totl", "trian/*", "train/los"]
+    assert body["suggestions"] == {
+        "grad/norm/totl": [GRAD],
+        "trian/*": ["train/*", LOSS],
+        "train/los": [LOSS],
+    }
+    assert body["detail"] == (
+        "no metric 'grad/norm/totl' in this run (closest: 'grad/norm/total'); "
+        "'trian/*' matches no metric of this run (closest: 'train/*', 'train/loss'); "
+        "no metric 'train/los' in this run (closest: 'train/loss')"
+    )

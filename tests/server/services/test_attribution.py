@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from normwatch.server.db import build_engine, session_factory, session_scope
-from normwatch.server.errors import Invalid
+from normwatch.server.errors import Invalid, UnknownMetrics
 from normwatch.server.services.attribution import attribution
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_database
@@ -101,8 +101,10 @@ def test_by_part_and_bad_arguments(sessions: Sessions) -> None:
     assert got.steps == list(range(1000, 2000, 100))
     with pytest.raises(Invalid, match="by must be"):
         shares_of(sessions, run_id, by="layer")
-    empty = shares_of(sessions, new_run(sessions, name="empty"))
-    assert (empty.steps, empty.groups) == ([], [])
+    # A family the run never logged is refused with the closest one it has.
+    with pytest.raises(UnknownMetrics) as refused:
+        shares_of(sessions, new_run(sessions, name="empty"))
+    assert refused.value.unknown == ["grad/norm"] and refused.value.what == "prefix"
 
 
 def test_a_total_whose_buckets_miss_the_parts_is_read_whole(sessions: Sessions) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from normwatch.server.aliases import EMPTY
 from normwatch.server.db import session_scope
-from normwatch.server.errors import Invalid
+from normwatch.server.errors import Invalid, UnknownMetrics
 from normwatch.server.services import export
 from normwatch.server.storage.policy import Policy
 from tests.helpers.committed import Sessions, compact, new_run, post, resume, the_run
@@ -158,24 +158,25 @@ def test_globs_expand_and_expressions_are_computed_from_every_point(sessions: Se
     layers = {f"grad/norm/layers.{i}": rng.lognormal(size=500) for i in (0, 1, 10)}
     post(sessions, run_id, steps, **layers)
     compact(sessions, run_id, LOSSLESS)
-    metrics = ["grad/norm/layers.*", "rss(grad/norm/layers.*)", "never/logged"]
+    metrics = ["grad/norm/layers.*", "rss(grad/norm/layers.*)"]
     headers, got, _ = exported(sessions, run_id, metrics)
-    assert headers == [*sorted(layers), "rss(grad/norm/layers.*)", "never/logged"]
+    assert headers == [*sorted(layers), "rss(grad/norm/layers.*)"]
     total = np.sqrt(sum(v**2 for v in layers.values()))
     for s in steps.tolist():
         assert got[s]["rss(grad/norm/layers.*)"] == pytest.approx(total[s], rel=1e-12)
         assert all(got[s][name] == layers[name][s] for name in layers)
-        assert "never/logged" not in got[s]
 
 
 def test_a_run_without_those_metrics_has_no_page_and_bad_names_are_refused(
     sessions: Sessions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = new_run(sessions)
-    assert exported(sessions, run_id, [GRAD]) == ([GRAD], {}, [])
+    with session_scope(sessions) as session, pytest.raises(UnknownMetrics, match=GRAD):
+        export.columns(session, the_run(session, run_id), [GRAD], EMPTY)
     with session_scope(sessions) as session, pytest.raises(Invalid, match="ratio"):
         export.columns(session, the_run(session, run_id), ["ratio(a)"], EMPTY)
     post(sessions, run_id, np.arange(3), **{f"m{i}": np.ones(3) for i in range(5)})
+    assert exported(sessions, run_id, ["m0"], start=10) == (["m0"], {}, [])
     monkeypatch.setattr(export, "MAX_COLUMNS", 4)
     with session_scope(sessions) as session, pytest.raises(Invalid, match="more than 4 columns"):
         export.columns(session, the_run(session, run_id), ["m*"], EMPTY)

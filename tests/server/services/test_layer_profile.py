@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from normwatch.server.db import session_scope
-from normwatch.server.errors import Invalid
+from normwatch.server.errors import Invalid, UnknownMetrics
 from normwatch.server.services.layers import layer_grid, layer_profile
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
@@ -62,8 +62,10 @@ def test_the_profile_alone_is_the_grids_profile(sessions: Sessions, compacted: b
         near = layer_profile(session, run, "grad/norm", at=1005, radius=1).profile
         assert near is not None and near.steps == [1004, 1004, None, 1004, 1004]
         assert near.values[2] is None
-        none = layer_profile(session, run, "params/norm", at=10, radius=5)
-        assert none.layers == [] and none.profile is None
+        # A family the run never logged is refused, with the closest one it has.
+        with pytest.raises(UnknownMetrics) as refused:
+            layer_profile(session, run, "params/norm", at=10, radius=5)
+        assert refused.value.suggestions == {"params/norm": ["grad/norm"]}
 
 
 def test_a_negative_radius_is_refused(sessions: Sessions) -> None:

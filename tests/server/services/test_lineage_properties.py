@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from normwatch.server.auth import authenticate, create_token
 from normwatch.server.batch import parse_batch
 from normwatch.server.db import session_factory, session_scope
+from normwatch.server.errors import UnknownMetrics
 from normwatch.server.models import Run
 from normwatch.server.schemas import RunCreate
 from normwatch.server.services import ingest, query, runs
@@ -226,9 +227,14 @@ def read_chart(
     sessions: sessionmaker[Session], run_id: str, points: int, start: int | None, end: int | None
 ) -> query.Series:
     with session_scope(sessions) as session:
-        [got] = query.read_series(
-            session, the_run(session, run_id), [METRIC], start=start, end=end, points=points
-        )
+        run = the_run(session, run_id)
+        try:
+            [got] = query.read_series(session, run, [METRIC], start=start, end=end, points=points)
+        except UnknownMetrics:
+            # Refused only while nothing of the metric was ever stored: an empty chart.
+            assert METRIC not in series_keys(session, run.key, [METRIC])[1]
+            empty = np.empty(0, dtype=np.int64)
+            return query.Series(METRIC, empty, np.empty(0, dtype=np.float64), False, 0)
     return got
 
 
