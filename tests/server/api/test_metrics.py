@@ -73,11 +73,19 @@ def test_resent_and_extended_batches_over_http(api: httpx.Client, tenant: Tenant
     r = api.post("/api/v1/runs", json={"name": "resend-http"}, headers=tenant.headers("ingest"))
     run_id = r.json()["id"]
     first = {"steps": [0, 1, 2], "metrics": {"a": [0.5, "NaN", None], "b": [1, 2, 3]}}
-    for _ in range(2):
-        r = post(api, tenant, run_id, first)
-        assert (r.status_code, r.json()["accepted"]) == (202, 5)
+    r = post(api, tenant, run_id, first)
+    assert (r.status_code, r.json()) == (202, {"accepted": 5, "ignored": 0, "segment": 1})
+    r = post(api, tenant, run_id, first)  # again, as after a lost answer: nothing stored twice
+    assert (r.status_code, r.json()) == (
+        202,
+        {"accepted": 0, "ignored": 5, "ignored_metrics": {"a": 2, "b": 3}, "segment": 1},
+    )
     more = {"steps": [2, 3], "metrics": {"a": [9.0, 9.5], "new": ["-Infinity", 7.0]}}
-    assert post(api, tenant, run_id, more).json()["accepted"] == 4
+    assert post(api, tenant, run_id, more).json() == {
+        "accepted": 4,
+        "ignored": 0,
+        "segment": 1,
+    }
     read = {"Authorization": f"Bearer {tenant.read}"}
     got = api.get(
         f"/api/v1/runs/{run_id}/series", params={"metric": ["a", "b", "new"]}, headers=read

@@ -1,0 +1,149 @@
+"""Which of a batch's points the series already hold, hot or compacted.
+
+A point is (run, segment, metric, step) and keeps the first value stored for it: ingest
+asks this module which of a batch's points are new before it writes anything, so that a
+later value (a re-sent batch, a restart's replay without a new segment, a step logged
+twice) is neither stored nor left for compaction to drop, and is counted in the answer.
+
+A live trainer's batch (every step past the run's last one) never comes here. Any other
+costs one query over the hot blocks that overlap its steps and, when some of its steps
+are at or below a series' compaction watermark, two over the compacted chunks: the
+watermarks, then the chunks from the one that holds the batch's first step on. The hot
+blocks are read first: a compaction that commits between the two statements has moved
+the points read hot into chunks the second statement sees, so none is missed (each
+statement sees what was committed when it began).
+
+A point at a step compacted into a chunk whose points retention dropped (only its
+summaries are kept) cannot be compared with anything: it is not stored, as compaction
+would not store it either (:func:`.placement.place`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
+
+from ..batch import MetricBatch
+from . import blocks, chunks
+from .sql import KEYS_PER_QUERY, fetch, values_table
+
+__all__ = ["unstored"]
+
+
+def unstored(
+    session: Session, run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
+) -> npt.NDArray[np.bool_]:
+    """Which of the batch's points (``batch.logged``'s shape) no series holds yet: False
+    where the metric has a stored value at that step, hot or compacted."""
+    rows_of = {metric_ids[name]: i for i, name in enumerate(batch.names) if name in metric_ids}
+    keep = np.ones(batch.logged.shape, dtype=np.bool_)
+    if not rows_of or not len(batch.steps):
+        return keep
+    conn = session.connection()
+    lo, hi = int(batch.steps.min()), int(batch.steps.max())
+    for mid, stored in _hot_steps(conn, run_key, segment, rows_of, lo, hi).items():
+        keep[rows_of[mid]] &= ~np.isin(batch.steps, stored)
+    through = _watermarks(conn, run_key, segment, rows_of, lo)
+    if through:
+        compacted = _compacted(conn, run_key, segment, through, lo, hi)
+        for mid, (firsts, lost, stored) in compacted.items():
+            row = rows_of[mid]
+            late = batch.steps <= through[mid]
+            keep[row] &= ~(late & np.isin(batch.steps, stored))
+            if lost.any():  # retention kept only summaries: the owner chunk decides
+                owner = np.clip(np.searchsorted(firsts, batch.steps, side="right") - 1, 0, None)
+                keep[row] &= ~(late & lost[owner])
+    return keep
+
+
+def _hot_steps(
+    conn: Connection, run_key: int, segment: int, rows_of: dict[int, int], lo: int, hi: int
+) -> dict[int, npt.NDArray[np.int64]]:
+    """The steps of ``lo..hi`` the series' hot blocks hold, by metric id.
+
+    One query over the batch's range of metric ids: a range of the key's second column
+    bounds the index scan whatever the planner knows of the table (blocks of other metrics
+    in the range are skipped here).
+    """
+    taken = conn.execute(
+        text(
+            "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
+            "WHERE run_key = :rk AND metric_id BETWEEN :lo_id AND :hi_id AND segment = :seg "
+            "AND last_step >= :lo AND first_step <= :hi"
+        ),
+        {
+            "rk": run_key,
+            "seg": segment,
+            "lo_id": min(rows_of),
+            "hi_id": max(rows_of),
+            "lo": lo,
+            "hi": hi,
+        },
+    ).all()
+    found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
+    for mid, first, last, count, steps, data in taken:
+        if int(mid) in rows_of:
+            found.setdefault(int(mid), []).append((first, last, count, steps, data))
+    return {mid: blocks.decode_many(stored).steps for mid, stored in found.items()}
+
+
+def _watermarks(
+    conn: Connection, run_key: int, segment: int, rows_of: dict[int, int], lo: int
+) -> dict[int, int]:
+    """Each series' last compacted step, for those compacted at or past ``lo``: the only
+    series whose chunks can hold one of the batch's steps."""
+    rows = conn.execute(
+        text(
+            "SELECT metric_id, through FROM series WHERE run_key = :rk AND segment = :seg "
+            "AND metric_id BETWEEN :lo_id AND :hi_id AND through >= :lo"
+        ),
+        {"rk": run_key, "seg": segment, "lo_id": min(rows_of), "hi_id": max(rows_of), "lo": lo},
+    )
+    return {int(mid): int(through) for mid, through in rows if int(mid) in rows_of}
+
+
+Compacted = tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64]]
+"""A series' chunks from the one owning the batch's first step on: their first steps,
+whether retention dropped their points, and the steps of those that hold them."""
+
+
+def _compacted(
+    conn: Connection, run_key: int, segment: int, through: dict[int, int], lo: int, hi: int
+) -> dict[int, Compacted]:
+    """The chunks of the ``through`` series that can hold a step of ``lo..hi``, by metric.
+
+    A late point goes into the last chunk that starts at or below its step (the first
+    chunk for a step below them all, see :func:`.placement.place`), so the chunks read are
+    that chunk of ``lo`` and the ones after it that start at or below ``hi``: an index
+    range a series, found by probing back from its newest chunk.
+    """
+    ids = sorted(through)
+    found: dict[int, list[tuple[int, int, bytes | None]]] = {}
+    for start in range(0, len(ids), KEYS_PER_QUERY):
+        part = ids[start : start + KEYS_PER_QUERY]
+        table, params = values_table(("BIGINT",), [(mid,) for mid in part])
+        params.update({"rk": run_key, "seg": segment, "lo": lo, "hi": hi})
+        rows = fetch(
+            conn,
+            f"WITH u(id) AS ({table}), o(id, seq) AS MATERIALIZED (SELECT DISTINCT u.id, "
+            "COALESCE((SELECT c.seq FROM chunks c WHERE c.run_key = :rk AND c.metric_id = u.id "
+            "AND c.segment = :seg AND c.first_step <= :lo ORDER BY c.seq DESC LIMIT 1), 0) "
+            "FROM u) SELECT c.metric_id, c.seq, c.first_step, c.data FROM o JOIN chunks c "
+            "ON c.run_key = :rk AND c.metric_id = o.id AND c.segment = :seg AND c.seq >= o.seq "
+            "WHERE c.first_step <= :hi",
+            params,
+            prepare=False,
+        )
+        for mid, seq, first, data in rows:
+            found.setdefault(int(mid), []).append((int(seq), int(first), data))
+    out: dict[int, Compacted] = {}
+    for mid, rows in found.items():
+        rows.sort()
+        firsts = np.array([first for _, first, _ in rows], dtype=np.int64)
+        lost = np.array([data is None for _, _, data in rows], dtype=np.bool_)
+        held = [chunks.decode(bytes(data)).steps for _, _, data in rows if data is not None]
+        steps = np.concatenate(held) if held else np.empty(0, dtype=np.int64)
+        out[mid] = (firsts, lost, steps)
+    return out
