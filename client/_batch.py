@@ -209,9 +209,7 @@ def merge_records(records: list[tuple[int, Mapping[Any, object]]]) -> Merged:
     ordered = [rows[step] for step in steps]
     columns = {name: [row.get(name) for row in ordered] for name in names}
     points = sum(len(row) for row in ordered)
-    return Merged(
-        {"steps": steps, "metrics": columns}, points, rejected, rejected_points, repeated
-    )
+    return Merged({"steps": steps, "metrics": columns}, points, rejected, rejected_points, repeated)
 
 
 _ONLY_FLOAT = frozenset({float})

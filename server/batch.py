@@ -177,9 +177,7 @@ def _merge_repeated_steps(
     names: list[str],
     values: npt.NDArray[np.float64],
     logged: npt.NDArray[np.bool_],
-) -> tuple[
-    npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_], dict[str, int]
-]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_], dict[str, int]]:
     """Columns of a step sent more than once merged into one, in the order the steps were
     first sent: each metric keeps the first value logged for it at that step (document
     order). Returns the steps, values and logged mask, and per metric how many later values
@@ -200,9 +198,7 @@ def _merge_repeated_steps(
     merged_steps = ordered[starts][by_appearance]
     merged_logged = first < width
     columns = order[np.minimum(first, width - 1)]
-    merged_values = np.where(
-        merged_logged, np.take_along_axis(values, columns, axis=1), np.nan
-    )
+    merged_values = np.where(merged_logged, np.take_along_axis(values, columns, axis=1), np.nan)
     dropped = logged.sum(axis=1) - merged_logged.sum(axis=1)
     repeats = {names[i]: int(dropped[i]) for i in np.flatnonzero(dropped).tolist()}
     return merged_steps, merged_values, merged_logged, repeats

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -153,9 +152,7 @@ def ingest_batch(
     requests = None
     if control_read is not None:
         requests = control.for_trainer(session, run.key, control_read)
-    return Ingested(
-        stored.point_count, segment, owed, ignored, metric_ids, run.key, requests
-    )
+    return Ingested(stored.point_count, segment, owed, ignored, metric_ids, run.key, requests)
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:

@@ -5,8 +5,9 @@ A batch goes in as one hot block a metric (:mod:`.blocks`): on Postgres one bina
 stored one after the other under the run's row lock; a batch whose steps all lie past the
 run's last step (a live trainer's) goes straight in, and any other first drops the points
 that its series hold already, hot or compacted (:mod:`.taken`), so the first value stored
-for a point stands and a re-sent batch stores nothing twice. NaN in a value column is stored as NULL, since SQLite cannot hold a NaN; inside the
-blocks' blobs it is kept bit for bit."""
+for a point stands and a re-sent batch stores nothing twice. NaN in a value column is
+stored as NULL, since SQLite cannot hold a NaN; inside the blocks' blobs it is kept bit
+for bit."""
 
 from __future__ import annotations
 

