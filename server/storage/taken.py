@@ -6,10 +6,10 @@ later value (a re-sent batch, a restart's replay without a new segment, a step l
 twice) is neither stored nor left for compaction to drop, and is counted in the answer.
 
 A live trainer's batch (every step past the run's last one) never comes here. Any other
-costs one query over the hot blocks that overlap its steps and, when some of its steps
-are at or below a series' compaction watermark, two over the compacted chunks: the
-watermarks, then the chunks from the one that holds the batch's first step on. The hot
-blocks are read first: a compaction that commits between the two statements has moved
+costs a query over the hot blocks that overlap its steps, one over its series'
+compaction watermarks and, when some of its steps are at or below a watermark, one over
+those series' chunks from the one that owns the batch's first step on. The hot blocks are
+read first: a compaction that commits between the two statements has moved
 the points read hot into chunks the second statement sees, so none is missed (each
 statement sees what was committed when it began).
 
@@ -43,29 +43,50 @@ def unstored(
         return keep
     conn = session.connection()
     lo, hi = int(batch.steps.min()), int(batch.steps.max())
-    for mid, stored in _hot_steps(conn, run_key, segment, rows_of, lo, hi).items():
-        keep[rows_of[mid]] &= ~np.isin(batch.steps, stored)
+    places = _Places(batch.steps, rows_of)
+    places.clear(keep, *_hot_points(conn, run_key, segment, rows_of, lo, hi))
     through = _watermarks(conn, run_key, segment, rows_of, lo)
     if through:
-        compacted = _compacted(conn, run_key, segment, through, lo, hi)
-        for mid, (firsts, lost, stored) in compacted.items():
-            row = rows_of[mid]
-            late = batch.steps <= through[mid]
-            keep[row] &= ~(late & np.isin(batch.steps, stored))
-            if lost.any():  # retention kept only summaries: the owner chunk decides
-                owner = np.clip(np.searchsorted(firsts, batch.steps, side="right") - 1, 0, None)
-                keep[row] &= ~(late & lost[owner])
+        held, lost = _compacted(conn, run_key, segment, through, lo, hi)
+        places.clear(keep, *held)
+        for mid, (firsts, dropped) in lost.items():
+            # Retention kept only summaries there: the chunk a late point would join decides.
+            owner = np.clip(np.searchsorted(firsts, batch.steps, side="right") - 1, 0, None)
+            keep[rows_of[mid]] &= ~((batch.steps <= through[mid]) & dropped[owner])
     return keep
 
 
-def _hot_steps(
+class _Places:
+    """Where stored points fall in a batch: the row of their metric, the column of their
+    step (one sort of the batch's steps serves every metric)."""
+
+    def __init__(self, steps: npt.NDArray[np.int64], rows_of: dict[int, int]) -> None:
+        self._order = np.argsort(steps, kind="stable")
+        self._sorted = steps[self._order]
+        self._ids = np.array(sorted(rows_of), dtype=np.int64)
+        self._rows = np.array([rows_of[mid] for mid in self._ids.tolist()], dtype=np.int64)
+
+    def clear(
+        self, keep: npt.NDArray[np.bool_], mids: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]
+    ) -> None:
+        """Set ``keep`` False at the batch's points that the stored ``(mids, steps)`` hold."""
+        if not len(steps):
+            return
+        at = np.minimum(np.searchsorted(self._sorted, steps), len(self._sorted) - 1)
+        which = np.minimum(np.searchsorted(self._ids, mids), len(self._ids) - 1)
+        hit = (self._sorted[at] == steps) & (self._ids[which] == mids)
+        keep[self._rows[which[hit]], self._order[at[hit]]] = False
+
+
+def _hot_points(
     conn: Connection, run_key: int, segment: int, rows_of: dict[int, int], lo: int, hi: int
-) -> dict[int, npt.NDArray[np.int64]]:
-    """The steps of ``lo..hi`` the series' hot blocks hold, by metric id.
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The hot points of ``lo..hi`` of the batch's series: each one's metric id and step.
 
     One query over the batch's range of metric ids: a range of the key's second column
     bounds the index scan whatever the planner knows of the table (blocks of other metrics
-    in the range are skipped here).
+    in the range are skipped here). The blocks are cut to ``lo..hi`` before anything is
+    decoded, and decoded all together.
     """
     taken = conn.execute(
         text(
@@ -82,11 +103,9 @@ def _hot_steps(
             "hi": hi,
         },
     ).all()
-    found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
-    for mid, first, last, count, steps, data in taken:
-        if int(mid) in rows_of:
-            found.setdefault(int(mid), []).append((first, last, count, steps, data))
-    return {mid: blocks.decode_many(stored).steps for mid, stored in found.items()}
+    mine = [tuple(row) for row in taken if int(row[0]) in rows_of]
+    mids, points = blocks.decode_rows(mine, between=(lo, hi))
+    return mids, points.steps
 
 
 def _watermarks(
@@ -104,15 +123,17 @@ def _watermarks(
     return {int(mid): int(through) for mid, through in rows if int(mid) in rows_of}
 
 
-Compacted = tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64]]
-"""A series' chunks from the one owning the batch's first step on: their first steps,
-whether retention dropped their points, and the steps of those that hold them."""
+Lost = dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]]
+"""Per series with a chunk whose points retention dropped: the first steps of its chunks
+read, and which of them lost their points."""
 
 
 def _compacted(
     conn: Connection, run_key: int, segment: int, through: dict[int, int], lo: int, hi: int
-) -> dict[int, Compacted]:
-    """The chunks of the ``through`` series that can hold a step of ``lo..hi``, by metric.
+) -> tuple[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], Lost]:
+    """The compacted points of the ``through`` series that can be at a step of ``lo..hi``
+    (each one's metric id and step), and the series some of whose chunks there lost their
+    points to retention.
 
     A late point goes into the last chunk that starts at or below its step (the first
     chunk for a step below them all, see :func:`.placement.place`), so the chunks read are
@@ -138,12 +159,22 @@ def _compacted(
         )
         for mid, seq, first, data in rows:
             found.setdefault(int(mid), []).append((int(seq), int(first), data))
-    out: dict[int, Compacted] = {}
+    mids: list[npt.NDArray[np.int64]] = []
+    steps: list[npt.NDArray[np.int64]] = []
+    lost: Lost = {}
     for mid, rows in found.items():
-        rows.sort()
-        firsts = np.array([first for _, first, _ in rows], dtype=np.int64)
-        lost = np.array([data is None for _, _, data in rows], dtype=np.bool_)
-        held = [chunks.decode(bytes(data)).steps for _, _, data in rows if data is not None]
-        steps = np.concatenate(held) if held else np.empty(0, dtype=np.int64)
-        out[mid] = (firsts, lost, steps)
-    return out
+        for _, _, data in rows:
+            if data is not None:
+                held = chunks.decode_raw(bytes(data))[0].steps
+                a, b = np.searchsorted(held, [lo, hi + 1])  # a chunk's steps ascend
+                held = held[int(a) : int(b)]
+                steps.append(held)
+                mids.append(np.full(len(held), mid, dtype=np.int64))
+        if any(data is None for _, _, data in rows):
+            rows.sort()
+            firsts = np.array([first for _, first, _ in rows], dtype=np.int64)
+            lost[mid] = (firsts, np.array([data is None for _, _, data in rows], dtype=np.bool_))
+    if not steps:
+        empty = np.empty(0, dtype=np.int64)
+        return (empty, empty), lost
+    return (np.concatenate(mids), np.concatenate(steps)), lost
