@@ -123,6 +123,38 @@ def _watermarks(
     return {int(mid): int(through) for mid, through in rows if int(mid) in rows_of}
 
 
+def _chunks_from(table: str, dialect: str) -> str:
+    """The statement that reads, for each series of ``table`` (``VALUES`` of metric ids),
+    its chunks from the one that owns step ``:lo`` (the last starting at or below it, else
+    the first) to the last starting at or below ``:hi``.
+
+    Each series' owner is probed back from its newest chunk (an index range, stopping at
+    the first match); its chunks are then read as an index range from there. On Postgres
+    a ``LATERAL`` subquery kept from being flattened (``OFFSET 0``) makes that range one
+    index scan a series: as a plain join the planner may read every chunk of the table
+    and join by hash. SQLite has no ``LATERAL`` and plans the join as a loop over the
+    series, the chunks found through the key.
+    """
+    owners = (
+        f"WITH u(id) AS ({table}), o(id, seq) AS MATERIALIZED (SELECT DISTINCT u.id, "
+        "COALESCE((SELECT c.seq FROM chunks c WHERE c.run_key = :rk AND c.metric_id = u.id "
+        "AND c.segment = :seg AND c.first_step <= :lo ORDER BY c.seq DESC LIMIT 1), 0) "
+        "FROM u) "
+    )
+    if dialect == "postgresql":
+        return owners + (
+            "SELECT x.metric_id, x.seq, x.first_step, x.data FROM o CROSS JOIN LATERAL "
+            "(SELECT c.metric_id, c.seq, c.first_step, c.data FROM chunks c "
+            "WHERE c.run_key = :rk AND c.metric_id = o.id AND c.segment = :seg "
+            "AND c.seq >= o.seq AND c.first_step <= :hi OFFSET 0) x"
+        )
+    return owners + (
+        "SELECT c.metric_id, c.seq, c.first_step, c.data FROM o JOIN chunks c "
+        "ON c.run_key = :rk AND c.metric_id = o.id AND c.segment = :seg AND c.seq >= o.seq "
+        "WHERE c.first_step <= :hi"
+    )
+
+
 Lost = dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]]
 """Per series with a chunk whose points retention dropped: the first steps of its chunks
 read, and which of them lost their points."""
@@ -146,17 +178,7 @@ def _compacted(
         part = ids[start : start + KEYS_PER_QUERY]
         table, params = values_table(("BIGINT",), [(mid,) for mid in part])
         params.update({"rk": run_key, "seg": segment, "lo": lo, "hi": hi})
-        rows = fetch(
-            conn,
-            f"WITH u(id) AS ({table}), o(id, seq) AS MATERIALIZED (SELECT DISTINCT u.id, "
-            "COALESCE((SELECT c.seq FROM chunks c WHERE c.run_key = :rk AND c.metric_id = u.id "
-            "AND c.segment = :seg AND c.first_step <= :lo ORDER BY c.seq DESC LIMIT 1), 0) "
-            "FROM u) SELECT c.metric_id, c.seq, c.first_step, c.data FROM o JOIN chunks c "
-            "ON c.run_key = :rk AND c.metric_id = o.id AND c.segment = :seg AND c.seq >= o.seq "
-            "WHERE c.first_step <= :hi",
-            params,
-            prepare=False,
-        )
+        rows = fetch(conn, _chunks_from(table, conn.dialect.name), params, prepare=False)
         for mid, seq, first, data in rows:
             found.setdefault(int(mid), []).append((int(seq), int(first), data))
     mids: list[npt.NDArray[np.int64]] = []
