@@ -135,8 +135,11 @@ def _chunks_from(table: str, dialect: str) -> str:
     and join by hash. SQLite has no ``LATERAL`` and plans the join as a loop over the
     series, the chunks found through the key.
     """
+    # SQLite must be told to take the owners first; on Postgres the LATERAL does that, and
+    # a plain CTE stays inside the one statement Citus routes to the run's shard.
+    materialized = "" if dialect == "postgresql" else " MATERIALIZED"
     owners = (
-        f"WITH u(id) AS ({table}), o(id, seq) AS MATERIALIZED (SELECT DISTINCT u.id, "
+        f"WITH u(id) AS ({table}), o(id, seq) AS{materialized} (SELECT DISTINCT u.id, "
         "COALESCE((SELECT c.seq FROM chunks c WHERE c.run_key = :rk AND c.metric_id = u.id "
         "AND c.segment = :seg AND c.first_step <= :lo ORDER BY c.seq DESC LIMIT 1), 0) "
         "FROM u) "
