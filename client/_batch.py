@@ -156,16 +156,26 @@ class Merged(NamedTuple):
     rejected: dict[str, str]
     """Reason per metric name (non-string names under their ``repr``)."""
     rejected_points: int
+    repeated: dict[str, tuple[int, int]] = {}
+    """Per metric logged again at a step it already had a value at: how many later values
+    were left out (the first one stands), and the first such step."""
+
+    @property
+    def repeated_points(self) -> int:
+        return sum(count for count, _ in self.repeated.values())
 
 
 def merge_records(records: list[tuple[int, Mapping[Any, object]]]) -> Merged:
-    """Convert and merge records; a later value for the same step and name wins."""
+    """Convert and merge records. Records of one step merge; where two give the same
+    metric a value at that step, the first one stands (as it would on the server had they
+    come in two batches) and the later one is counted in `Merged.repeated`."""
     plain = _merge_plain(records)
     if plain is not None:
         return plain
     rows: dict[int, dict[str, WireValue]] = {}
     rejected: dict[str, str] = {}
     rejected_points = 0
+    repeated: dict[str, tuple[int, int]] = {}
     for step, metrics in records:
         row = rows.setdefault(step, {})
         try:
@@ -179,6 +189,10 @@ def merge_records(records: list[tuple[int, Mapping[Any, object]]]) -> Merged:
             if not isinstance(name, str):
                 rejected[repr(name)] = f"metric names must be str, got {type(name).__name__}"
                 rejected_points += 1
+                continue
+            if name in row:
+                count, first_step = repeated.get(name, (0, step))
+                repeated[name] = (count + 1, first_step)
                 continue
             if type(value) is float and value - value == 0.0:  # finite: the common case
                 row[name] = value
@@ -195,7 +209,7 @@ def merge_records(records: list[tuple[int, Mapping[Any, object]]]) -> Merged:
     ordered = [rows[step] for step in steps]
     columns = {name: [row.get(name) for row in ordered] for name in names}
     points = sum(len(row) for row in ordered)
-    return Merged({"steps": steps, "metrics": columns}, points, rejected, rejected_points)
+    return Merged({"steps": steps, "metrics": columns}, points, rejected, rejected_points, repeated)
 
 
 _ONLY_FLOAT = frozenset({float})

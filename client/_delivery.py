@@ -13,9 +13,13 @@ and ``normwatch sync``. What becomes of a record:
   (``abandoned``); the record stays in the spool.
 
 The server stores a point once per (run, segment, step, metric), so a record sent again
-after a crash (at-least-once delivery) is still stored exactly once. Batches are spooled
-without their segment: it is added when they are sent, from the segment the server gave
-the stream when the run was created.
+after a crash (at-least-once delivery) is still stored exactly once. Its answer counts the
+points it did not store because their point had a value already (``ignored``, by metric in
+``ignored_metrics``): those are reported once a metric, unless the whole record was
+ignored and may simply have been delivered before (a retry after an unanswered attempt, a
+record tried earlier, any record of a replayed stream), which stores nothing new and is no
+news. Batches are spooled without their segment: it is added when they are sent, from the
+segment the server gave the stream when the run was created.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Literal
 
 from ._batch import dumps, gzip_bytes, split_document
 from ._control import ControlInbox
+from ._reporting import ignored_key
 from ._spool import Kind, Spool, SpoolRecord
 from ._streams import append_dead_letter
 from ._transport import Budget, Delivery, IngestApi, Pause
@@ -52,10 +57,13 @@ class Outcome:
     kind: Kind | None = None
     """None for the creation of the run."""
     sent_points: int = 0
+    """Points the server stored (or had stored from an earlier delivery of the record)."""
     dead_points: int = 0
     dead_records: int = 0
     message: str = ""
     """For ``blocked``: the server's refusal."""
+    ignored_points: int = 0
+    """Points the server did not store: their point had a value already."""
 
 
 @dataclass(slots=True)
@@ -67,13 +75,16 @@ class Tally:
     events: int = 0
     dead_records: int = 0
     dead_points: int = 0
+    ignored_points: int = 0
 
     def add(self, outcome: Outcome) -> None:
         if outcome.state != "done":
             return
-        self.batches += outcome.kind == Kind.METRICS and outcome.sent_points > 0
+        sent = outcome.sent_points + outcome.ignored_points
+        self.batches += outcome.kind == Kind.METRICS and sent > 0
         self.events += outcome.kind == Kind.EVENT and outcome.dead_records == 0
         self.points += outcome.sent_points
+        self.ignored_points += outcome.ignored_points
         self.dead_records += outcome.dead_records
         self.dead_points += outcome.dead_points
 
@@ -110,8 +121,14 @@ class StreamDelivery:
         budget: Budget,
         report: Report,
         control: ControlInbox | None = None,
+        replay: bool = False,
     ) -> None:
         self._api = api
+        self._replay = replay
+        """The stream was written by a process that is gone: any record may have reached
+        the server already, its answer lost."""
+        self._tried: int | None = None
+        """The spool sequence number of the last record an attempt was made at."""
         self._control = control
         """Where the server's requests to the trainer go; None for a stream replayed by
         ``normwatch sync``, whose trainer is gone (the requests stay unread for a new one)."""
@@ -171,7 +188,9 @@ class StreamDelivery:
         if record is None:
             return None
         if record.kind == Kind.METRICS:
-            outcome = self._deliver_batch(record.payload, record.points)
+            again = self._replay or self._tried == record.seq
+            self._tried = record.seq
+            outcome = self._deliver_batch(record.payload, record.points, again)
         elif record.kind == Kind.EVENT:
             outcome = self._deliver_event(record)
         else:
@@ -181,7 +200,8 @@ class StreamDelivery:
             return Outcome("done", record.kind)
         return outcome
 
-    def _deliver_batch(self, body: bytes, points: int) -> Outcome:
+    def _deliver_batch(self, body: bytes, points: int, again: bool = False) -> Outcome:
+        """``again``: this record may have reached the server before."""
         if self._refused is not None:
             return self._dead_letter(Kind.METRICS, body, points, self._refused)
         assert self.run_id is not None
@@ -195,7 +215,10 @@ class StreamDelivery:
         if delivery.outcome == "delivered":
             if self._control is not None:
                 self._control.receive(delivery.body)
-            return Outcome("done", Kind.METRICS, sent_points=points)
+            ignored = self._ignored(delivery.body, points, again or delivery.retried)
+            return Outcome(
+                "done", Kind.METRICS, sent_points=points - ignored, ignored_points=ignored
+            )
         if delivery.outcome == "abandoned":
             return Outcome("abandoned", Kind.METRICS)
         message = f"HTTP {delivery.status_code}: {delivery.message}"
@@ -204,19 +227,52 @@ class StreamDelivery:
         if delivery.status_code == 413:
             halves = split_document(json.loads(body))
             if halves is not None:
-                return self._deliver_halves(halves)
+                return self._deliver_halves(halves, again)
         return self._dead_letter(Kind.METRICS, body, points, message)
 
-    def _deliver_halves(self, halves: tuple[tuple[dict[str, Any], int], ...]) -> Outcome:
-        sent = dead = dead_records = 0
+    def _deliver_halves(
+        self, halves: tuple[tuple[dict[str, Any], int], ...], again: bool
+    ) -> Outcome:
+        sent = dead = dead_records = ignored = 0
         for document, points in halves:
-            outcome = self._deliver_batch(dumps(document), points)
+            outcome = self._deliver_batch(dumps(document), points, again)
             if outcome.state != "done":
                 return outcome  # the whole record is retried; its first half is idempotent
             sent += outcome.sent_points
             dead += outcome.dead_points
             dead_records += outcome.dead_records
-        return Outcome("done", Kind.METRICS, sent, dead, dead_records)
+            ignored += outcome.ignored_points
+        return Outcome("done", Kind.METRICS, sent, dead, dead_records, ignored_points=ignored)
+
+    def _ignored(self, answer: object, points: int, again: bool) -> int:
+        """How many of a delivered batch's ``points`` the server did not store because
+        their point had a value already, each metric reported once. A batch all of whose
+        points were ignored when it may have been delivered before (``again``) counts as
+        stored: the earlier delivery stored it."""
+        if not isinstance(answer, dict):
+            return 0
+        ignored = answer.get("ignored")
+        if type(ignored) is not int or not 0 < ignored <= points:
+            return 0
+        if again and ignored == points:
+            return 0
+        by_metric = answer.get("ignored_metrics")
+        named = by_metric if isinstance(by_metric, dict) else {}
+        for name, count in named.items():
+            self._report(
+                ignored_key(str(name)),
+                f"{self.label}: the server already held values of {name!r} at {count} "
+                "step(s) it was sent again; the first value of a step stands and later ones "
+                "are not stored (a restart from an earlier checkpoint opens a new segment "
+                "with Run(..., start_step=<the checkpoint's step>))",
+            )
+        if sum(c for c in named.values() if type(c) is int) < ignored:  # more than are named
+            self._report(
+                "ignored:other metrics",
+                f"{self.label}: the server did not store {ignored} point(s) of a batch "
+                "because those steps had values already; the first value of a step stands",
+            )
+        return ignored
 
     def _deliver_event(self, record: SpoolRecord) -> Outcome:
         if self._refused is not None:

@@ -8,11 +8,12 @@ memory stays bounded and the trainer is never blocked.
 
 Point accounting, where a point is one (step, metric) value::
 
-    logged = queued + in flight + spooled + sent + dead-lettered + dropped
-             (up to same-step merges)
+    logged = queued + in flight + spooled + sent + ignored + dead-lettered + dropped
 
 "in flight" is taken by the writer and not yet spooled; "spooled" is in the spool and not
-yet accepted by the server.
+yet answered by the server; "sent" the server stored; "ignored" were not stored because
+their point had a value already (logged twice at a step here, or stored before on the
+server): the first value of a point stands.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class SendQueue:
         self.inflight_points = 0
         self.spooled_points = 0
         self.sent_points = 0
+        self.ignored_points = 0
         self.dead_points = 0
         self.dropped_points = 0
 
@@ -152,18 +154,24 @@ class SendQueue:
                 self.inflight_points += taken
             return records
 
-    def settle(self, *, taken: int = 0, spooled: int = 0, dropped: int = 0) -> None:
-        """The writer is done with ``taken`` values: ``spooled`` of them went to the spool
-        (fewer when same-step logs merged), ``dropped`` could not be converted."""
+    def settle(
+        self, *, taken: int = 0, spooled: int = 0, dropped: int = 0, ignored: int = 0
+    ) -> None:
+        """The writer is done with ``taken`` values: ``spooled`` of them went to the spool,
+        ``dropped`` could not be converted, ``ignored`` were later values of a point logged
+        twice (the first one was spooled)."""
         with self._lock:
             self.inflight_points -= taken
             self.spooled_points += spooled
             self.dropped_points += dropped
+            self.ignored_points += ignored
 
-    def unspool(self, *, sent: int = 0, dead: int = 0, dropped: int = 0) -> None:
-        """Spooled values left the spool: accepted, dead-lettered, or dropped for room."""
+    def unspool(self, *, sent: int = 0, dead: int = 0, dropped: int = 0, ignored: int = 0) -> None:
+        """Spooled values left the spool: stored by the server, ignored by it (their point
+        had a value already), dead-lettered, or dropped for room."""
         with self._lock:
-            self.spooled_points -= sent + dead + dropped
+            self.spooled_points -= sent + dead + dropped + ignored
             self.sent_points += sent
+            self.ignored_points += ignored
             self.dead_points += dead
             self.dropped_points += dropped

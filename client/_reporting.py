@@ -42,3 +42,9 @@ class WarnEvery:
             return
         self._last = now
         logger.warning(message, *args)
+
+
+def ignored_key(metric: str) -> str:
+    """The `WarnOnce` key of "a value of this metric was not stored, its point had one
+    already": one warning a metric, whether the repeat was seen here or by the server."""
+    return f"ignored:{metric}"

@@ -166,8 +166,10 @@ class Run:
         converted to floats on the sender thread. ``metrics`` may also be a `PackedMetrics`
         (``stability_metrics(..., packed=True)``): one device vector for all its names,
         queued without a copy and read in one transfer. Logging the same step twice merges the two
-        dicts (the later value of a metric wins). A value that is not a real scalar is
-        dropped with a warning; the others of the call are kept.
+        dicts; a metric given a value at a step that already has one keeps the first (as the
+        server does, whenever the second arrives), with a warning once a metric, and the later
+        value counts in `ignored_points`. A value that is not a real scalar is dropped with a
+        warning; the others of the call are kept.
         """
         # Called every step: the common case (an int step, a dict) costs the copy, one lock
         # and no other Python call.
@@ -260,7 +262,8 @@ class Run:
     def __repr__(self) -> str:
         return (
             f"Run(name={self._name!r}, run_id={self.run_id!r}, segment={self.segment}, "
-            f"sent_points={self.sent_points}, pending_points={self.pending_points})"
+            f"sent_points={self.sent_points}, ignored_points={self.ignored_points}, "
+            f"pending_points={self.pending_points})"
         )
 
     @property
@@ -275,8 +278,15 @@ class Run:
 
     @property
     def sent_points(self) -> int:
-        """(step, metric) values the server has accepted."""
+        """(step, metric) values the server has stored."""
         return self._queue.sent_points
+
+    @property
+    def ignored_points(self) -> int:
+        """Values not stored because their point (step, metric) had a value already: logged
+        again at a step here, or stored before on the server. The first value stands; each
+        metric this happens to is named once in a warning."""
+        return self._queue.ignored_points
 
     @property
     def dropped_points(self) -> int:

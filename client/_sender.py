@@ -121,7 +121,7 @@ class Sender:
                 continue
             tally = Tally()
             try:
-                outcome = deliver_all(self._delivery(spool), tally)
+                outcome = deliver_all(self._delivery(spool, replay=True), tally)
             except Exception:
                 # This stream stays for `normwatch sync`; it must not hold back new data.
                 logger.exception(
@@ -144,7 +144,7 @@ class Sender:
                 return False
         return True
 
-    def _delivery(self, spool: Spool) -> StreamDelivery:
+    def _delivery(self, spool: Spool, *, replay: bool = False) -> StreamDelivery:
         folder: Path | None = self._writer.run_folder if spool.directory is not None else None
         return StreamDelivery(
             self._api,
@@ -154,12 +154,17 @@ class Sender:
             budget=self._budget,
             report=self._warn_once,
             control=self._control,
+            replay=replay,
         )
 
     def _settle(self, outcome: Outcome) -> bool:
         """Count a record's fate; False when delivery has to stop."""
         if outcome.state == "done":
-            self._queue.unspool(sent=outcome.sent_points, dead=outcome.dead_points)
+            self._queue.unspool(
+                sent=outcome.sent_points,
+                dead=outcome.dead_points,
+                ignored=outcome.ignored_points,
+            )
             return True
         if outcome.state == "blocked" and not self.blocked:
             self.blocked = True

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from ._delivery import StreamDelivery, Tally, deliver_all
-from ._reporting import logger
+from ._reporting import WarnOnce
 from ._spool import Spool, SpoolBusy
 from ._streams import default_spool_dir, remove_if_empty, stream_dirs
 from ._transport import IngestApi
@@ -150,7 +150,8 @@ def _sync_stream(
         dead_letter_folder=spool.directory.parent,
         pause=clock.pause,
         budget=clock.budget,
-        report=lambda key, message: logger.warning("%s", message),
+        report=WarnOnce(),
+        replay=True,
     )
     tally = Tally()
     last_report = time.monotonic()
@@ -171,6 +172,11 @@ def _sync_stream(
         progress(
             f"  done: {tally.batches} batches, {tally.points} points, {tally.events} events; "
             f"{tally.dead_records} dead-lettered"
+            + (
+                f"; {tally.ignored_points} points not stored (their steps had values already)"
+                if tally.ignored_points
+                else ""
+            )
         )
         return True
     spool.close()
@@ -190,3 +196,4 @@ def _merge(total: Tally, part: Tally) -> None:
     total.events += part.events
     total.dead_records += part.dead_records
     total.dead_points += part.dead_points
+    total.ignored_points += part.ignored_points

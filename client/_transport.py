@@ -47,6 +47,8 @@ class Delivery:
     status_code: int | None = None
     body: object = None
     message: str = ""
+    retried: bool = False
+    """Sent more than once: an earlier attempt may have reached the server unanswered."""
 
 
 def backoff_delay(attempt: int, rng: random.Random) -> float:
@@ -197,7 +199,9 @@ class IngestApi:
             else:
                 status_code = response.status_code
                 if response.is_success:
-                    return Delivery("delivered", status_code, _json_or_none(response))
+                    return Delivery(
+                        "delivered", status_code, _json_or_none(response), retried=attempt > 0
+                    )
                 if not is_retryable(status_code):
                     return Delivery("rejected", status_code, message=error_message(response))
                 wait = retry_after(response)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ._batch import dumps, fetch_from_device, merge_records
 from ._queue import EventRecord, Record, SendQueue
-from ._reporting import WarnEvery, WarnOnce, logger
+from ._reporting import WarnEvery, WarnOnce, ignored_key, logger
 from ._spool import Dropped, Kind, Spool
 from ._streams import new_stream_dir, remove_if_empty
 
@@ -187,9 +187,24 @@ class SpoolWriter:
             self._warn_once(
                 f"value:{name}", "run %r: dropped values of %s: %s", self._run_name, name, reason
             )
+        for name, (count, step) in merged.repeated.items():
+            self._warn_once(
+                ignored_key(name),
+                "run %r: %r was logged more than once at step %d (%d later value(s) in this "
+                "flush); the first value of a step stands and later ones are not stored",
+                self._run_name,
+                name,
+                step,
+                count,
+            )
         if merged.points:
             self._append(Kind.METRICS, merged.points, dumps(merged.document))
-        self._queue.settle(taken=taken, spooled=merged.points, dropped=merged.rejected_points)
+        self._queue.settle(
+            taken=taken,
+            spooled=merged.points,
+            dropped=merged.rejected_points,
+            ignored=merged.repeated_points,
+        )
 
     def _append(self, kind: Kind, points: int, payload: bytes) -> None:
         assert self.spool is not None

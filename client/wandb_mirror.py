@@ -25,7 +25,10 @@ rules of wandb-core's history handler): without ``step=`` a call logs at the cur
 and, unless ``commit=False``, moves it on by one; ``step=`` above the current step moves
 to it, and the current step accumulates until a commit or a higher step; a ``step=``
 below the current step is dropped whole by wandb, and by the mirror. Values logged at one
-step in several calls are merged by `Run.log` as wandb merges them (the later one wins).
+step in several calls are merged by the mirror as wandb merges them (the later one wins),
+and the step goes to the tracker once, when wandb commits it (a call that moves the step
+on, a higher ``step=``, or the end of the mirror): a normwatch point keeps its first value,
+so forwarding each call as it came would keep the earlier value where W&B keeps the later.
 The mirror follows its own count from the run's step when it starts, because the SDK's
 ``run._local_step`` goes wrong after a dropped call with ``commit=True``. Custom x-axes
 (``wandb.define_metric(..., step_metric=...)``) change only W&B's charts: normwatch keeps
@@ -95,6 +98,9 @@ class WandbMirror:
         self._lock = threading.RLock()
         self._warn_once = WarnOnce()
         self._installed: dict[str, tuple[Callable[..., Any], object]] = {}
+        self._row: dict[str, object] = {}
+        """The values of the step wandb has not committed yet (``_row_step``)."""
+        self._row_step = step
 
     @property
     def active(self) -> bool:
@@ -130,11 +136,13 @@ class WandbMirror:
         return self
 
     def stop(self) -> None:
-        """Stop forwarding. Calling it again does nothing; it never raises."""
+        """Hand the step wandb has not committed yet to the tracker and stop forwarding.
+        Calling it again does nothing; it never raises."""
         with self._lock:
             if not self._active:
                 return
             self._active = False
+            self._hand_over()
         run_vars = vars(self.wandb_run)
         for name, (wrapper, previous) in self._installed.items():
             # Another wrapper installed on top of ours keeps calling ours, which now only
@@ -177,13 +185,27 @@ class WandbMirror:
             landed, self._step = next_wandb_step(self._step, explicit, flush)
             if landed is None:
                 return
-            metrics = scalar_metrics(data, self._separator)
-            if metrics:
-                self.tracker.log(metrics, step=landed)
+            if landed != self._row_step:
+                self._hand_over()
+                self._row_step = landed
+            self._row.update(scalar_metrics(data, self._separator))
+            if self._step != landed:  # committed
+                self._hand_over()
         except Exception as exc:
             self._warn_once(
                 f"forward:{type(exc).__name__}", "could not mirror a wandb.log call: %s", exc
             )
+
+    def _hand_over(self) -> None:
+        """Log the uncommitted step's values to the tracker (lock held)."""
+        row, self._row = self._row, {}
+        if row:
+            try:
+                self.tracker.log(row, step=self._row_step)
+            except Exception as exc:
+                self._warn_once(
+                    f"forward:{type(exc).__name__}", "could not mirror a wandb.log call: %s", exc
+                )
 
     def _after_wandb_finish(self, exit_code: int | None) -> None:
         was_active = self._active

@@ -171,6 +171,11 @@ def _import(args: argparse.Namespace) -> int:
     print(
         f"imported {steps}{span} into run {name!r}: {summary.sent_points:,} values sent, "
         f"{summary.dropped_points:,} dropped, in {summary.seconds:.1f} s"
+        + (
+            f"; {summary.ignored_points:,} were stored already (the first value of a step is kept)"
+            if summary.ignored_points
+            else ""
+        )
     )
     lost = summary.dropped_points + summary.pending_points
     if lost:

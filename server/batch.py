@@ -2,6 +2,11 @@
 
 A batch is rejected whole, with a message naming the field and index, or accepted
 whole: nothing of a bad batch reaches storage.
+
+A step may appear more than once in ``steps`` (two log calls of one step, sent as they
+came): its columns are merged, each metric keeping the first value the batch gives it
+there. A later value for the same point is not stored and is counted in
+`MetricBatch.repeats` (the ingest answer's ``ignored``).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
 from typing import Any, NoReturn
@@ -46,8 +51,8 @@ class MetricBatch:
     """A validated batch as arrays: one row per metric, one column per step.
 
     ``values[i, j]`` is metric ``names[i]`` at ``steps[j]``; where the trainer sent null,
-    ``logged[i, j]`` is False (and ``values[i, j]`` NaN). Steps are distinct but in the
-    order they were sent.
+    ``logged[i, j]`` is False (and ``values[i, j]`` NaN). Steps are distinct, in the order
+    they were first sent (a step sent twice is merged, its first value of each metric kept).
     """
 
     steps: npt.NDArray[np.int64]
@@ -58,6 +63,9 @@ class MetricBatch:
     time: float | None = None
     """When the batch's last step was logged, in unix seconds (the trainer's clock), if the
     batch says; else the server takes the time it arrived."""
+    repeats: dict[str, int] = field(default_factory=dict)
+    """Per metric, the values the batch gave again for a step it had already given that
+    metric a value at (not stored: the first one stands). Empty for the usual batch."""
 
     @cached_property
     def all_logged(self) -> bool:
@@ -123,6 +131,9 @@ def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) ->
             "send smaller batches"
         )
     names, values, logged = _parse_metrics(metrics, len(steps))
+    repeats: dict[str, int] = {}
+    if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+        steps, values, logged, repeats = _merge_repeated_steps(steps, names, values, logged)
     segment = doc.get("segment")
     if segment is not None and (type(segment) is not int or not 1 <= segment <= SEGMENT_MAX):
         raise BatchError(
@@ -143,6 +154,7 @@ def parse_batch(doc: Any, *, max_points: int, max_metrics: int | None = None) ->
         logged=logged,
         segment=segment,
         time=None if time is None else float(time),
+        repeats=repeats,
     )
 
 
@@ -157,13 +169,39 @@ def _parse_steps(raw: Any) -> npt.NDArray[np.int64]:
             pass  # past int64: named below
     if steps is None or (len(steps) > 0 and int(steps.min()) < 0):
         _reject_steps(raw)
-    if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
-        order = np.argsort(steps, kind="stable")
-        dup = np.flatnonzero(steps[order][1:] == steps[order][:-1])
-        if len(dup):
-            i = int(order[dup[0] + 1])
-            raise BatchError(f"steps[{i}]: step {int(steps[i])} appears more than once")
     return steps
+
+
+def _merge_repeated_steps(
+    steps: npt.NDArray[np.int64],
+    names: list[str],
+    values: npt.NDArray[np.float64],
+    logged: npt.NDArray[np.bool_],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.bool_], dict[str, int]]:
+    """Columns of a step sent more than once merged into one, in the order the steps were
+    first sent: each metric keeps the first value logged for it at that step (document
+    order). Returns the steps, values and logged mask, and per metric how many later values
+    were left out. Steps that are all distinct come back as they are."""
+    order = np.argsort(steps, kind="stable")
+    ordered = steps[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    if len(starts) == len(steps):
+        return steps, values, logged, {}
+    width = len(steps)
+    # Per metric and distinct step, the first column (in document order) that logged it:
+    # within a group of equal steps the stable sort keeps document order.
+    place = np.where(logged[:, order], np.arange(width), width)
+    first = np.minimum.reduceat(place, starts, axis=1) if len(names) else place[:, starts]
+    # Distinct steps in the order they first appear.
+    by_appearance = np.argsort(order[starts], kind="stable")
+    first = first[:, by_appearance]
+    merged_steps = ordered[starts][by_appearance]
+    merged_logged = first < width
+    columns = order[np.minimum(first, width - 1)]
+    merged_values = np.where(merged_logged, np.take_along_axis(values, columns, axis=1), np.nan)
+    dropped = logged.sum(axis=1) - merged_logged.sum(axis=1)
+    repeats = {names[i]: int(dropped[i]) for i in np.flatnonzero(dropped).tolist()}
+    return merged_steps, merged_values, merged_logged, repeats
 
 
 def _reject_steps(raw: list[Any]) -> NoReturn:

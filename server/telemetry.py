@@ -89,6 +89,12 @@ class Telemetry:
             "Metric values stored from accepted batches.",
             registry=registry,
         )
+        self.ignored = Counter(
+            "normwatch_ingest_ignored_points",
+            "Metric values of accepted batches not stored because their point (segment, "
+            "metric, step) had a value already: re-sent batches, steps logged again.",
+            registry=registry,
+        )
         self.batches = Counter(
             "normwatch_ingest_batches",
             "Metric batches answered, by HTTP status code (202 accepted, others rejected).",

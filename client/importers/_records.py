@@ -34,7 +34,10 @@ class ImportSummary:
     points: int
     """(step, metric) values logged."""
     sent_points: int
-    """Values the server accepted."""
+    """Values the server stored."""
+    ignored_points: int
+    """Values not stored because their step already had one for that metric (a file
+    imported again, steps the run holds already): the first value stands."""
     dropped_points: int
     """Values the client gave up on (see its log for why)."""
     pending_points: int
@@ -57,6 +60,7 @@ class _Delivery:
     ) -> None:
         self.run = run
         self.start_sent = run.sent_points
+        self.start_ignored = run.ignored_points
         self.start_dropped = run.dropped_points
         self._stall_timeout = stall_timeout
         self._clock = clock
@@ -66,17 +70,21 @@ class _Delivery:
         self, limit: int, on_wait: Callable[[int], None], *, poll: float = 0.05
     ) -> None:
         """Sleep until no more than ``limit`` values are pending; `ImportAborted` on a stall."""
-        settled = self.run.sent_points + self.run.dropped_points
+        settled = self._settled()
         moved_at = self._clock()
         while (pending := self.run.pending_points) > limit:
             now = self._clock()
-            current = self.run.sent_points + self.run.dropped_points
+            current = self._settled()
             if current != settled:
                 settled, moved_at = current, now
             elif now - moved_at > self._stall_timeout:
                 raise ImportAborted(self._stall_reason(pending))
             on_wait(pending)
             self._sleep(poll)
+
+    def _settled(self) -> int:
+        """Values the server has answered for (stored or ignored) or the client gave up on."""
+        return self.run.sent_points + self.run.ignored_points + self.run.dropped_points
 
     def _stall_reason(self, pending: int) -> str:
         waited = f"{self._stall_timeout:.0f} s"
@@ -142,6 +150,7 @@ def import_records(
         last_step=max(steps, default=None),
         points=points,
         sent_points=run.sent_points - delivery.start_sent,
+        ignored_points=run.ignored_points - delivery.start_ignored,
         dropped_points=run.dropped_points - delivery.start_dropped,
         pending_points=run.pending_points,
         seconds=clock() - started,

@@ -61,8 +61,10 @@ async def post_metrics(
     """Store a columnar batch: ``{"steps": [...], "metrics": {name: [values...]}}``.
 
     Values are numbers, ``null`` (not logged at that step) or ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"``. The batch is stored whole or rejected whole; re-sending it stores
-    nothing twice. ``Content-Encoding: gzip`` is accepted.
+    ``"-Infinity"``. The batch is stored whole or rejected whole. A point (segment, metric,
+    step) keeps the first value stored for it: a later one (re-sent, or given twice in the
+    batch) is not stored and is counted in ``ignored``, by metric in ``ignored_metrics``;
+    re-sending a batch stores nothing twice. ``Content-Encoding: gzip`` is accepted.
     """
     # No dependencies: this route is the one called hundreds of times a second.
     context = context_of(request.app)
@@ -72,10 +74,33 @@ async def post_metrics(
     small = bool(request.scope.get("state", {}).get("small_batch"))  # see admission.py
     result = await run_in_threadpool(_store, context, who, run_id, body, small, control_read)
     context.changes.changed(run_id)  # open pages of the run draw it now
-    answer: dict[str, object] = {"accepted": result.points, "segment": result.segment}
+    answer = ingest_answer(result)
     if result.control is not None:
         answer["control"] = result.control
     return Response(orjson.dumps(answer), status_code=202, media_type="application/json")
+
+
+IGNORED_METRICS_LISTED = 100
+"""Most metrics an ingest answer names in ``ignored_metrics`` (those with the most ignored
+points); ``ignored`` counts them all."""
+
+
+def ingest_answer(result: ingest.Ingested) -> dict[str, object]:
+    """``{"accepted", "ignored", "segment"}``, and ``ignored_metrics`` (``{name: count}``,
+    at most `IGNORED_METRICS_LISTED` names) when some points were ignored."""
+    ignored = result.ignored
+    answer: dict[str, object] = {
+        "accepted": result.points,
+        "ignored": sum(ignored.values()),
+        "segment": result.segment,
+    }
+    if ignored:
+        listed = ignored
+        if len(ignored) > IGNORED_METRICS_LISTED:
+            most = sorted(ignored.items(), key=lambda kv: (-kv[1], kv[0]))
+            listed = dict(most[:IGNORED_METRICS_LISTED])
+        answer["ignored_metrics"] = listed
+    return answer
 
 
 def _store(

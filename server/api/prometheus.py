@@ -56,9 +56,9 @@ class RequestMetrics:
     A request is counted the moment its answer's last byte is handed to the server, before
     cleanup such as closing its database session, so a client that reads the answer and
     then scrapes finds it counted. It costs some 20 µs a request. No body is buffered except
-    the small answer of an accepted metrics batch, ``{"accepted": <points>, ...}``, which
-    says how many points were stored. Every answer carries ``X-Normwatch-Worker: <pid>``,
-    the worker process that served it.
+    the small answer of an accepted metrics batch, ``{"accepted": <points>, "ignored":
+    <points>, ...}``, which says how many points were stored and how many were not. Every
+    answer carries ``X-Normwatch-Worker: <pid>``, the worker process that served it.
     """
 
     def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
@@ -85,7 +85,10 @@ class RequestMetrics:
             method = scope["method"] if scope["method"] in _METHODS else "other"
             telemetry.count_request(route, method, status, elapsed)
             if ingest_answer is not None:
-                telemetry.points.inc(_accepted(b"".join(ingest_answer)))
+                stored, ignored = _accepted(b"".join(ingest_answer))
+                telemetry.points.inc(stored)
+                if ignored:
+                    telemetry.ignored.inc(ignored)
 
         async def send_counted(message: Message) -> None:
             nonlocal status, ingest_answer
@@ -119,12 +122,14 @@ def route_template(scope: Scope) -> str:
     return template if isinstance(template, str) else "unmatched"
 
 
-def _accepted(body: bytes) -> int:
+def _accepted(body: bytes) -> tuple[int, int]:
+    """The points an ingest answer says were stored, and those it says were ignored."""
     try:
-        accepted = orjson.loads(body)["accepted"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        accepted = None
-    if not isinstance(accepted, int):
+        answer = orjson.loads(body)
+        accepted, ignored = answer["accepted"], answer.get("ignored", 0)
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        accepted = ignored = None
+    if not isinstance(accepted, int) or not isinstance(ignored, int):
         log.warning("accepted metrics batch without a point count: %r", body[:200])
-        return 0
-    return accepted
+        return 0, 0
+    return accepted, ignored

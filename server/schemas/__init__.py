@@ -164,7 +164,11 @@ class MetricBatchIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: list[Step] = Field(description="Distinct steps, each column's length.")
+    steps: list[Step] = Field(
+        description="The batch's steps, each column's length. A step given more than once is "
+        "one step: each metric keeps the first value given for it there, and the later ones "
+        "are counted as ignored."
+    )
     metrics: dict[str, list[MetricValue]] = Field(
         description="Metric name (1 to 512 characters) to its values, one a step: a number, "
         'null (not logged at that step), "NaN", "Infinity" or "-Infinity".'
@@ -175,7 +179,17 @@ class MetricBatchIn(BaseModel):
 
 
 class Accepted(BaseModel):
-    accepted: int
+    accepted: int = Field(description="Points stored.")
+    ignored: int = Field(
+        description="Points not stored because the point (segment, metric, step) has a value "
+        "already: stored before (a re-sent batch, a step logged again), or given earlier in "
+        "this batch. The first value of a point stands."
+    )
+    ignored_metrics: dict[str, int] | None = Field(
+        default=None,
+        description="Present when `ignored` > 0: the ignored points by metric name, for at "
+        "most 100 metrics (those with the most ignored points; `ignored` counts them all).",
+    )
     segment: int
     control: list[dict[str, Any]] | None = Field(
         default=None,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,9 +25,13 @@ from . import alerting, control
 @dataclass(frozen=True)
 class Ingested:
     points: int
+    """Points stored."""
     segment: int
     notifications: int
     """Alert notifications the batch made owed (delivered by the dispatcher)."""
+    ignored: dict[str, int] = field(default_factory=dict)
+    """Per metric, the points not stored because the point had a value already (stored
+    before, or given earlier in the same batch): the first value of a point stands."""
     metric_ids: dict[str, int] = field(default_factory=dict, compare=False)
     """Ids of the batch's metrics, for the caller to `MetricIdCache.remember` once committed."""
     run_key: int = field(default=0, compare=False)
@@ -94,6 +99,10 @@ def ingest_batch(
     carries the run's unread requests to its trainer, those a rule made on this batch
     included. A batch that moves the run on marks when it reached its last step (the
     batch's ``time``, else now), thinned by ``clock`` (`.storage.clock`).
+
+    A point keeps the first value stored for it: the batch's points that its series hold
+    already, hot or compacted, and the later values of a step the batch gives twice, are
+    left out and counted in `Ingested.ignored`; only the stored points reach the rules.
     """
     last = int(batch.steps.max()) if len(batch.steps) else None
     now = utcnow()
@@ -120,7 +129,15 @@ def ingest_batch(
         and segment == run.segment
         and (run.last_step is None or int(batch.steps.min()) > run.last_step)
     )
-    points = write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
+    left_out = write_points(session, run.key, segment, batch, metric_ids, fresh=fresh)
+    ignored = dict(batch.repeats)
+    stored = batch
+    if left_out is not None:
+        for i in np.flatnonzero(left_out.any(axis=1)).tolist():
+            name = batch.names[i]
+            ignored[name] = ignored.get(name, 0) + int(left_out[i].sum())
+        # Rules see what is stored, not the later values that were left out.
+        stored = replace(batch, logged=batch.logged & ~left_out)
     if (
         last is not None
         and segment == run.segment
@@ -130,12 +147,12 @@ def ingest_batch(
         if clock is None or clock.due(run.key, segment, at):
             mark(session, run.key, segment, last, at)
     owed = alerting.evaluate_batch(
-        session, run, segment, batch, metric_ids, rules=rules, pause=pause
+        session, run, segment, stored, metric_ids, rules=rules, pause=pause
     )
     requests = None
     if control_read is not None:
         requests = control.for_trainer(session, run.key, control_read)
-    return Ingested(points, segment, owed, metric_ids, run.key, requests)
+    return Ingested(stored.point_count, segment, owed, ignored, metric_ids, run.key, requests)
 
 
 def add_event(session: Session, run: Run, body: EventCreate) -> EventOut:

@@ -4,11 +4,10 @@ A batch goes in as one hot block a metric (:mod:`.blocks`): on Postgres one bina
 ``COPY`` per batch (:mod:`.pgcopy`), on SQLite one ``executemany``. Batches of one run are
 stored one after the other under the run's row lock; a batch whose steps all lie past the
 run's last step (a live trainer's) goes straight in, and any other first drops the points
-that its series' hot blocks hold already, so a re-sent batch stores nothing twice. A
-point re-sent after its step was compacted is merged at the next compaction, the stored
-value winning (:mod:`.compaction`), and reads prefer the compacted value meanwhile.
-NaN in a value column is stored as NULL, since SQLite cannot hold a NaN; inside the
-blocks' blobs it is kept bit for bit."""
+that its series hold already, hot or compacted (:mod:`.taken`), so the first value stored
+for a point stands and a re-sent batch stores nothing twice. NaN in a value column is
+stored as NULL, since SQLite cannot hold a NaN; inside the blocks' blobs it is kept bit
+for bit."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from ..batch import MetricBatch
 from ..models import Block
-from . import blocks, pgcopy
+from . import blocks, pgcopy, taken
 from .chunks import Points
 from .runs import Lineage, lineage_of
 from .sql import psycopg_of, values_table
@@ -36,17 +35,24 @@ def write_points(
     metric_ids: dict[str, int],
     *,
     fresh: bool = False,
-) -> int:
-    """Store a batch's logged values as hot blocks; returns how many points it carried.
+) -> npt.NDArray[np.bool_] | None:
+    """Store a batch's logged values as hot blocks, except those of points stored already;
+    returns which of the batch's points were left out for that (``batch.logged``'s shape),
+    or None when none was.
 
     ``fresh`` says that no stored point of the segment can share a step with the batch
     (every step lies past the segment's last one, read under `lock_run`): the batch then
-    goes in without looking. Otherwise the points its series' hot blocks hold already are
-    dropped first, in one query.
+    goes in without looking. Otherwise the points its series hold already are dropped
+    first (:func:`.taken.unstored`).
     """
     if batch.point_count == 0:
-        return 0
-    keep = None if fresh else _unstored(session, run_key, segment, batch, metric_ids)
+        return None
+    keep = None if fresh else taken.unstored(session, run_key, segment, batch, metric_ids)
+    left_out = None
+    if keep is not None:
+        left_out = batch.logged & ~keep
+        if not left_out.any():
+            keep = left_out = None
     conn = session.connection()
     if conn.dialect.name == "postgresql":
         if keep is None and batch.all_logged:
@@ -59,7 +65,7 @@ def write_points(
         with psycopg_of(conn, pgcopy.COPY_BLOCKS) as driver, driver.cursor() as cursor:
             with cursor.copy(pgcopy.COPY_BLOCKS) as copy:
                 copy.write(payload)
-        return batch.point_count
+        return left_out
     rows = blocks.of_batch(batch, metric_ids, keep)
     if rows:
         conn.exec_driver_sql(
@@ -80,51 +86,10 @@ def write_points(
                 for b in rows
             ],
         )
-    return batch.point_count
+    return left_out
 
 
 _IDS_PER_QUERY = 512
-
-
-def _unstored(
-    session: Session, run_key: int, segment: int, batch: MetricBatch, metric_ids: dict[str, int]
-) -> npt.NDArray[np.bool_]:
-    """Which of the batch's points (``batch.logged``'s shape) no hot block holds yet.
-
-    One query over the batch's range of metric ids: a range of the key's second column
-    bounds the index scan whatever the planner knows of the table (blocks of other metrics
-    in the range are skipped here).
-    """
-    rows_of = {metric_ids[name]: i for i, name in enumerate(batch.names) if name in metric_ids}
-    keep = np.ones(batch.logged.shape, dtype=np.bool_)
-    if not rows_of:
-        return keep
-    taken = (
-        session.connection()
-        .execute(
-            text(
-                "SELECT metric_id, first_step, last_step, count, steps, data FROM blocks "
-                "WHERE run_key = :rk AND metric_id BETWEEN :lo_id AND :hi_id AND segment = :seg "
-                "AND last_step >= :lo AND first_step <= :hi"
-            ),
-            {
-                "rk": run_key,
-                "seg": segment,
-                "lo_id": min(rows_of),
-                "hi_id": max(rows_of),
-                "lo": int(batch.steps.min()),
-                "hi": int(batch.steps.max()),
-            },
-        )
-        .all()
-    )
-    found: dict[int, list[tuple[int, int, int, bytes | None, bytes]]] = {}
-    for mid, first, last, count, steps, data in taken:
-        if int(mid) in rows_of:
-            found.setdefault(int(mid), []).append((first, last, count, steps, data))
-    for mid, stored in found.items():
-        keep[rows_of[mid]] = ~np.isin(batch.steps, blocks.decode_many(stored).steps)
-    return keep
 
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1

@@ -27,7 +27,13 @@ Fault = Callable[[httpx.Request, dict[str, object] | None], httpx.Response | Non
 
 
 class FakeIngest:
-    """The ingest endpoints, in memory, with faults injected per endpoint."""
+    """The ingest endpoints, in memory, with faults injected per endpoint.
+
+    As the server does, a point (segment, step, metric) keeps its first value and the
+    answer counts the later ones as ignored; a run created again with a ``start_step`` at
+    or below its last step opens a new segment. ``points`` holds each (step, metric)'s
+    value in the newest segment that logged it.
+    """
 
     def __init__(self, *, segment: int = 1) -> None:
         self.segment = segment
@@ -39,6 +45,8 @@ class FakeIngest:
         self.updates: list[dict[str, object]] = []
         self.points: dict[tuple[int, str], object] = {}
         self.arrivals: Counter[tuple[int, str]] = Counter()
+        self.stored: set[tuple[int, int, str]] = set()
+        self.last_step: int | None = None
         self.faults: dict[str, Fault] = {}
 
     def transport(self) -> httpx.MockTransport:
@@ -60,6 +68,14 @@ class FakeIngest:
         with self.lock:
             if name == "runs":
                 self.created.append(document)
+                start = document.get("start_step")
+                if (
+                    isinstance(start, int)
+                    and self.last_step is not None
+                    and start <= self.last_step
+                ):
+                    self.segment += 1
+                    self.last_step = None
                 return httpx.Response(200, json={"id": "run-1", "segment": self.segment})
             if name == "metrics":
                 return self._store(document)
@@ -73,14 +89,31 @@ class FakeIngest:
     def _store(self, batch: dict[str, object]) -> httpx.Response:
         steps = batch["steps"]
         metrics = batch["metrics"]
+        segment = batch.get("segment", self.segment)
         assert isinstance(steps, list) and isinstance(metrics, dict)
+        assert isinstance(segment, int)
+        if steps and segment == self.segment:
+            self.last_step = max(steps + ([] if self.last_step is None else [self.last_step]))
         accepted = 0
+        ignored: Counter[str] = Counter()
         for name, column in metrics.items():
             assert len(column) == len(steps), f"column {name} has the wrong length"
             for step, value in zip(steps, column, strict=True):
-                if value is not None:
-                    self.points[(step, name)] = value
-                    self.arrivals[(step, name)] += 1
-                    accepted += 1
+                if value is None:
+                    continue
+                self.arrivals[(step, name)] += 1
+                if (segment, step, name) in self.stored:  # the first value of a point stands
+                    ignored[name] += 1
+                    continue
+                self.stored.add((segment, step, name))
+                self.points[(step, name)] = value
+                accepted += 1
         self.batches.append(batch)
-        return httpx.Response(202, json={"accepted": accepted})
+        answer: dict[str, object] = {
+            "accepted": accepted,
+            "ignored": ignored.total(),
+            "segment": segment,
+        }
+        if ignored:
+            answer["ignored_metrics"] = dict(ignored)
+        return httpx.Response(202, json=answer)

@@ -63,7 +63,24 @@ def test_shared_names_transpose_into_columns() -> None:
 
 def test_non_finite_values_and_repeated_steps_take_the_general_loop() -> None:
     merged = merge_records([(1, {"a": float("nan")}), (2, {"a": 1.0}), (2, {"a": 3.0})])
-    assert merged.document == {"steps": [1, 2], "metrics": {"a": ["NaN", 3.0]}}
+    assert merged.document == {"steps": [1, 2], "metrics": {"a": ["NaN", 1.0]}}
+
+
+def test_a_metric_logged_twice_at_a_step_keeps_its_first_value_and_counts_the_rest() -> None:
+    merged = merge_records(
+        [
+            (7, {"loss": 2.0}),
+            (7, {"grad/norm": 0.5, "loss": 9.0}),  # another metric of the step merges
+            (8, {"loss": 1.5}),
+            (7, {"loss": float("nan"), "lr": 1e-3}),
+            (8, {"loss": 4.0}),
+        ]
+    )
+    assert merged.document == {
+        "steps": [7, 8],
+        "metrics": {"loss": [2.0, 1.5], "grad/norm": [0.5, None], "lr": [1e-3, None]},
+    }
+    assert (merged.points, merged.repeated, merged.repeated_points) == (4, {"loss": (3, 7)}, 3)
 
 
 def test_packed_metrics_of_the_wrong_size_are_rejected_not_raised() -> None:

@@ -126,17 +126,73 @@ def test_batch_is_columnar_null_padded_gzipped_with_non_finite_spelled_out(
     assert gzip.decompress(request.content).startswith(b"{")
 
 
-def test_logs_of_the_same_step_merge_and_the_later_value_wins(
-    server: FakeIngest, make_run: Callable[..., Run]
+def test_logs_of_the_same_step_merge_and_each_metric_keeps_its_first_value(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = make_run(flush_interval=30.0)
+    run = make_run(flush_interval=30.0)  # all of it in one flush
     run.log({"a": 1.0, "b": 2.0}, step=5)
     run.log({"b": 3.0, "c": 4.0}, step=5)
-    run.finish(timeout=5.0)
+    run.log({"b": 5.0}, step=6)
+    run.log({"b": 6.0, "a": 7.0}, step=6)
+    run.log({"b": 8.0}, step=5)
+    with caplog.at_level(logging.WARNING, logger="normwatch.client"):
+        run.finish(timeout=5.0)
 
     assert server.batches == [
-        {"steps": [5], "metrics": {"a": [1.0], "b": [3.0], "c": [4.0]}, "segment": 1}
+        {
+            "steps": [5, 6],
+            "metrics": {"a": [1.0, 7.0], "b": [2.0, 5.0], "c": [4.0, None]},
+            "segment": 1,
+        }
     ]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, "once a metric, however often it repeats"
+    assert "'b' was logged more than once at step 5" in warned[0]
+    assert "first value" in warned[0]
+    assert (run.sent_points, run.ignored_points, run.pending_points) == (5, 3, 0)
+
+
+def test_points_the_server_already_holds_are_counted_and_named_once_a_metric(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    first = make_run(name="exp1")
+    for step in range(10):
+        first.log({"loss": 1.0, "lr": 0.1}, step=step)
+    first.finish(timeout=5.0)
+    again = make_run(name="exp1", max_batch_points=4)  # no start_step: the same segment
+    with caplog.at_level(logging.WARNING, logger="normwatch.client"):
+        for step in range(5, 15):
+            again.log({"loss": 2.0, "lr": 0.1}, step=step)
+        again.finish(timeout=5.0)
+
+    assert {server.points[(s, "loss")] for s in range(10)} == {1.0}, "the first value stands"
+    assert {server.points[(s, "loss")] for s in range(10, 15)} == {2.0}
+    assert (again.sent_points, again.ignored_points, again.pending_points) == (10, 10, 0)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2 and all("already held values of" in m for m in warned)
+    assert {"'loss'", "'lr'"} == {m.split("values of ")[1].split(" ")[0] for m in warned}
+    assert all("start_step=" in m for m in warned), "the warning says how to restart"
+
+
+def test_a_batch_re_sent_after_its_answer_was_lost_counts_as_sent_without_a_warning(
+    server: FakeIngest, make_run: Callable[..., Run], caplog: pytest.LogCaptureFixture
+) -> None:
+    def store_then_fail(request: httpx.Request, document: dict[str, object] | None) -> None:
+        assert document is not None
+        server._store(document)  # stored, and then the answer is lost
+        del server.faults["metrics"]
+        raise httpx.ReadTimeout("answer lost", request=request)
+
+    server.faults["metrics"] = store_then_fail  # type: ignore[assignment]
+    run = make_run()
+    with caplog.at_level(logging.WARNING, logger="normwatch.client"):
+        for step in range(3):
+            run.log({"loss": float(step)}, step=step)
+        run.finish(timeout=10.0)
+
+    assert len(server.batches) == 2 and server.batches[0] == server.batches[1]
+    assert (run.sent_points, run.ignored_points, run.pending_points) == (3, 0, 0)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_events_arrive_in_order_with_the_metrics_around_them(

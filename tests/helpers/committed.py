@@ -54,7 +54,9 @@ def the_run(session: Session, run_id: str) -> Run:
     return found[0]
 
 
-def post(sessions: Sessions, run_id: str, steps: np.ndarray, **metrics: np.ndarray) -> None:
+def post(
+    sessions: Sessions, run_id: str, steps: np.ndarray, **metrics: np.ndarray
+) -> ingest.Ingested:
     def enc(v: float) -> object:
         if np.isnan(v):
             return "NaN"
@@ -65,7 +67,7 @@ def post(sessions: Sessions, run_id: str, steps: np.ndarray, **metrics: np.ndarr
         "metrics": {k: [enc(float(x)) for x in v] for k, v in metrics.items()},
     }
     with session_scope(sessions) as session:
-        ingest.ingest_batch(session, run_id, parse_batch(body, max_points=10_000_000))
+        return ingest.ingest_batch(session, run_id, parse_batch(body, max_points=10_000_000))
 
 
 def stored(sessions: Sessions, run_id: str, metric: str) -> tuple[np.ndarray, np.ndarray]:

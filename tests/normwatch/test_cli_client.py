@@ -97,6 +97,18 @@ def test_cli_imports_json_lines(sqlite_server: ServerProcess, tmp_path: Path) ->
     assert stored["j/lr"][-1] == (2_997, "Infinity")
     assert sorted(stored) == ["j/grad/layers/0", "j/grad/total", "j/lr", "j/train/loss"]
 
+    # The same file again: every point is held already, so nothing is stored and that is
+    # no error; the summary counts them.
+    again = normwatch_import(
+        sqlite_server, tenant.ingest, tmp_path / "spool", "jsonl", str(path), "--prefix", "j"
+    )
+    assert again.returncode == 0, again.stderr
+    assert "': 0 values sent, 0 dropped, in " in again.stdout
+    assert again.stdout.rstrip().endswith(
+        "; 4,000 were stored already (the first value of a step is kept)"
+    )
+    assert stored_series(sqlite_server, tenant.read, "exp-jsonl") == stored
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"step": 0, "loss": 1}\n{"step": 1, "loss": 2\n')
     failed = normwatch_import(

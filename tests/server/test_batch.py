@@ -25,7 +25,6 @@ def test_parses_columns_nulls_and_non_finite() -> None:
     ("doc", "message"),
     [
         ({"steps": [1, True], "metrics": {}}, "steps[1]: must be an integer, got True"),
-        ({"steps": [3, 4, 3], "metrics": {}}, "steps[2]: step 3 appears more than once"),
         ({"steps": [1], "metrics": {"a": ["inf"]}}, "metrics['a'][0]: must be a number"),
         ({"steps": [1], "metrics": {"a": [[1]]}}, "metrics['a'][0]"),
         ({"steps": [1], "metrics": {"": [1]}}, "metrics: name ''"),
@@ -38,6 +37,20 @@ def test_rejections_name_field_and_index(doc: dict, message: str) -> None:
     with pytest.raises(BatchError) as err:
         parse_batch(doc, max_points=100)
     assert message in str(err.value)
+
+
+def test_a_step_sent_twice_is_one_step_keeping_each_metrics_first_value() -> None:
+    batch = parse_batch(
+        {
+            "steps": [7, 3, 7, 7],
+            "metrics": {"a": [None, 1.0, 2.0, 3.0], "b": ["NaN", None, 5.0, None]},
+        },
+        max_points=100,
+    )
+    assert batch.steps.tolist() == [7, 3]  # in the order first sent
+    assert batch.values[0].tolist() == [2.0, 1.0] and batch.logged[0].all()
+    assert math.isnan(batch.values[1, 0]) and batch.logged[1].tolist() == [True, False]
+    assert batch.repeats == {"a": 1, "b": 1} and batch.point_count == 3
 
 
 def test_too_large() -> None:

@@ -2,7 +2,8 @@
 
 `judge` says, from the contract alone, whether a document is a batch and what it holds, or
 which places in it are wrong. The parser must agree: a batch comes back exactly as sent
-(steps in their order, names, values, NaN and not-logged where null, non-finite kept);
+(steps in their order, names, values, NaN and not-logged where null, non-finite kept; a
+step sent twice is one step, each metric keeping its first value there);
 anything else is refused with a `BatchError` whose message names one of the wrong places.
 Raw bodies through `loads` may only raise `BodyNotJson` or `BatchError`.
 """
@@ -13,7 +14,6 @@ import json
 import math
 import re
 import struct
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,10 @@ class Accepted:
     columns: list[list[float | None]]
     """Per metric, per step: the value, or None where it was not logged."""
     segment: int | None
+    repeats: dict[str, int]
+    """Per metric, values given again for a step that already had one (not stored)."""
+    size: int
+    """Steps × metrics as sent: what the limit on a batch's values counts."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,7 @@ def judge(doc: object) -> Accepted | Refused:
     if not isinstance(steps, list):
         wrong.add("steps")
     else:
-        seen = Counter(s for s in steps if is_step(s))
-        wrong.update(f"steps[{i}]" for i, s in enumerate(steps) if not is_step(s) or seen[s] > 1)
+        wrong.update(f"steps[{i}]" for i, s in enumerate(steps) if not is_step(s))
     metrics = doc.get("metrics")
     columns: list[list[float | None]] = []
     if not isinstance(metrics, dict):
@@ -129,7 +132,20 @@ def judge(doc: object) -> Accepted | Refused:
     if wrong:
         return Refused(frozenset(wrong))
     assert isinstance(steps, list) and isinstance(metrics, dict)
-    return Accepted(list(steps), list(metrics), columns, segment)
+    distinct = list(dict.fromkeys(steps))
+    merged: list[list[float | None]] = []
+    repeats: dict[str, int] = {}
+    for name, column in zip(metrics, columns, strict=True):
+        first: dict[int, float] = {}
+        for step, cell in zip(steps, column, strict=True):
+            if cell is None:
+                continue
+            if step in first:
+                repeats[name] = repeats.get(name, 0) + 1
+            else:
+                first[step] = cell
+        merged.append([first.get(step) for step in distinct])
+    return Accepted(distinct, list(metrics), merged, segment, repeats, len(steps) * len(metrics))
 
 
 def place_named(message: str, doc: Any) -> str:
@@ -178,7 +194,7 @@ def check(doc: Any, *, max_points: int = NO_LIMIT) -> None:
         batch = parse_batch(doc, max_points=max_points)
     except BatchTooLarge as err:
         assert isinstance(verdict, Accepted), f"refused as too large, but {verdict}: {err}"
-        assert len(verdict.steps) * len(verdict.names) > max_points
+        assert verdict.size > max_points
         return
     except BatchError as err:
         assert isinstance(verdict, Refused), f"refused a valid batch: {err}"
@@ -189,7 +205,8 @@ def check(doc: Any, *, max_points: int = NO_LIMIT) -> None:
         )
         return
     assert isinstance(verdict, Accepted), f"accepted, but wrong: {sorted(verdict.wrong)}"
-    assert len(verdict.steps) * len(verdict.names) <= max_points
+    assert verdict.size <= max_points
+    assert batch.repeats == verdict.repeats
     assert batch.steps.dtype.name == "int64" and batch.steps.tolist() == verdict.steps
     assert batch.names == verdict.names
     assert batch.segment == verdict.segment
@@ -294,6 +311,9 @@ junk_values = json_values | deep_values
 @st.composite
 def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
     steps = draw(st.lists(steps_valid, unique=True, max_size=20))
+    if steps and draw(st.booleans()):  # a step sent again, as two log calls of one step
+        for _ in range(draw(st.integers(1, 3))):
+            steps.insert(draw(st.integers(0, len(steps))), draw(st.sampled_from(steps)))
     names = draw(st.lists(names_valid, unique=True, max_size=5))
     metrics = {
         name: draw(st.lists(cells_valid, min_size=len(steps), max_size=len(steps)))
@@ -327,7 +347,6 @@ def broken_docs(draw: st.DrawFn) -> Any:
         st.sampled_from(
             [
                 "step",
-                "duplicate",
                 "steps",
                 "name",
                 "column",
@@ -342,10 +361,6 @@ def broken_docs(draw: st.DrawFn) -> Any:
     if how == "step" and steps:
         bad = st.sampled_from([-1, INT64_MAX + 1, 1.0, True, "3", None]) | huge_ints | junk_values
         steps[draw(st.integers(0, len(steps) - 1))] = draw(bad)
-    elif how == "duplicate" and steps:
-        steps.insert(draw(st.integers(0, len(steps))), draw(st.sampled_from(steps)))
-        for column in metrics.values():
-            column.append(None)
     elif how == "steps":
         doc["steps"] = draw(junk_values)
     elif how == "name":
@@ -380,6 +395,10 @@ def broken_docs(draw: st.DrawFn) -> Any:
 @example(Sample({"steps": [3, 1], "metrics": {"a": [2**1023, None], "b": ["NaN", "-Infinity"]}}), 9)
 @example(Sample({"steps": [1], "metrics": {"x" * MAX_NAME: [math.inf]}, "segment": SEGMENT_MAX}), 1)
 @example(Sample({"steps": [1, 2], "metrics": {"a": [1.0, 2.0], "b": [3.0, 4.0]}}), 3)
+@example(Sample({"steps": [1, 1], "metrics": {}}), NO_LIMIT)
+@example(
+    Sample({"steps": [2, 1, 2], "metrics": {"a": [None, 1.0, 5e-324], "b": [3.0, 0.0, 4.0]}}), 6
+)
 def test_valid_batches_come_back_exactly(doc: Sample, max_points: int) -> None:
     check(doc.value, max_points=max_points)
 
@@ -404,7 +423,6 @@ def test_valid_batches_survive_the_wire(doc: Sample) -> None:
 @example(Sample({"steps": [1], "metrics": {}, "segment": 10**5000}))
 @example(Sample({"steps": [1], "metrics": {}, "segment": SEGMENT_MAX + 1}))
 @example(Sample({"steps": [1], "metrics": {}, "segment": True}))
-@example(Sample({"steps": [1, 1], "metrics": {}}))
 @example(Sample({"steps": [0, -1], "metrics": {}}))
 @example(Sample({"steps": [INT64_MAX + 1], "metrics": {}}))
 @example(Sample({"steps": [1], "metrics": {"a": [10**400]}}))

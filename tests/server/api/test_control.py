@@ -49,6 +49,7 @@ def test_a_request_reaches_the_trainer_in_a_batch_answer_and_is_acknowledged(
     run_id = new_run(api, tenant, "asked")
     assert batch(api, tenant, run_id, [0, 1, 2], read=0) == {
         "accepted": 3,
+        "ignored": 0,
         "segment": 1,
         "control": [],
     }
@@ -65,8 +66,12 @@ def test_a_request_reaches_the_trainer_in_a_batch_answer_and_is_acknowledged(
         "source": "admin",
         "step": 2,
     }
-    # Without control_read (an older client, a script) the answer is as it always was.
-    assert batch(api, tenant, run_id, [3], read=None) == {"accepted": 1, "segment": 1}
+    # Without control_read (an older client, a script) the answer carries no control list.
+    assert batch(api, tenant, run_id, [3], read=None) == {
+        "accepted": 1,
+        "ignored": 0,
+        "segment": 1,
+    }
     assert batch(api, tenant, run_id, [4], read=0)["control"] == [for_trainer]
     assert requests_of(api, tenant, run_id)[0]["state"] == "delivered"
     # A retried batch whose answer was lost gets it again; nothing is marked seen yet.

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from normwatch.server.api.metrics import IGNORED_METRICS_LISTED, ingest_answer
+from normwatch.server.services.ingest import Ingested
 from tests.helpers.tenants import Tenant
 
 
@@ -73,11 +75,19 @@ def test_resent_and_extended_batches_over_http(api: httpx.Client, tenant: Tenant
     r = api.post("/api/v1/runs", json={"name": "resend-http"}, headers=tenant.headers("ingest"))
     run_id = r.json()["id"]
     first = {"steps": [0, 1, 2], "metrics": {"a": [0.5, "NaN", None], "b": [1, 2, 3]}}
-    for _ in range(2):
-        r = post(api, tenant, run_id, first)
-        assert (r.status_code, r.json()["accepted"]) == (202, 5)
+    r = post(api, tenant, run_id, first)
+    assert (r.status_code, r.json()) == (202, {"accepted": 5, "ignored": 0, "segment": 1})
+    r = post(api, tenant, run_id, first)  # again, as after a lost answer: nothing stored twice
+    assert (r.status_code, r.json()) == (
+        202,
+        {"accepted": 0, "ignored": 5, "ignored_metrics": {"a": 2, "b": 3}, "segment": 1},
+    )
     more = {"steps": [2, 3], "metrics": {"a": [9.0, 9.5], "new": ["-Infinity", 7.0]}}
-    assert post(api, tenant, run_id, more).json()["accepted"] == 4
+    assert post(api, tenant, run_id, more).json() == {
+        "accepted": 4,
+        "ignored": 0,
+        "segment": 1,
+    }
     read = {"Authorization": f"Bearer {tenant.read}"}
     got = api.get(
         f"/api/v1/runs/{run_id}/series", params={"metric": ["a", "b", "new"]}, headers=read
@@ -88,3 +98,18 @@ def test_resent_and_extended_batches_over_http(api: httpx.Client, tenant: Tenant
         "b": ([0, 1, 2], [1.0, 2.0, 3.0]),
         "new": ([2, 3], ["-Infinity", 7.0]),
     }
+
+
+def test_the_answer_names_at_most_a_hundred_metrics_those_with_the_most_ignored() -> None:
+    ignored = {f"m{i:03d}": 1 + i % 7 for i in range(250)}
+    answer = ingest_answer(Ingested(40, 2, 0, ignored))
+    listed = answer["ignored_metrics"]
+    assert isinstance(listed, dict) and len(listed) == IGNORED_METRICS_LISTED == 100
+    assert (answer["accepted"], answer["ignored"], answer["segment"]) == (
+        40,
+        sum(ignored.values()),
+        2,
+    )
+    assert min(listed.values()) >= max(c for n, c in ignored.items() if n not in listed)
+    assert all(ignored[name] == count for name, count in listed.items())
+    assert ingest_answer(Ingested(3, 1, 0)) == {"accepted": 3, "ignored": 0, "segment": 1}

@@ -25,6 +25,8 @@ def test_ingest_counters_move_by_exactly_what_was_posted(api: httpx.Client, tena
     accepted = api.post(url, json=batch, headers=tenant.headers("ingest"))
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["accepted"] == 5
+    again = api.post(url, json=batch, headers=tenant.headers("ingest"))  # every point stored
+    assert again.json()["accepted"] == 0 and again.json()["ignored"] == 5
     bad = {"steps": [1, 2], "metrics": {"loss": [1.0]}}
     assert api.post(url, json=bad, headers=tenant.headers("ingest")).status_code == 422
     assert api.post(url, json=batch).status_code == 401
@@ -34,11 +36,12 @@ def test_ingest_counters_move_by_exactly_what_was_posted(api: httpx.Client, tena
         return after.value(name, **labels) - before.value(name, **labels)
 
     assert delta("normwatch_ingest_points_total") == 5
-    assert delta("normwatch_ingest_batches_total", code="202") == 1
+    assert delta("normwatch_ingest_ignored_points_total") == 5
+    assert delta("normwatch_ingest_batches_total", code="202") == 2
     assert delta("normwatch_ingest_batches_total", code="422") == 1
     assert delta("normwatch_ingest_batches_total", code="401") == 1
     post = {"route": INGEST_ROUTE, "method": "POST"}
-    assert delta(f"{LATENCY}_count", **post, status="2xx") == 1
+    assert delta(f"{LATENCY}_count", **post, status="2xx") == 2
     assert delta(f"{LATENCY}_count", **post, status="4xx") == 2
     assert delta(f"{LATENCY}_bucket", **post, status="4xx", le="+Inf") == 2
     # Nothing names a project, a run or a token.

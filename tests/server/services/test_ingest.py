@@ -79,7 +79,7 @@ def test_resent_batch_after_commit_stores_nothing_twice(db_session: Session) -> 
     assert ingest.ingest_batch(db_session, run.id, batch).points == 5
     db_session.commit()
     again = ingest.ingest_batch(db_session, run.id, batch)  # every key stored: COPY falls back
-    assert again.points == 5
+    assert (again.points, again.ignored) == (0, {"a": 3, "b": 2})
     db_session.commit()
     assert stored_points(db_session, run) == {
         ("a", 10): 1.0,
@@ -98,7 +98,8 @@ def test_overlapping_batch_stores_only_new_points(db_session: Session) -> None:
     # Steps 5..9 are stored already (with 0.0): the stored values win, 10..14 are new.
     b_values: list[Any] = [2.0] * 7 + ["NaN", "Infinity", "-Infinity"]  # steps 14..5
     overlap = batch_of(list(range(14, 4, -1)), {"a": [1.0] * 10, "b": b_values})
-    ingest.ingest_batch(db_session, run.id, overlap)
+    result = ingest.ingest_batch(db_session, run.id, overlap)
+    assert (result.points, result.ignored) == (15, {"a": 5})
     points = stored_points(db_session, run)
     assert {k: v for k, v in points.items() if k[0] == "a"} == {
         ("a", s): (0.0 if s < 10 else 1.0) for s in range(15)

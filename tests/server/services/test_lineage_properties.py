@@ -131,11 +131,14 @@ class Model:
             self.segments.append((self.current + 1, start_step))
             self.last_step = None
 
-    def log(self, steps: list[int], values: list[float]) -> None:
+    def log(self, steps: list[int], values: list[float]) -> int:
+        """Play a batch; returns how many of its points are new (the rest are ignored)."""
+        before = len(self.points)
         for step, value in zip(steps, values, strict=True):
             self.points.setdefault((self.current, step), value)  # a re-send stores nothing
         if steps:
             self.last_step = max(steps + ([] if self.last_step is None else [self.last_step]))
+        return len(self.points) - before
 
     def visible(self) -> dict[int, float]:
         return {
@@ -175,10 +178,12 @@ def sessions(db_engine: Engine) -> Iterator[sessionmaker[Session]]:
 
 def send(
     sessions: sessionmaker[Session], run_id: str, steps: list[int], values: list[float]
-) -> None:
+) -> tuple[int, int]:
+    """Store a batch; returns the points it stored and those it ignored."""
     doc = {"steps": steps, "metrics": {METRIC: values}}
     with session_scope(sessions) as session:
-        ingest.ingest_batch(session, run_id, parse_batch(doc, max_points=10_000))
+        got = ingest.ingest_batch(session, run_id, parse_batch(doc, max_points=10_000))
+    return got.points, sum(got.ignored.values())
 
 
 def play(sessions: sessionmaker[Session], phases: list[Phase], model: Model) -> str:
@@ -198,8 +203,9 @@ def play(sessions: sessionmaker[Session], phases: list[Phase], model: Model) -> 
         assert out.segment == model.current, "a new segment exactly when the model opens one"
         for steps in phase.batches:
             values = [value(model.current, s, phase.spike) for s in steps]
-            send(sessions, run_id, steps, values)
-            model.log(steps, values)
+            answer = send(sessions, run_id, steps, values)
+            new = model.log(steps, values)
+            assert answer == (new, len(steps) - new), "stored and ignored, as the model says"
     return run_id
 
 
@@ -336,6 +342,7 @@ def test_resending_compacted_points_changes_no_read(
     last = phases[-1]
     for steps in last.batches:
         resent = [-value(model.current, s, last.spike) for s in steps]
-        send(sessions, run_id, steps, resent)
+        answer = send(sessions, run_id, steps, resent)
+        assert answer == (0, len(steps)), "compacted points are counted as ignored at once"
         model.log(steps, resent)
     check_reads(sessions, run_id, model, window, points, exact_m4=False)

@@ -192,7 +192,9 @@ def test_compaction_is_idempotent_and_resends_are_stored_once(sessions: Sessions
     before = count_rows(sessions, run, "chunks")
     compact(sessions, run)  # nothing to do
     assert count_rows(sessions, run, "chunks") == before
-    post(sessions, run, steps[100:200], g=values[100:200] + 1.0)  # a re-send, changed values
+    resent = post(sessions, run, steps[100:200], g=values[100:200] + 1.0)  # changed values
+    assert (resent.points, resent.ignored) == (0, {"g": 100}), "counted, not stored"
+    assert count_rows(sessions, run, "blocks") == 0
     got_steps, got_values = stored(sessions, run, "g")
     assert same(got_steps, steps)  # no step twice, even before compaction
     assert same(got_values, values)  # the stored values win
