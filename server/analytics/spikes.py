@@ -44,7 +44,7 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
 
   - the median of ``x_p`` over ``max(s+1, q-h) ≤ p ≤ min(n-1, q+h)`` is ``≤ r_s``, with
     ``h = min(SMOOTHING, max(max_gap, ⌊(q - s) / 2⌋))``: a window as wide as the spike's
-    age so far (at most 65 points), so a slow recovery is judged on its level, not on the
+    age so far (at most 33 points), so a slow recovery is judged on its level, not on the
     first noisy point that dips under, and a short spike on a few points;
   - and none of ``v_q … v_{q+2·max_gap}`` is above ``e_s + drift_s · min(p - s, H)``:
     an excursion that starts inside the recovery is part of the spike.
@@ -107,7 +107,7 @@ SPREAD_TO_SIGMA = 0.433
 """Gaussian noise of standard deviation σ has neighbour differences of SD ``σ√2``; the
 14th-smallest of 15 absolute deviations of a 16-point block's differences from their median
 has a median of ≈ 2.31 σ (simulated over 3.2M points), so ``0.433 ·`` that reads ≈ σ."""
-SMOOTHING = 32
+SMOOTHING = 16
 ANCHORS = 5
 RECENT_NOISE = 1.25
 """How many of the latest blocks a point's baseline is carried from."""

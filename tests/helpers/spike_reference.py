@@ -96,7 +96,7 @@ def reference_spikes(
         for q in range(start + 1, n):
             # The excess over the frozen trend, its median over a window as wide as the
             # spike's age, back within one noise SD; and no abnormal point just after.
-            half = min(32, max(max_gap, (q - start) // 2))
+            half = min(16, max(max_gap, (q - start) // 2))
             window = range(max(start + 1, q - half), min(n - 1, q + half) + 1)
             smoothed = statistics.median(
                 v[p] - (base + drift * min(p - start, horizon)) for p in window
