@@ -13,7 +13,7 @@ from normwatch.server.analytics.spikes import THRESHOLD, find_spikes
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 
-from .browser_page import figure, login
+from .browser_page import login
 from .seed import create_run, post_points
 
 STEPS = 3000
@@ -47,7 +47,7 @@ def test_the_threshold_round_trips_through_the_url(page: Page, pg_server: Server
     post_points(pg_server, tenant, run_id, range(STEPS), {"train/loss": loss()})
     login(page, pg_server, tenant.read)
     page.goto(f"{pg_server.url}/runs/{run_id}")
-    figure(page)
+    page.wait_for_selector("#spike-table p, #spike-table table")
 
     # At the default: no spike, and a hint that 4 SDs would list three.
     page.wait_for_selector("#spike-table .spike-more")
@@ -67,7 +67,7 @@ def test_the_threshold_round_trips_through_the_url(page: Page, pg_server: Server
     # The link opens the page at 4 SDs, listing the same spikes.
     page.goto("about:blank")
     page.goto(link)
-    figure(page)
+    page.wait_for_selector("#spike-table p, #spike-table table")
     page.wait_for_function(
         "() => document.querySelectorAll('#spike-table tbody tr').length === 3"
     )
