@@ -25,7 +25,7 @@ from dash.exceptions import PreventUpdate
 
 from normwatch.server.analytics.spikes import THRESHOLD
 from normwatch.server.auth import Principal
-from normwatch.server.services.analytics import MoreAt, SpikeReport
+from normwatch.server.services.analytics import SpikeReport
 
 from ..layers import family_of
 from ..refusals import Refusal, RunNotFound, said
@@ -76,7 +76,7 @@ steps); lower finds more in a noisy metric, higher only the largest."""
 THRESHOLD_SYNC_JS = """
 function(threshold) {
     const params = new URLSearchParams(window.location.search);
-    if (threshold === null || threshold === undefined || threshold === %s) {
+    if (threshold === null || threshold === undefined || threshold === DEFAULT) {
         params.delete("threshold");
     } else { params.set("threshold", String(threshold)); }
     const query = params.toString();
@@ -86,7 +86,7 @@ function(threshold) {
     }
     return window.dash_clientside.no_update;
 }
-""" % THRESHOLD
+""".replace("DEFAULT", f"{THRESHOLD:g}")
 """The chosen threshold follows into the URL as ``?threshold=`` (left out at the default),
 beside the view's parameters, so that a link opens the section as it was."""
 _CELL = {"padding": ".2rem .5rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}

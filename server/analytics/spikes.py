@@ -15,17 +15,21 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
 * point ``i`` in block ``j = i // B ≥ 1`` is judged on the complete blocks before its own,
   so a spike never raises its own baseline (``K' = min(K, j)``, ``N' = min(N, j)``):
 
-  - ``level = med(m_{j-K'} … m_{j-1})``,
-  - ``σ = 0.433 · med(a_{j-N'} … a_{j-1})`` (`SPREAD_TO_SIGMA`: the standard deviation of
-    Gaussian noise; the longer window, 512 points, makes it steady to ±6 %),
+  - ``σ = 0.433 · max(med(a_{j-N'} … a_{j-1}), med(a_{j-K'} … a_{j-1}) / 1.25)``
+    (`SPREAD_TO_SIGMA`: the standard deviation of Gaussian noise; the longer window, 512
+    points, makes it steady to ±6 %; the shorter one raises it where the noise has
+    clearly grown, as on a warm-up whose noise grows with it),
   - ``drift = med((m_u - m_{u-ℓ}) / ℓ, j-N'+ℓ ≤ u < j) / B`` with ``ℓ = ⌈N'/2⌉`` (0 if
     ``N' = 1``), the slope over the noise window,
   - ``slope = med((m_u - m_t) / (u - t), j-K' ≤ t < u < j) / B`` (Theil-Sen; 0 if
     ``K' = 1``), and where that falls, ``max(slope, drift)``: a fall is followed only as
     steeply as the longer window confirms (the recovery of a spike in the short window
-    would tilt it down past the series),
-  - ``baseline_i = level + slope · d_i``, with ``d_i = (i - jB) + (K'B + 1) / 2`` the
-    distance from the window's centre: the trend is followed up and down,
+    would tilt it down past the series). Before a whole noise window of history
+    (``j < N``) a fall is not followed at all (slope and drift 0 where they fall): a
+    run's first steps fall too fast and too curved for a line,
+  - ``baseline_i = med(m_t + slope · (i - tB - (B-1)/2), max(0, j-5) ≤ t < j)``: the last
+    five blocks' medians, each carried along the slope from its centre to the point
+    (`ANCHORS`), so the trend is followed up and down with little reach for a curve,
   - band edge ``e_i = baseline_i + max(threshold · σ, min_relative_rise · |baseline_i|)``.
 
   Points of blocks 0 and 1 (only 0 when ``K = 1``) are never abnormal: one block of
@@ -37,10 +41,11 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
   trend is frozen there, ``T_s(p) = baseline_s + drift_s · min(p - s, H)``, on the steadier
   slope of the noise window, followed for ``H = NB`` points when it rises and ``H = KB``
   when it falls (a falling loss flattens: a line followed further would fall below it, and
-  no extrapolated trend "recovers" a divergence); its *excess* is ``x_p = v_p - T_s(p)``. It is over once the excess, with the noise smoothed
-  out, is back within one noise SD, ``r_s = max(σ_s, min_relative_rise/5 · |baseline_s|)``
-  (the floor lets a series too smooth to have a spread come back), however long that
-  takes: it ends at the first ``q > s`` where
+  no extrapolated trend "recovers" a divergence); its *excess* is ``x_p = v_p - T_s(p)``.
+  It is over once the excess, with the noise smoothed out, is back within one noise SD,
+  ``r_s = max(σ_s, min_relative_rise/5 · |baseline_s|)`` (the floor lets a series too
+  smooth to have a spread come back), however long that takes: it ends at the first
+  ``q > s`` where
 
   - the median of ``x_p`` over ``max(s+1, q-h) ≤ p ≤ min(n-1, q+h)`` is ``≤ r_s``, with
     ``h = min(SMOOTHING, max(max_gap, ⌊(q - s) / 2⌋))``: a window as wide as the spike's
@@ -56,15 +61,15 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
   to a zero or negative level means nothing; compare ``peak_value - baseline``);
   ``noise = σ_s``.
 
-Why ``threshold = 5`` (`THRESHOLD`): a point's noise is independent of the points before
-it, so on Gaussian noise of SD σ around a trend ``f`` the expected number of false spikes
-is ``Σ Q((e_i - f_i) / σ)``, the estimates' own errors included (`band` gives each
-``e_i``). Around flat, linear, exponential and slow sinusoidal trends that sum is 0.3–0.5
-a million points at 5, 0.1–0.2 at 5.25 and 0.03–0.05 at 5.5. A point 7 SDs up is missed
-only where σ is overestimated and the baseline misplaced together: no miss in 10,000 at 5,
-2 at 5.25, 9 at 5.5, about 1 in 100 at 6 (docs/analytics.md has the commands). Heavy-tailed
-metrics (a grad norm) have more points past 5 SDs of their Gaussian-equivalent noise; the
-5 % least rise keeps the blips of a quiet metric out.
+Why ``threshold = 5.25`` (`THRESHOLD`): a point's noise is independent of the points
+before it, so on Gaussian noise of SD σ around a trend ``f`` the expected number of false
+spikes is ``Σ Q((e_i - f_i) / σ)``, the estimates' own errors included (`band` gives each
+``e_i``). Around flat, linear, exponential and slow sinusoidal trends that sum is 0.4–0.6
+a million points at 5, 0.13–0.18 at 5.25 and 0.04–0.06 at 5.5. A point 7 SDs up is missed
+only where σ is overestimated and the baseline misplaced together: none of 10,000 at
+5.25, about 1 in 100 at 6 (docs/analytics.md has the command). Heavy-tailed metrics (a
+grad norm) have more points past 5.25 SDs of their Gaussian-equivalent noise; the 5 %
+least rise keeps the blips of a quiet metric out.
 
 Everything is scale-free: multiplying the values by ``c > 0`` scales every quantity above
 by ``c`` (exactly when ``c`` is a power of two), so the same spikes are found. Zeros and
@@ -110,6 +115,7 @@ has a median of ≈ 2.31 σ (simulated over 3.2M points), so ``0.433 ·`` that r
 SMOOTHING = 16
 ANCHORS = 5
 RECENT_NOISE = 1.25
+"""How much noisier the last ``K`` blocks must read than the last ``N`` to raise σ."""
 """How many of the latest blocks a point's baseline is carried from."""
 """The widest half-window, in points, the excess is smoothed over to judge a recovery."""
 
@@ -187,7 +193,7 @@ def find_spikes(
 
     ``steps`` are unique and ascending; ``values`` may hold NaN and ±inf, which are
     ignored. By default each block of 16 points is judged on the trend of the 9 · 16 = 144
-    before it and the noise of the 32 · 16 = 512 before it, and a spike is more than 5
+    before it and the noise of the 32 · 16 = 512 before it, and a spike is more than 5.25
     robust σ and 5 % above that baseline.
 
     >>> steps = np.arange(400); values = 1.0 + 0.01 * (steps % 3 - 1); values[300] = 2.0

@@ -151,9 +151,7 @@ def spike_report(
     more_at = None
     if lower is not None and sum(more.values()) > 0:
         more_at = MoreAt(lower, sum(more.values()), more)
-    return SpikeReport(
-        listed, whole, window if ranged else None, pairs, threshold, noise, more_at
-    )
+    return SpikeReport(listed, whole, window if ranged else None, pairs, threshold, noise, more_at)
 
 
 def _new_spikes(lower: list[spike_finder.Spike], found: list[spike_finder.Spike]) -> int:

@@ -58,9 +58,7 @@ def test_the_threshold_round_trips_through_the_url(page: Page, pg_server: Server
     # Choosing 4: the three spikes, and the URL says so.
     page.check("#spike-threshold input[value='4']")
     page.wait_for_function("() => new URLSearchParams(location.search).get('threshold') === '4'")
-    page.wait_for_function(
-        "() => document.querySelectorAll('#spike-table tbody tr').length === 3"
-    )
+    page.wait_for_function("() => document.querySelectorAll('#spike-table tbody tr').length === 3")
     assert [row[1] for row in spike_rows(page)] == [f"{at:,}" for at in BUMPS]
     link = page.url
 
@@ -68,9 +66,7 @@ def test_the_threshold_round_trips_through_the_url(page: Page, pg_server: Server
     page.goto("about:blank")
     page.goto(link)
     page.wait_for_selector("#spike-table p, #spike-table table")
-    page.wait_for_function(
-        "() => document.querySelectorAll('#spike-table tbody tr').length === 3"
-    )
+    page.wait_for_function("() => document.querySelectorAll('#spike-table tbody tr').length === 3")
     assert page.is_checked("#spike-threshold input[value='4']")
 
     # Back to the default: the parameter leaves the URL.

@@ -20,13 +20,13 @@ from normwatch.server.analytics.spikes import (
     lead_lag,
     noise_sd,
 )
-from tests.helpers.training_logs import LLMC_LOG
 from tests.helpers.spike_reference import (
     SHAPES,
     make_series,
     reference_fraction,
     reference_spikes,
 )
+from tests.helpers.training_logs import LLMC_LOG
 
 
 def test_the_module_examples_hold() -> None:

@@ -96,9 +96,7 @@ def test_a_million_steps_of_a_falling_loss_have_no_spike() -> None:
 @given(
     st.sampled_from(("flat", "line", "decay")),
     st.floats(0.01, 0.05),
-    st.lists(
-        st.tuples(st.floats(7.0, 20.0), st.floats(1.0, 50.0)), min_size=1, max_size=4
-    ),
+    st.lists(st.tuples(st.floats(7.0, 20.0), st.floats(1.0, 50.0)), min_size=1, max_size=4),
     st.integers(0, 2**32 - 1),
 )
 def test_injected_spikes_are_found_with_their_true_start_and_extent(
