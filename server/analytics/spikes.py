@@ -113,11 +113,11 @@ SPREAD_TO_SIGMA = 0.433
 14th-smallest of 15 absolute deviations of a 16-point block's differences from their median
 has a median of ≈ 2.31 σ (simulated over 3.2M points), so ``0.433 ·`` that reads ≈ σ."""
 SMOOTHING = 16
+"""The widest half-window, in points, the excess is smoothed over to judge a recovery."""
 ANCHORS = 5
+"""How many of the latest blocks a point's baseline is carried from."""
 RECENT_NOISE = 1.25
 """How much noisier the last ``K`` blocks must read than the last ``N`` to raise σ."""
-"""How many of the latest blocks a point's baseline is carried from."""
-"""The widest half-window, in points, the excess is smoothed over to judge a recovery."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +317,7 @@ def _trailing_median(x: FloatArray, width: int) -> FloatArray:
 def _band(
     v: FloatArray, threshold: float, rise: float, block: int, window: int, noise_window: int
 ) -> NoiseBand:
+    """`band` without the argument checks (see the module docstring for each quantity)."""
     n = len(v)
     complete = n // block
     judged_from = min(2, window)
