@@ -185,7 +185,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             ),
             html.Div(id="range-info", className="muted"),
             run_transitions.section(),
-            run_spikes.section(),
+            run_spikes.section(query.get("threshold")),
             run_layers.section(names, query.get("at")),
             run_attribution.section(names),
             html.H3("Events"),

@@ -6,6 +6,10 @@ Spikes are found by the server over the whole run, from every stored point
 are listed and the window of the second share. Clicking a spike's row zooms the chart to
 it and pins the depth profile to its peak (on the family of the spiking metric when that
 family has layers): the per-layer magnitudes at a spike in one click.
+
+The threshold (in noise SDs) is kept in the page's URL as ``?threshold=`` (left out at the
+default), read when the page loads; where the next lower threshold would find more spikes,
+the section says how many ("2 more at 4 SD").
 """
 
 from __future__ import annotations
@@ -39,15 +43,18 @@ __all__ = [
     "SpikeReads",
     "SpikeZoom",
     "THRESHOLDS",
+    "THRESHOLD_SYNC_JS",
     "draw_spikes",
     "fractions_table",
     "lead_lag_table",
+    "more_text",
     "register",
     "section",
     "spike_metrics",
     "spike_table",
     "spike_window",
     "spikes_due",
+    "threshold_of",
     "zoom_to_spike",
 ]
 
@@ -62,9 +69,26 @@ MIN_PAD = 50
 """A spike's zoom shows at least this many steps either side of it."""
 NO_SPIKES = "No spikes in these steps."
 NO_PAIRS = "No metric's spikes were followed by another's within 50 steps."
-THRESHOLDS = (10, 6, 4, 3)
-"""The band a spike must pass, in noise SDs, that the section offers: 10 is the service's
-default; a small batch's noisy loss has its spikes at 4–6."""
+THRESHOLDS = (10.0, 6.0, THRESHOLD, 4.0, 3.0)
+"""The band a spike must pass, in noise SDs, that the section offers: 5.25 is the service's
+default (it finds a 7-SD spike, and on Gaussian noise under one false spike in a million
+steps); lower finds more in a noisy metric, higher only the largest."""
+THRESHOLD_SYNC_JS = """
+function(threshold) {
+    const params = new URLSearchParams(window.location.search);
+    if (threshold === null || threshold === undefined || threshold === DEFAULT) {
+        params.delete("threshold");
+    } else { params.set("threshold", String(threshold)); }
+    const query = params.toString();
+    const target = window.location.pathname + (query ? "?" + query : "");
+    if (target !== window.location.pathname + window.location.search) {
+        window.history.replaceState(window.history.state, "", target);
+    }
+    return window.dash_clientside.no_update;
+}
+""".replace("DEFAULT", f"{THRESHOLD:g}")
+"""The chosen threshold follows into the URL as ``?threshold=`` (left out at the default),
+beside the view's parameters, so that a link opens the section as it was."""
 _CELL = {"padding": ".2rem .5rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}
 _ROW = {"cursor": "pointer"}
 
@@ -88,7 +112,24 @@ class SpikeReads(Protocol):
     ) -> SpikeReport: ...
 
 
-def section() -> html.Div:
+def threshold_of(text: object) -> float:
+    """The threshold a URL's ``threshold`` parameter (or the picker) names: one of
+    `THRESHOLDS`, else the default.
+
+    >>> threshold_of("4"), threshold_of("4.0"), threshold_of(None), threshold_of("7")
+    (4.0, 4.0, 5.25, 5.25)
+    """
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        return THRESHOLD
+    try:
+        number = float(text)
+    except ValueError:
+        return THRESHOLD
+    return number if number in THRESHOLDS else THRESHOLD
+
+
+def section(threshold: str | None = None) -> html.Div:
+    """The section, at the URL's ``threshold`` if it is one the section offers."""
     return html.Div(
         [
             html.H3("Spikes"),
@@ -99,8 +140,8 @@ def section() -> html.Div:
                     "rises more than ",
                     dcc.RadioItems(
                         id="spike-threshold",
-                        options=[{"label": f" {t}", "value": t} for t in THRESHOLDS],
-                        value=int(THRESHOLD),
+                        options=[{"label": f" {t:g}", "value": t} for t in THRESHOLDS],
+                        value=threshold_of(threshold),
                         inline=True,
                         style={"display": "inline-block"},
                         labelStyle={"marginRight": ".6rem"},
@@ -119,6 +160,7 @@ def section() -> html.Div:
                 style={"display": "flex", "gap": "1.5rem", "flexWrap": "wrap"},
             ),
             dcc.Store(id="spikes-tick"),
+            html.Div(id="spike-threshold-sync", hidden=True),
             dcc.Store(id="spike-click"),  # a real click on a row (`ROW_CLICK_JS`)
         ],
         className="spikes-section",
@@ -284,6 +326,18 @@ def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> A
     return html.Div([table, html.P(more, className="muted")])
 
 
+def more_text(report: SpikeReport) -> str | None:
+    """What a lower threshold would add, or None where it adds nothing.
+
+    >>> more_text(SpikeReport([], {}, None, [], 5.25, {}, MoreAt(4.0, 2, {"loss": 2})))
+    '2 more at 4 SD: lower the threshold to list them.'
+    """
+    more = report.more_at
+    if more is None or more.count <= 0:
+        return None
+    return f"{more.count:,} more at {more.threshold:g} SD: lower the threshold to list them."
+
+
 def fractions_table(report: SpikeReport) -> Any:
     """Per metric: how many spikes are listed, and the share of its logged steps inside a
     spike over the whole run and over the view's range."""
@@ -350,13 +404,17 @@ def draw_spikes(
             optional=optional,
             start=view.start,
             end=view.end,
-            threshold=threshold if threshold in THRESHOLDS else THRESHOLD,
+            threshold=threshold_of(threshold),
         )
     except RunNotFound:
         return nothing, nothing, nothing
     except Refusal as exc:
         return html.P(said(exc), className="muted"), nothing, nothing
-    return spike_table(report.spikes), fractions_table(report), lead_lag_table(report)
+    table = spike_table(report.spikes)
+    hint = more_text(report)
+    if hint is not None:
+        table = html.Div([table, html.P(hint, className="muted spike-more")])
+    return table, fractions_table(report), lead_lag_table(report)
 
 
 @dataclass(frozen=True)
@@ -406,6 +464,11 @@ def register(app: dash.Dash, data: SpikeReads) -> None:
         view = RunView.from_store(store)
         return await in_thread(draw_spikes, data, viewer(), view, threshold)
 
+    app.clientside_callback(
+        THRESHOLD_SYNC_JS,
+        Output("spike-threshold-sync", "children"),
+        Input("spike-threshold", "value"),
+    )
     row = {"type": SPIKE_ROW, "metric": ALL, "start": ALL, "peak": ALL, "end": ALL}
     app.clientside_callback(ROW_CLICK_JS, Output("spike-click", "data"), Input(row, "n_clicks"))
 

@@ -25,9 +25,10 @@ While firing, an alert is sent again every ``repeat_every_steps`` steps, at a st
 the condition holds (a ``firing`` transition with ``repeat`` 1, 2, ... and the worst value
 so far); one that went ``repeat_every_seconds`` without a notification is sent again by
 the clock (`alerts.clock`), which is what repeats it while no steps come. A firing spike
-rule keeps its window as it was before the spike (for up to ``window`` logged steps, after
-which the values join it as a new level), so the spike is judged against what was normal;
-it resolves once back within one noise SD of that window's median (`_spike_recovery`).
+rule keeps its window as it was before the spike, so the spike is judged against what was
+normal; it resolves once back within one noise SD of that window's median
+(`_spike_recovery`), however long that takes: the spike's extent as the analytics measure
+it (a lasting step up is a spike that has not recovered, as it is there).
 
 Windows hold finite values only; a non-finite value is the ``non_finite`` kind's business.
 """
@@ -384,11 +385,8 @@ def _judge(condition: StepCondition, state: RuleState, step: int, value: float) 
         else:
             verdict = _spike_verdict(condition, history, value)
         # A spike's values stay out of the window, so that it is judged against what was
-        # normal before it; one longer than the window is a new level and joins it.
-        if state.status == "firing":
-            absorb = state.held >= condition.window
-        else:
-            absorb = not verdict.satisfied
+        # normal before it however long it lasts (a slow recovery is still the spike).
+        absorb = state.status != "firing" and not verdict.satisfied
         if finite and absorb:
             _push(window, step, value, condition.window)
         return verdict

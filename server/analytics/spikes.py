@@ -3,20 +3,33 @@ them, and which metric's spikes lead another's.
 
 Definition (``find_spikes``). Non-finite values are dropped first (they are the
 ``non_finite`` alert kind's business); ``v_0 … v_{n-1}`` are the finite values in step order.
-Windows count these points, not steps. With ``B = block_size``, ``K = window_blocks`` and
-``med`` the upper median (``sorted(x)[len(x) // 2]``, a value of ``x``, so no rounding):
+Windows count these points, not steps. With ``B = block_size``, ``K = window_blocks``,
+``N = noise_blocks`` and ``med`` the upper median (``sorted(x)[len(x) // 2]``, a value of
+``x``, so no rounding):
 
-* block ``t`` holds points ``tB … tB+B-1``; ``m_t = med(block)`` and ``a_t`` the
-  ``⌊7B/8⌋``-th smallest (from 0) of ``|block - m_t|``, the 15th of 16;
-* point ``i`` in block ``j = i // B ≥ 1`` is judged on the ``K' = min(K, j)`` complete blocks
-  before its own, so a spike never raises its own baseline:
+* block ``t`` holds points ``tB … tB+B-1``; ``m_t = med(block)``. Its noise is read from the
+  ``B - 1`` differences of neighbouring points inside it, ``d = v_{i+1} - v_i``: ``a_t`` is
+  the ``⌊7(B-1)/8⌋``-th smallest (from 0) of ``|d - med(d)|``, the 14th of 15. A trend moves
+  every difference alike, and ``med(d)`` takes it out, so a falling loss is not noise; a
+  slow excursion (a spike's long recovery) barely moves a difference either.
+* point ``i`` in block ``j = i // B ≥ 1`` is judged on the complete blocks before its own,
+  so a spike never raises its own baseline (``K' = min(K, j)``, ``N' = min(N, j)``):
 
-  - ``level = med(m_{j-K'} … m_{j-1})``,
-  - ``σ = 0.61 · med(a_{j-K'} … a_{j-1})`` (≈ the standard deviation of Gaussian noise),
-  - ``slope = med((m_u - m_t) / (u - t), j-K' ≤ t < u < j) / B`` (Theil-Sen; 0 if ``K' = 1``),
-  - ``baseline_i = level + max(slope, 0) · d_i``, with ``d_i = (i - jB) + (K'B + 1) / 2`` the
-    distance from the window's centre: a rise (LR warm-up lifting the update norm) is
-    followed, a decay is not (the lagging level stays above a falling series, which is safe),
+  - ``σ = 0.433 · max(med(a_{j-N'} … a_{j-1}), med(a_{j-K'} … a_{j-1}) / 1.25)``
+    (`SPREAD_TO_SIGMA`: the standard deviation of Gaussian noise; the longer window, 512
+    points, makes it steady to ±6 %; the shorter one raises it where the noise has
+    clearly grown, as on a warm-up whose noise grows with it),
+  - ``drift = med((m_u - m_{u-ℓ}) / ℓ, j-N'+ℓ ≤ u < j) / B`` with ``ℓ = ⌈N'/2⌉`` (0 if
+    ``N' = 1``), the slope over the noise window,
+  - ``slope = med((m_u - m_t) / (u - t), j-K' ≤ t < u < j) / B`` (Theil-Sen; 0 if
+    ``K' = 1``), and where that falls, ``max(slope, drift)``: a fall is followed only as
+    steeply as the longer window confirms (the recovery of a spike in the short window
+    would tilt it down past the series). Before a whole noise window of history
+    (``j < N``) a fall is not followed at all (slope and drift 0 where they fall): a
+    run's first steps fall too fast and too curved for a line,
+  - ``baseline_i = med(m_t + slope · (i - tB - (B-1)/2), max(0, j-5) ≤ t < j)``: the last
+    five blocks' medians, each carried along the slope from its centre to the point
+    (`ANCHORS`), so the trend is followed up and down with little reach for a curve,
   - band edge ``e_i = baseline_i + max(threshold · σ, min_relative_rise · |baseline_i|)``.
 
   Points of blocks 0 and 1 (only 0 when ``K = 1``) are never abnormal: one block of
@@ -24,29 +37,39 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
 * ``v_i`` is abnormal when ``v_i > e_i``: above ``threshold`` σ *and* more than
   ``min_relative_rise`` above the baseline, so a series too smooth to have a spread (σ = 0)
   still needs a real rise.
-* A spike starts at the first abnormal point after the previous spike's end. Its trend is
-  frozen at the start: ``r_s(p) = baseline_s + max(σ_s, min_relative_rise/5 · |baseline_s|)
-  + max(slope, 0)_s · min(p - s, KB)``, one noise SD above the pre-spike trend (the floor
-  lets a series too smooth to have a spread come back), and the band edge
-  ``e_s(p) = e_s + max(slope, 0)_s · min(p - s, KB)``. A long spike lifts later baselines,
-  not its own recovery level, which follows the start's climb (a spike on a warm-up ramp
-  recovers) for one window's length only (no extrapolated trend "recovers" a divergence).
-  The spike lasts until it is back within that SD, however long that takes: it ends at the
-  first point ``q > s`` with ``v_q ≤ r_s(q)``, the median of ``v_q … v_{q+2·max_gap}`` (those
-  that exist) ``≤ r_s(q)``, and none of those points above ``e_s``. An excursion that starts
-  inside the recovery is part of the spike. With no such ``q`` it has not recovered and
-  ends at the series' last logged step; a lasting step up therefore reads as a spike that
-  never recovers, which for a diverging loss is the point. ``peak`` is the first maximum of
-  ``v_s … v_q`` (``v_q`` only wins where a ramp climbed past the spike).
-* ``magnitude = peak_value / baseline_s`` for a positive baseline, else ``+inf`` (a ratio
-  to a zero or negative level means nothing; compare ``peak_value - baseline``).
+* A spike starts at the first abnormal point ``s`` after the previous spike's end. Its
+  trend is frozen there, ``T_s(p) = baseline_s + drift_s · min(p - s, H)``, on the steadier
+  slope of the noise window, followed for ``H = NB`` points when it rises and ``H = KB``
+  when it falls (a falling loss flattens: a line followed further would fall below it, and
+  no extrapolated trend "recovers" a divergence); its *excess* is ``x_p = v_p - T_s(p)``.
+  It is over once the excess, with the noise smoothed out, is back within one noise SD,
+  ``r_s = max(σ_s, min_relative_rise/5 · |baseline_s|)`` (the floor lets a series too
+  smooth to have a spread come back), however long that takes: it ends at the first
+  ``q > s`` where
 
-Why a high quantile of the deviations and ``threshold = 10``: training metrics have heavy
-tails and are often logged rounded (llm.c prints the grad norm to 2 decimals, so a quiet
-block's MAD is 0). On that log's grad norm, MAD-based σ at 6 flags 119 one-step blips down
-to 1.08× the level; these defaults keep 40, the smallest 1.33×, and all four of the 3-7×
-spikes, which last up to 13 steps until the norm is back within its noise. Gaussian noise
-is never near 10 σ, so a seeded 2× spike on 5 % noise is found.
+  - the median of ``x_p`` over ``max(s+1, q-h) ≤ p ≤ min(n-1, q+h)`` is ``≤ r_s``, with
+    ``h = min(SMOOTHING, max(max_gap, ⌊(q - s) / 2⌋))``: a window as wide as the spike's
+    age so far (at most 33 points), so a slow recovery is judged on its level, not on the
+    first noisy point that dips under, and a short spike on a few points;
+  - and none of ``v_q … v_{q+2·max_gap}`` is above ``e_s + drift_s · min(p - s, H)``:
+    an excursion that starts inside the recovery is part of the spike.
+
+  With no such ``q`` it has not recovered and ends at the series' last logged step; a
+  lasting step up therefore reads as a spike that never recovers, which for a diverging
+  loss is the point. ``peak`` is the first maximum of ``v_s … v_q``.
+* ``magnitude = peak_value / baseline_s`` for a positive baseline, else ``+inf`` (a ratio
+  to a zero or negative level means nothing; compare ``peak_value - baseline``);
+  ``noise = σ_s``.
+
+Why ``threshold = 5.25`` (`THRESHOLD`): a point's noise is independent of the points
+before it, so on Gaussian noise of SD σ around a trend ``f`` the expected number of false
+spikes is ``Σ Q((e_i - f_i) / σ)``, the estimates' own errors included (`band` gives each
+``e_i``). Around flat, linear, exponential and slow sinusoidal trends that sum is 0.4–0.6
+a million points at 5, 0.13–0.18 at 5.25 and 0.04–0.06 at 5.5. A point 7 SDs up is missed
+only where σ is overestimated and the baseline misplaced together: none of 10,000 at
+5.25, about 1 in 100 at 6 (docs/analytics.md has the command). Heavy-tailed metrics (a
+grad norm) have more points past 5.25 SDs of their Gaussian-equivalent noise; the 5 %
+least rise keeps the blips of a quiet metric out.
 
 Everything is scale-free: multiplying the values by ``c > 0`` scales every quantity above
 by ``c`` (exactly when ``c`` is a power of two), so the same spikes are found. Zeros and
@@ -70,20 +93,37 @@ import numpy.typing as npt
 
 from .arguments import check_count, check_number, checked_series, checked_steps
 
-__all__ = ["LeadLag", "Spike", "find_spikes", "fraction_in_spikes", "lead_lag"]
+__all__ = [
+    "LeadLag",
+    "NoiseBand",
+    "Spike",
+    "band",
+    "find_spikes",
+    "fraction_in_spikes",
+    "lead_lag",
+    "lower_threshold",
+    "noise_sd",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-SPREAD_TO_SIGMA = 0.61
-"""Gaussian noise of standard deviation σ has a 15th-smallest of 16 absolute deviations from
-the block's median of ≈ 1.64 σ (simulated), so ``0.61 ·`` that reads ≈ σ at the default
-block of 16."""
+SPREAD_TO_SIGMA = 0.433
+"""Gaussian noise of standard deviation σ has neighbour differences of SD ``σ√2``; the
+14th-smallest of 15 absolute deviations of a 16-point block's differences from their median
+has a median of ≈ 2.31 σ (simulated over 3.2M points), so ``0.433 ·`` that reads ≈ σ."""
+SMOOTHING = 16
+"""The widest half-window, in points, the excess is smoothed over to judge a recovery."""
+ANCHORS = 5
+"""How many of the latest blocks a point's baseline is carried from."""
+RECENT_NOISE = 1.25
+"""How much noisier the last ``K`` blocks must read than the last ``N`` to raise σ."""
 
 
 @dataclass(frozen=True, slots=True)
 class Spike:
-    """One upward excursion: first abnormal step, highest point, and recovery step."""
+    """One upward excursion: first abnormal step, highest point, and recovery step, with
+    the baseline and the noise SD it was judged on."""
 
     start: int
     peak: int
@@ -92,6 +132,7 @@ class Spike:
     magnitude: float
     baseline: float
     recovered: bool
+    noise: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +146,36 @@ class LeadLag:
     unmatched_leader: int
 
 
-THRESHOLD = 10.0
+@dataclass(frozen=True, slots=True)
+class NoiseBand:
+    """Per finite point (in step order): its baseline, the per-step slope of its trend, its
+    noise SD and its band edge; NaN (edge: +inf) for points that are never judged."""
+
+    baseline: FloatArray
+    slope: FloatArray
+    drift: FloatArray
+    """The per-step slope over the noise window, which a spike's recovery follows."""
+    noise: FloatArray
+    edge: FloatArray
+
+
+THRESHOLD = 5.25
 """How many robust noise SDs above its baseline a point must be to start a spike, unless
-told otherwise (see the module docstring for why 10)."""
+told otherwise (see the module docstring for why 5)."""
 MIN_THRESHOLD, MAX_THRESHOLD = 2.0, 100.0
 """The range a request may ask for: below 2 σ ordinary noise is a spike."""
+LOWER_LOOKS = (4.0, 3.0, 2.0)
+"""Where an answer looks below its threshold to say how many more spikes it would find."""
+
+
+def lower_threshold(threshold: float) -> float | None:
+    """The threshold an answer at ``threshold`` also counts spikes at: the first of
+    `LOWER_LOOKS` below it (None below 3).
+
+    >>> lower_threshold(5.0), lower_threshold(4.0), lower_threshold(2.0)
+    (4.0, 3.0, None)
+    """
+    return next((look for look in LOWER_LOOKS if look < threshold), None)
 
 
 def find_spikes(
@@ -121,12 +187,14 @@ def find_spikes(
     max_gap: int = 2,
     block_size: int = 16,
     window_blocks: int = 9,
+    noise_blocks: int = 32,
 ) -> list[Spike]:
     """The upward spikes of one metric, in step order (see the module docstring).
 
     ``steps`` are unique and ascending; ``values`` may hold NaN and ±inf, which are
-    ignored. By default each block of 16 points is judged on the 9 · 16 = 144 before it,
-    and a spike is more than 10 robust σ and 5 % above that baseline.
+    ignored. By default each block of 16 points is judged on the trend of the 9 · 16 = 144
+    before it and the noise of the 32 · 16 = 512 before it, and a spike is more than 5.25
+    robust σ and 5 % above that baseline.
 
     >>> steps = np.arange(400); values = 1.0 + 0.01 * (steps % 3 - 1); values[300] = 2.0
     >>> [(s.start, s.peak, s.end, s.magnitude) for s in find_spikes(steps, values)]
@@ -138,6 +206,7 @@ def find_spikes(
     max_gap = check_count("max_gap", max_gap, least=0)
     block_size = check_count("block_size", block_size, least=1)
     window_blocks = check_count("window_blocks", window_blocks, least=1)
+    noise_blocks = check_count("noise_blocks", noise_blocks, least=1)
 
     finite = np.isfinite(value_arr)
     if finite.all():
@@ -147,12 +216,12 @@ def find_spikes(
     # Values near ±1e308 overflow in differences; the inf/NaN edges that come out of that
     # flag nothing, which is the right answer for numbers that large.
     with np.errstate(over="ignore", invalid="ignore"):
-        at, baseline, edge, back, climb = _abnormal(
-            v, threshold, min_relative_rise, block_size, window_blocks
-        )
+        judged = _band(v, threshold, min_relative_rise, block_size, window_blocks, noise_blocks)
+        at = np.flatnonzero(v > judged.edge)
         if len(at) == 0:
             return []
-        first, ends = _walk(v, at, edge, back, climb, max_gap, block_size * window_blocks)
+        horizons = (block_size * window_blocks, block_size * noise_blocks)
+        first, ends = _walk(v, at, judged, min_relative_rise, max_gap, horizons)
     starts = at[first]
     peaks = _first_argmax(v, starts, np.minimum(ends + 1, len(v)))
     recovered = ends < len(v)
@@ -162,73 +231,144 @@ def find_spikes(
         finite_steps[peaks].tolist(),
         v[peaks].tolist(),
         end_steps.tolist(),
-        baseline[first].tolist(),
+        judged.baseline[starts].tolist(),
         recovered.tolist(),
+        judged.noise[starts].tolist(),
         strict=True,
     )
     return [
-        Spike(start, peak, top, end, top / level if level > 0 else math.inf, level, back)
-        for start, peak, top, end, level, back in columns
+        Spike(start, peak, top, end, top / level if level > 0 else math.inf, level, back, sd)
+        for start, peak, top, end, level, back, sd in columns
     ]
 
 
-def _abnormal(
-    v: FloatArray, threshold: float, rise: float, block: int, window: int
-) -> tuple[IntArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """The abnormal points' indices, with their ``baseline_i``, band edge ``e_i``, recovery
-    level ``r_i`` and climb.
+def band(
+    values: npt.ArrayLike,
+    *,
+    threshold: float = THRESHOLD,
+    min_relative_rise: float = 0.05,
+    block_size: int = 16,
+    window_blocks: int = 9,
+    noise_blocks: int = 32,
+) -> NoiseBand:
+    """Each point's baseline, trend slope, noise SD and band edge, as `find_spikes` judges
+    them, for values that are all finite (in step order).
 
-    Level and σ are computed for every block; the slope, and a point's exact edge, only
-    where the point passes ``level + threshold · σ``, a lower bound of the edge (the
-    climb is never negative, and rounding is monotone, so it holds in floating point too).
+    A point is abnormal where it is above its edge. Since a point's noise is independent
+    of the points before it, the chance that Gaussian noise of SD ``σ`` around a trend
+    ``f`` passes the edge at ``i`` is ``Q((e_i - f_i) / σ)``, so their sum is the expected
+    number of false spikes on such a series.
     """
-    complete = len(v) // block
-    judged_from = min(2, window)
-    if len(v) <= judged_from * block:
-        return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0), np.empty(0), np.empty(0)
-    blocks = v[: complete * block].reshape(complete, block)
-    # One scratch copy serves both statistics: deviations from a row's median do not
-    # depend on the order that partitioning left the row in.
-    scratch = np.partition(blocks, block // 2, axis=1)
-    med = scratch[:, block // 2].copy()
-    scratch -= med[:, None]
-    np.abs(scratch, out=scratch)
-    high = min(block - 1, 7 * block // 8)
-    scratch.partition(high, axis=1)
-    spread = scratch[:, high].copy()
-    del scratch
-    # Row j - 1 describes block j, judged on blocks max(0, j - window) … j - 1 (j = 1 …
-    # complete; block `complete` may be partial). Early rows see fewer blocks.
-    level = np.empty(complete)
-    sigma = np.empty(complete)
-    for j in range(1, min(window, complete + 1)):
-        level[j - 1] = _column(med[None, :j], j // 2)[0]
-        sigma[j - 1] = _column(spread[None, :j], j // 2)[0]
-    if complete >= window:
-        level[window - 1 :] = _rolling_upper_median(med, window)
-        sigma[window - 1 :] = _rolling_upper_median(spread, window)
-    sigma *= SPREAD_TO_SIGMA
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or not np.isfinite(v).all():
+        raise ValueError("values must be one-dimensional and finite: drop NaN and ±inf first")
+    check_number("threshold", threshold, least=0.0, strict=True)
+    check_number("min_relative_rise", min_relative_rise, least=0.0, strict=False)
+    block_size = check_count("block_size", block_size, least=1)
+    window_blocks = check_count("window_blocks", window_blocks, least=1)
+    noise_blocks = check_count("noise_blocks", noise_blocks, least=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _band(v, threshold, min_relative_rise, block_size, window_blocks, noise_blocks)
 
-    bound = level + threshold * sigma
-    tail = complete * block
-    at = np.concatenate(
-        [
-            np.flatnonzero(blocks[judged_from:] > bound[judged_from - 1 : -1, None])
-            + judged_from * block,
-            np.flatnonzero(v[tail:] > bound[-1]) + tail,
-        ]
+
+def noise_sd(values: npt.ArrayLike, *, block_size: int = 16) -> float:
+    """A metric's typical noise SD over the whole series: ``0.433 · med(a_t)`` over all its
+    complete blocks (see the module docstring), 0.0 with fewer than one block or two points
+    a block. Non-finite values are dropped first.
+
+    >>> round(noise_sd(1.0 + 0.01 * np.random.default_rng(0).normal(size=4096)), 3)
+    0.01
+    """
+    block_size = check_count("block_size", block_size, least=1)
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if len(v) < block_size or block_size < 2:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = _spreads(v[: len(v) // block_size * block_size].reshape(-1, block_size))
+    return float(SPREAD_TO_SIGMA * _column(spread[None, :], len(spread) // 2)[0])
+
+
+def _spreads(blocks: FloatArray) -> FloatArray:
+    """``a_t`` of each row: the ``⌊7(B-1)/8⌋``-th smallest of ``|d - med(d)|`` over the
+    row's neighbour differences ``d`` (0 for rows of fewer than two points)."""
+    width = blocks.shape[1] - 1
+    if width < 1:
+        return np.zeros(len(blocks))
+    diffs = np.diff(blocks, axis=1)
+    middle = np.partition(diffs, width // 2, axis=1)[:, width // 2]
+    diffs -= middle[:, None]
+    np.abs(diffs, out=diffs)
+    high = min(width - 1, 7 * width // 8)
+    spread: FloatArray = np.partition(diffs, high, axis=1)[:, high]
+    return spread
+
+
+def _trailing_median(x: FloatArray, width: int) -> FloatArray:
+    """Row ``j - 1`` (``j = 1 … len(x)``): ``med(x[max(0, j - width) : j])``."""
+    out = np.empty(len(x))
+    for j in range(1, min(width, len(x) + 1)):
+        out[j - 1] = _column(x[None, :j], j // 2)[0]
+    if len(x) >= width:
+        out[width - 1 :] = _rolling_upper_median(x, width)
+    return out
+
+
+def _band(
+    v: FloatArray, threshold: float, rise: float, block: int, window: int, noise_window: int
+) -> NoiseBand:
+    """`band` without the argument checks (see the module docstring for each quantity)."""
+    n = len(v)
+    complete = n // block
+    judged_from = min(2, window)
+    baseline = np.full(n, np.nan)
+    slope = np.full(n, np.nan)
+    steady = np.full(n, np.nan)
+    noise = np.full(n, np.nan)
+    edge = np.full(n, np.inf)
+    if n <= judged_from * block:
+        return NoiseBand(baseline, slope, steady, noise, edge)
+    blocks = v[: complete * block].reshape(complete, block)
+    med = np.partition(blocks, block // 2, axis=1)[:, block // 2]
+    # Row j - 1 describes block j, judged on the blocks before it (j = 1 … complete;
+    # block `complete` may be partial). Early rows see fewer blocks.
+    spreads = _spreads(blocks)
+    # The long window's noise, raised where the short window's is clearly larger: noise
+    # that grows with the metric (a warm-up) is not judged on its past.
+    sigma = SPREAD_TO_SIGMA * np.maximum(
+        _trailing_median(spreads, noise_window), _trailing_median(spreads, window) / RECENT_NOISE
     )
-    row = at // block - 1
-    rows, where = np.unique(row, return_inverse=True)
-    climb = np.maximum(_slopes(med, rows + 1, window) / block, 0.0)[where]
-    kept = np.minimum(row + 1, window)
-    baseline = level[row] + climb * ((at - (row + 1) * block) + (kept * block + 1) / 2)
-    edge = baseline + np.maximum(threshold * sigma[row], rise * np.abs(baseline))
-    keep = v[at] > edge
-    # Back within one noise SD of the trend (at least a fifth of the least rise, so that a
-    # series too smooth to have a spread can still come back).
-    back = baseline + np.maximum(sigma[row], rise / 5 * np.abs(baseline))
-    return at[keep], baseline[keep], edge[keep], back[keep], climb[keep]
+    rows = np.arange(judged_from - 1, complete)
+    # A fall is followed only as steeply as the longer noise window confirms: a spike's
+    # recovery in the short window would tilt its slope down past the series.
+    short = _slopes(med, rows + 1, window)
+    drift = _long_slopes(med, rows + 1, noise_window) / block
+    # Within the first noise window, a fall is not followed at all: a run's first steps
+    # fall too fast and too curved for a line.
+    settled = rows + 1 >= noise_window
+    per_step = np.where(
+        short < 0, np.where(settled, np.maximum(short / block, drift), 0.0), short / block
+    )
+    drift = np.where(settled | (drift > 0), drift, 0.0)
+    judged = np.arange(judged_from * block, n)
+    row = judged // block - 1
+    at = row - (judged_from - 1)
+    # Each of the last (up to) three blocks' medians, carried along the slope to the point
+    # from the block's centre; their upper median.
+    carried = np.full((len(judged), ANCHORS), -np.inf)
+    for back in range(1, ANCHORS + 1):
+        has = row + 1 - back >= 0
+        distance = (judged - (row + 1 - back) * block) - (block - 1) / 2
+        carried[has, back - 1] = med[(row + 1 - back)[has]] + per_step[at[has]] * distance[has]
+    counted = np.minimum(row + 1, ANCHORS)
+    carried.sort(axis=1)
+    base = carried[np.arange(len(judged)), ANCHORS - counted + counted // 2]
+    baseline[judged] = base
+    slope[judged] = per_step[at]
+    steady[judged] = drift[at]
+    noise[judged] = sigma[row]
+    edge[judged] = base + np.maximum(threshold * sigma[row], rise * np.abs(base))
+    return NoiseBand(baseline, slope, steady, noise, edge)
 
 
 def _slopes(med: FloatArray, judged: IntArray, window: int) -> FloatArray:
@@ -246,6 +386,21 @@ def _slopes(med: FloatArray, judged: IntArray, window: int) -> FloatArray:
     return slope
 
 
+def _long_slopes(med: FloatArray, judged: IntArray, window: int) -> FloatArray:
+    """``med((m_u - m_{u-ℓ}) / ℓ, j - N' + ℓ ≤ u < j)`` with ``ℓ = ⌈N' / 2⌉`` for each judged
+    block ``j`` (``N' = min(N, j)``; 0 when ``N' = 1``)."""
+    slope = np.zeros(len(judged))
+    for kept in np.unique(np.minimum(judged, window)).tolist():
+        if kept < 2:
+            continue
+        lag = (kept + 1) // 2
+        rows = np.flatnonzero(np.minimum(judged, window) == kept)
+        newer = judged[rows, None] - kept + lag + np.arange(kept - lag)
+        pairs = (med[newer] - med[newer - lag]) / lag
+        slope[rows] = _column(pairs, (kept - lag) // 2)
+    return slope
+
+
 def _column(rows: FloatArray, k: int) -> FloatArray:
     """The ``k``-th smallest of each row (``k = len // 2``: the upper median)."""
     column: FloatArray = np.partition(rows, k, axis=1)[:, k]
@@ -260,11 +415,10 @@ def _rolling_upper_median(x: FloatArray, width: int) -> FloatArray:
 def _walk(
     v: FloatArray,
     at: IntArray,
-    edge: FloatArray,
-    back: FloatArray,
-    climb: FloatArray,
+    judged: NoiseBand,
+    rise: float,
     gap: int,
-    horizon: int,
+    horizons: tuple[int, int],
 ) -> tuple[IntArray, IntArray]:
     """Which abnormal points start spikes (positions in ``at``), and each spike's end index;
     ``len(v)`` for one that never recovers.
@@ -279,40 +433,54 @@ def _walk(
     k = 0
     while k < len(points):
         s = points[k]
-        q = _recovery(v, s, float(edge[k]), float(back[k]), float(climb[k]), gap, horizon)
+        level = float(judged.baseline[s])
+        back = max(float(judged.noise[s]), rise / 5 * abs(level))
+        drift = float(judged.drift[s])
+        horizon = horizons[0] if drift < 0 else horizons[1]
+        trend = Trend(level, drift, float(judged.edge[s]), back, horizon)
+        q = _recovery(v, s, trend, gap)
         first.append(k)
         ends.append(q)
         k = bisect.bisect_right(points, q, k + 1)
     return np.array(first, dtype=np.int64), np.array(ends, dtype=np.int64)
 
 
-def _recovery(
-    v: FloatArray, s: int, edge: float, back: float, climb: float, gap: int, horizon: int
-) -> int:
-    """First ``q > s`` where the spike is over (see the module docstring), else ``len(v)``:
-    ``v_q ≤ r_s(q)``, the median of the window ``v_q … v_{q+2·gap}`` (those that exist)
-    ``≤ r_s(q)``, and no point of the window above ``e_s(p)``. Scans in growing chunks, the
-    first of a single window (the common one-step spike)."""
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """A spike's pre-spike trend, frozen at its start ``s``: ``T(p) = baseline + slope ·
+    min(p - s, horizon)``, its band edge, and the excess it is back at (one noise SD)."""
+
+    baseline: float
+    slope: float
+    edge: float
+    back: float
+    horizon: int
+
+
+def _recovery(v: FloatArray, s: int, trend: Trend, gap: int) -> int:
+    """First ``q > s`` where the spike is over (see the module docstring), else ``len(v)``.
+    Scans in growing chunks, the first a few points (the common one-step spike)."""
     n = len(v)
-    width = 2 * gap + 1
+    offsets = np.arange(-SMOOTHING, SMOOTHING + 1)
+    ahead = np.arange(2 * gap + 1)
     lo, size = s + 1, 1
     while lo < n:
         hi = min(n, lo + size)
         reach = np.arange(lo, hi)
-        tail = np.arange(lo, min(n, hi + width - 1))
-        padded = np.concatenate([v[tail], np.full(width - 1, np.nan)])
-        windows = np.lib.stride_tricks.sliding_window_view(padded, width)[: hi - lo]
-        over = v[tail] > edge + climb * np.minimum(tail - s, horizon)
-        over_pad = np.concatenate([over, np.zeros(width - 1, dtype=bool)])
-        any_over = np.lib.stride_tricks.sliding_window_view(over_pad, width)[: hi - lo].any(axis=1)
-        level = back + climb * np.minimum(reach - s, horizon)
-        # The last points have fewer than `width` after them: the median of those there.
-        middle = np.nanmedian(windows, axis=1) if hi + width - 1 > n else np.median(windows, axis=1)
-        done = (v[reach] <= level) & (middle <= level) & ~any_over
-        hit = np.flatnonzero(done)
+        half = np.minimum(SMOOTHING, np.maximum(gap, (reach - s) // 2))
+        span = reach[:, None] + offsets
+        inside = (np.abs(offsets) <= half[:, None]) & (span > s) & (span < n)
+        shown = np.minimum(np.maximum(span, s + 1), n - 1)
+        excess = v[shown] - (trend.baseline + trend.slope * np.minimum(shown - s, trend.horizon))
+        smoothed = np.nanmedian(np.where(inside, excess, np.nan), axis=1)
+        near = reach[:, None] + ahead
+        seen = np.minimum(near, n - 1)
+        over = v[seen] > trend.edge + trend.slope * np.minimum(seen - s, trend.horizon)
+        calm = ~(over & (near < n)).any(axis=1)
+        hit = np.flatnonzero((smoothed <= trend.back) & calm)
         if len(hit):
             return lo + int(hit[0])
-        lo, size = hi, max(64, size * 4)
+        lo, size = hi, min(1 << 16, max(64, size * 4))
     return n
 
 

@@ -120,8 +120,10 @@ def get_spikes(
     """Each metric's spikes, found over the whole run (listed where they overlap
     ``[start, end]``), the share of steps spent in them, and which metric's spikes lead
     which (``lead_lag``, every ordered pair). A spike starts where a point is more than
-    ``threshold`` robust noise SDs (and 5 %) above its baseline: lower it for a noisy
-    metric (a small batch's loss), raise it to see only the largest."""
+    ``threshold`` robust noise SDs (and 5 %) above its baseline (default 5.25: a 7-SD
+    spike is found, spike-free Gaussian noise gives under one in a million steps). The
+    answer says the threshold it used, each metric's noise SD, and (``more_at``) how many
+    more spikes the next lower threshold would list."""
     run, _ = owned_run(session, who, run_id)
     report = analytics.spike_report(
         session, run, metric, start=start, end=end, max_lag=max_lag, threshold=threshold

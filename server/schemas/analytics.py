@@ -52,6 +52,9 @@ class SpikeOut(BaseModel):
     """``peak_value / baseline``; ``"Infinity"`` over a baseline of 0 or below."""
     baseline: float
     recovered: bool
+    noise: float
+    """The noise SD the spike was judged on (at its start): ``peak_value - baseline`` over
+    it is the spike's height in SDs."""
     moments: dict[str, float | None] = {}
     """For Adam's moment norms the run logs (``optim/mu/norm/total``,
     ``optim/nu/norm/total``): the largest value over the spike divided by the moment's level
@@ -69,6 +72,15 @@ class LeadLagOut(BaseModel):
     unmatched_leader: int
 
 
+class MoreAtOut(BaseModel):
+    threshold: float
+    """A lower threshold, in noise SDs."""
+    count: int
+    """How many spikes it finds (among those the range lists) that overlap none listed."""
+    metrics: dict[str, int]
+    """The same count per metric."""
+
+
 class SpikesOut(BaseModel):
     spikes: list[SpikeOut]
     fraction_in_spikes: dict[str, float]
@@ -76,6 +88,12 @@ class SpikesOut(BaseModel):
     fraction_in_window: dict[str, float] | None
     """The same share over ``[start, end]``, when a range was given."""
     lead_lag: list[LeadLagOut]
+    threshold: float
+    """The threshold the spikes were found at, in noise SDs (the default, 5.25, unless asked)."""
+    noise: dict[str, float]
+    """Per metric, its typical noise SD over the run (robust to its trend)."""
+    more_at: MoreAtOut | None
+    """Where the next lower threshold (4, 3 or 2) finds more spikes: how many; else null."""
 
 
 class CompareSummaryOut(BaseModel):

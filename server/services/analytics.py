@@ -9,7 +9,7 @@ fraction.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,7 @@ from . import query
 from .aliases import project_aliases
 from .full_resolution import Budget, Reader
 from .kept import kept
-from .kept_spikes import FoundSpikes, found_spikes
+from .kept_spikes import FoundSpikes, found_spikes, spikes_of
 from .unknown_names import closest, require_known, unknown_in, visible_names
 
 StepArray = npt.NDArray[np.int64]
@@ -47,11 +47,24 @@ def full_series(reader: Reader, metric: str) -> tuple[StepArray, FloatArray]:
 
 
 @dataclass(frozen=True)
+class MoreAt:
+    """How many more spikes a lower threshold finds: those at ``threshold`` that overlap
+    no spike the answer lists, per metric and in all."""
+
+    threshold: float
+    count: int
+    metrics: dict[str, int]
+
+
+@dataclass(frozen=True)
 class SpikeReport:
     spikes: list[dict[str, object]]
     fraction_in_spikes: dict[str, float]
     fraction_in_window: dict[str, float] | None
     lead_lag: list[spike_finder.LeadLag]
+    threshold: float = spike_finder.THRESHOLD
+    noise: dict[str, float] = field(default_factory=dict)
+    more_at: MoreAt | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -59,6 +72,9 @@ class SpikeReport:
             "fraction_in_spikes": self.fraction_in_spikes,
             "fraction_in_window": self.fraction_in_window,
             "lead_lag": [asdict(pair) for pair in self.lead_lag],
+            "threshold": self.threshold,
+            "noise": self.noise,
+            "more_at": None if self.more_at is None else asdict(self.more_at),
         }
 
 
@@ -75,8 +91,10 @@ def spike_report(
     """Each metric's spikes (those overlapping ``[start, end]`` when given) at ``threshold``
     robust noise SDs, the share of its logged steps inside a spike over the whole run and
     over the range, and, for each ordered pair of metrics, how their spikes lead and
-    follow. A name the run never logged, or a glob matching none of its names, is refused
-    (`UnknownMetrics`, 404) before anything is read."""
+    follow; with the threshold used, each metric's typical noise SD, and how many more
+    spikes the next lower threshold (`spikes.lower_threshold`) would list. A name the run
+    never logged, or a glob matching none of its names, is refused (`UnknownMetrics`, 404)
+    before anything is read."""
     if start is not None and end is not None and end < start:
         raise Invalid(f"end ({end}) must not be below start ({start})")
     if not 1 <= max_lag <= MAX_LAG:
@@ -90,15 +108,26 @@ def spike_report(
     require_known(reader, metrics)
     version = data_version(session, run.key)
     ranged = start is not None or end is not None
+    lower = spike_finder.lower_threshold(threshold)
     found: dict[str, list[spike_finder.Spike]] = {}
     listed: list[dict[str, object]] = []
     whole: dict[str, float] = {}
     window: dict[str, float] = {}
+    noise: dict[str, float] = {}
+    more: dict[str, int] = {}
+
+    def shown(spike: spike_finder.Spike) -> bool:
+        return (start is None or spike.end >= start) and (end is None or spike.start <= end)
+
     for metric in dict.fromkeys(metrics):
+        below: list[spike_finder.Spike] = []
         if derived.is_derived(metric) or version is None:
             steps, values = full_series(reader, metric)
             found[metric] = spike_finder.find_spikes(steps, values, threshold=threshold)
             whole[metric] = spike_finder.fraction_in_spikes(steps, found[metric])
+            noise[metric] = spike_finder.noise_sd(values)
+            if lower is not None:
+                below = spike_finder.find_spikes(steps, values, threshold=lower)
         else:
             # A stored metric's spikes over the whole run, kept while the run's data stays
             # the same: a zoom or another look at the page finds them at once.
@@ -106,22 +135,40 @@ def spike_report(
             if reader.aliases:
                 name = reader.aliases.resolve(metric, set(reader.names())) or metric
             kept = found_spikes(reader, name, version, threshold)
-            found[metric], whole[metric] = kept.spikes, kept.fraction
+            found[metric], whole[metric], noise[metric] = kept.spikes, kept.fraction, kept.noise
             steps = kept.steps_between(start, end) if ranged else np.empty(0, np.int64)
+            below = kept.below or []
         if ranged:
             window[metric] = spike_finder.fraction_in_spikes(steps, found[metric], start, end)
         listed += [
             {**asdict(spike), "metric": metric, "magnitude": query.encode_value(spike.magnitude)}
             for spike in found[metric]
-            if (start is None or spike.end >= start) and (end is None or spike.start <= end)
+            if shown(spike)
         ]
+        more[metric] = _new_spikes([s for s in below if shown(s)], found[metric])
     listed.sort(key=lambda spike: (spike["start"], str(spike["metric"])))
     _add_moments(session, reader, version, listed)
     pairs = [
         spike_finder.lead_lag(a, found[a], b, found[b], max_lag=max_lag)
         for a, b in itertools.permutations(found, 2)
     ]
-    return SpikeReport(listed, whole, window if ranged else None, pairs)
+    more_at = None
+    if lower is not None and sum(more.values()) > 0:
+        more_at = MoreAt(lower, sum(more.values()), more)
+    return SpikeReport(listed, whole, window if ranged else None, pairs, threshold, noise, more_at)
+
+
+def _new_spikes(lower: list[spike_finder.Spike], found: list[spike_finder.Spike]) -> int:
+    """How many of ``lower`` (spikes at a lower threshold) overlap none of ``found``."""
+    starts = np.array([s.start for s in found], dtype=np.int64)
+    ends = np.array([s.end for s in found], dtype=np.int64)
+    new = 0
+    for spike in lower:
+        # The found spikes are disjoint and in step order: the one that could overlap is
+        # the last to start at or before this one's end.
+        at = int(np.searchsorted(starts, spike.end, side="right")) - 1
+        new += at < 0 or int(ends[at]) < spike.start
+    return new
 
 
 def _unknown_everywhere(readers: list[Reader], missing: list[list[str]]) -> UnknownMetrics:
@@ -164,7 +211,7 @@ def _compared(
         steps, values = whole.series([name])[name]  # one read for both, counted once
 
         def find() -> FoundSpikes:
-            return FoundSpikes.of(steps, spike_finder.find_spikes(steps, values))
+            return spikes_of(steps, values, spike_finder.THRESHOLD)
 
         # The same key as `found_spikes` at the default threshold: a run page's spikes serve.
         spikes = kept(version, ("spikes", name, spike_finder.THRESHOLD), find, FoundSpikes.nbytes)

@@ -591,4 +591,6 @@ def test_the_unstable_example_shows_update_norm_spikes_leading_loss_spikes(
     # second, the gradients' size, stays within a few per cent.
     assert np.median(first) >= 1.5 and min(first) >= 1.3, first
     assert max(abs(ratio - 1) for ratio in second) <= 0.05, second
-    assert 0.02 <= report["fraction_in_spikes"][follower] <= 0.1, report["fraction_in_spikes"]
+    # Each loss spike lasts until the loss is back within a noise SD of its trend, recovery
+    # included (about 16 % of the steps; 5 % when the end was the first noisy point under).
+    assert 0.05 <= report["fraction_in_spikes"][follower] <= 0.25, report["fraction_in_spikes"]

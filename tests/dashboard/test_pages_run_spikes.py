@@ -5,7 +5,7 @@ the dashboard's real data on Postgres, and crafted row clicks through the real s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,10 +34,10 @@ from normwatch.dashboard.pages.run_spikes import (
     zoom_to_spike,
 )
 from normwatch.dashboard.pages.run_view import MAX_STEP, RunView
-from normwatch.server.analytics.spikes import LeadLag
+from normwatch.server.analytics.spikes import THRESHOLD, LeadLag
 from normwatch.server.auth import Principal
 from normwatch.server.errors import Invalid, RunNotFound
-from normwatch.server.services.analytics import SpikeReport
+from normwatch.server.services.analytics import MoreAt, SpikeReport
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
 
@@ -95,7 +95,7 @@ class FakeSpikes:
         optional: Sequence[str] = (),
         start: int | None,
         end: int | None,
-        threshold: float = 10.0,
+        threshold: float = THRESHOLD,
     ) -> SpikeReport:
         if run_id != RUN:
             raise RunNotFound(f"no run with id {run_id!r}", run_id)
@@ -122,8 +122,26 @@ def test_section_holds_the_three_parts_and_no_picker() -> None:
     assert {"spike-table", "spike-fractions", "lead-lag", "spikes-tick"} <= ids
     assert find(drawn, "Dropdown") == []  # the run page's pickers stay its own three
     [threshold] = find(drawn, "RadioItems")
-    assert threshold["id"] == "spike-threshold" and threshold["value"] == 10
+    assert threshold["id"] == "spike-threshold" and threshold["value"] == THRESHOLD
     assert [option["value"] for option in threshold["options"]] == list(THRESHOLDS)
+
+
+@pytest.mark.parametrize(
+    ("query", "value"),
+    [("4", 4.0), ("10", 10.0), ("3.0", 3.0), (None, THRESHOLD), ("7", THRESHOLD), ("x", THRESHOLD)],
+)
+def test_section_opens_at_the_urls_threshold_if_offered(query: str | None, value: float) -> None:
+    [threshold] = find(section(query), "RadioItems")
+    assert threshold["value"] == value
+
+
+def test_the_section_says_how_many_more_a_lower_threshold_finds() -> None:
+    more = replace(REPORT, threshold=10.0, more_at=MoreAt(4.0, 2, {LOSS: 2, GRAD: 0}))
+    table, _, _ = draw_spikes(FakeSpikes(report=more), WHO, RunView(RUN, GRAD), 10)
+    assert text(table).endswith("2 more at 4 SD: lower the threshold to list them.")
+    assert len(rows(table)) == len(SPIKES)
+    plain, _, _ = draw_spikes(FakeSpikes(), WHO, RunView(RUN, GRAD))
+    assert "more at" not in text(plain)
 
 
 @pytest.mark.parametrize(
@@ -244,7 +262,7 @@ def test_draw_spikes_reads_the_charted_metrics_and_the_views_range() -> None:
             "optional": list(ALSO),
             "start": 900,
             "end": 2000,
-            "threshold": 10.0,
+            "threshold": THRESHOLD,
         }
     ]
     assert [row[0] for row in rows(table)] == [UPDATES, LOSS, GRAD]
@@ -253,9 +271,9 @@ def test_draw_spikes_reads_the_charted_metrics_and_the_views_range() -> None:
 
 def test_draw_spikes_asks_for_the_chosen_threshold_and_only_an_offered_one() -> None:
     data = FakeSpikes()
-    for chosen in (4, "4", None, 0.5):
+    for chosen in (4, "4", None, 0.5, 10, "7"):
         draw_spikes(data, WHO, RunView(RUN, GRAD), chosen)
-    assert [call["threshold"] for call in data.calls] == [4, 10.0, 10.0, 10.0]
+    assert [call["threshold"] for call in data.calls] == [4, 4, *[THRESHOLD] * 2, 10, THRESHOLD]
 
 
 def test_draw_spikes_of_no_run_or_a_refused_metric() -> None:

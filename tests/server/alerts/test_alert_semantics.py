@@ -157,10 +157,26 @@ def test_one_alert_a_spike_through_its_ragged_recovery() -> None:
     ]
 
 
-def test_a_long_spike_becomes_the_new_level_after_a_window() -> None:
-    values = [1.0] * 100 + [3.0] * 200
-    steps = list(range(START, START + len(values)))
-    got = preview(SpikeCondition(factor=2.0, window=50), steps, values)
-    assert [(t.state, t.step - START) for t in got] == [("firing", 100), ("resolved", 180)]
-    # The new level joined the window: back within its noise (a hundredth of it, at least).
-    assert math.isclose(got[1].threshold or 0.0, 3.03)
+def test_a_spike_fires_until_it_is_back_however_long_that_takes() -> None:
+    """The contract's spike extent: a slow recovery is one alert until the value is back
+    within a noise SD of the level before it, and a lasting step up has not recovered."""
+    stepped = [1.0] * 100 + [3.0] * 200
+    steps = list(range(START, START + len(stepped)))
+    got = preview(SpikeCondition(factor=2.0, window=50), steps, stepped)
+    assert [(t.state, t.step - START) for t in got] == [("firing", 100)]
+    # Back to 1.0 after the long stretch: resolved against the level from before it.
+    back = stepped + [1.0] * 20
+    got = preview(SpikeCondition(factor=2.0, window=50), list(range(START, START + 320)), back)
+    assert [(t.state, t.step - START) for t in got] == [("firing", 100), ("resolved", 304)]
+    assert math.isclose(got[1].threshold or 0.0, 1.01)
+    # A 5x spike decaying with tau = 40 steps over a level of 1.005 with a little noise:
+    # resolved once the excess is within the noise (here its floor, a hundredth of the
+    # level), 40 ln(4 / 0.01) = 240 steps on, and 5 calm steps after (a window of 50 that
+    # took the recovery in as the new level resolved it after 80).
+    rng = np.random.default_rng(1)
+    t = np.arange(600)
+    slow = 1.0 + 0.01 * rng.random(600)
+    slow[200:] += 4 * np.exp(-(t[200:] - 200) / 40)
+    got = preview(SpikeCondition(factor=2.0, window=50), list(range(START, START + 600)), slow)
+    assert [t.state for t in got] == ["firing", "resolved"]
+    assert 235 <= got[1].step - got[0].step <= 275, got

@@ -194,7 +194,7 @@ def spike_reference(
 ) -> list[tuple[str, int]]:
     """A straightforward re-implementation with NumPy (finite series, for_steps 1): fire
     above ``factor`` times the median of the previous ``window`` values, the values of a
-    firing spike kept out of the window for up to ``window`` steps, resolve after
+    firing spike kept out of the window however long it fires, resolve after
     ``resolve_steps`` judged steps in a row back within one noise SD of that median
     (``1.4826 · MAD``, at least a hundredth of the median)."""
     out: list[tuple[str, int]] = []
@@ -210,8 +210,8 @@ def spike_reference(
                 hit = bool(value > median + max(1.4826 * mad, median / 100))
             else:
                 hit = bool(value > factor * median)
-        # A spike's values stay out of the window (a longer one joins it as a new level).
-        if (firing and held >= window) or (not firing and not hit):
+        # A spike's values stay out of the window, however long it fires.
+        if not firing and not hit:
             pushed.append(value)
         if not firing:
             if hit:

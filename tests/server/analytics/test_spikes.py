@@ -18,14 +18,15 @@ from normwatch.server.analytics.spikes import (
     find_spikes,
     fraction_in_spikes,
     lead_lag,
+    noise_sd,
 )
-from tests.helpers.training_logs import LLMC_LOG
-from tests.server.analytics.spike_reference import (
+from tests.helpers.spike_reference import (
     SHAPES,
     make_series,
     reference_fraction,
     reference_spikes,
 )
+from tests.helpers.training_logs import LLMC_LOG
 
 
 def test_the_module_examples_hold() -> None:
@@ -109,18 +110,24 @@ def seeded_series(level: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     return steps, values
 
 
-def test_seeded_spikes_are_found_with_exact_start_peak_and_recovery() -> None:
+def test_seeded_spikes_are_found_with_exact_start_and_peak_and_their_recovery() -> None:
     steps, values = seeded_series()
     found = find_spikes(steps, values)
-    assert [(s.start, s.peak, s.end) for s in found] == [
-        (steps[at], steps[at + peak], steps[at + length]) for at, length, peak, _ in SEEDED
+    assert [(s.start, s.peak) for s in found] == [
+        (steps[at], steps[at + peak]) for at, length, peak, _ in SEEDED
     ]
-    for spike, (_, _, _, factor) in zip(found, SEEDED, strict=True):
+    inside = 0
+    for spike, (at, length, _, factor) in zip(found, SEEDED, strict=True):
+        # Back once the median of the excess over a few points is within a noise SD: the
+        # first point after the pulse, or (where that median still holds a pulse point or
+        # a noisy one) the next two.
         assert spike.recovered
+        assert steps[at + length] <= spike.end <= steps[at + length + 2]
         assert spike.magnitude == pytest.approx(factor, rel=0.10)
         assert spike.peak_value == pytest.approx(factor)
-    seeded_steps = sum(length + 1 for _, length, _, _ in SEEDED)  # the recovery step counts
-    assert fraction_in_spikes(steps, found) == seeded_steps / len(steps)
+        assert spike.noise == pytest.approx(0.01, rel=0.2)
+        inside += (spike.end - spike.start) // 10 + 1  # logged every 10 steps
+    assert fraction_in_spikes(steps, found) == inside / len(steps)
 
 
 @pytest.mark.parametrize("factor", [0.37, 3.0, 1e-6, 1e4])
@@ -173,22 +180,29 @@ def test_the_llmc_grad_norm_spikes_are_found() -> None:
     starts = np.array([s.start for s in found])
     for known in (4233, 7435, 9025, 9954):
         assert np.abs(starts - known).min() <= 3, f"no spike found near step {known}"
-    # Blips down to 1.33x the 0.22-0.3 level, none before the 15.4 → 0.27 decay ends; one
-    # that came inside another's recovery belongs to it.
-    assert len(found) == 40
-    assert min(s.magnitude for s in found) > 1.3
-    assert starts.min() > 1000
-    # Each lasts until the norm is back within a noise SD of its level (up to 13 steps),
-    # not just under the 10-SD band (one step, mostly): 1 % of the steps, not 0.4 %.
-    assert fraction_in_spikes(steps, found) == pytest.approx(0.0097, abs=5e-4)
+    # The grad norm's step-to-step noise is heavy-tailed: at 5.25 SDs of its Gaussian
+    # equivalent (0.017 over the run) 120 points stand out, down to 1.22x the 0.22-0.3
+    # level (38 at 10 SDs); none in the first 300 steps' fall from 15.4, which is not
+    # followed while the run has less than a noise window of history.
+    assert len(found) == 120
+    assert min(s.magnitude for s in found) > 1.2
+    assert starts.min() > 300
+    assert noise_sd(norm) == pytest.approx(0.0173, abs=1e-4)
+    assert fraction_in_spikes(steps, found) == pytest.approx(0.027, abs=1e-3)
     biggest = max(found, key=lambda s: s.magnitude)
     assert (biggest.start, biggest.peak, biggest.peak_value) == (9025, 9025, 2.02)
 
 
-def test_the_llmc_loss_has_no_spike_above_its_noise() -> None:
-    # The 3.47 → 3.78 jump at 7435 is +9 %, as big as a dozen other steps' batch noise.
+def test_the_llmc_loss_jump_with_the_grad_norm_spike_is_found() -> None:
+    # The 3.47 → 3.78 jump at 7435 is +9 %, 7.5 SDs of the loss's step-to-step noise
+    # (0.042): a spike by the contract's measure (7 SDs and 5 %), which the old 10-SD
+    # default missed. 24 other steps pass 5.25 SDs and 5 %, all by less than +10 %.
     steps, loss = llmc_series("train/loss")
-    assert find_spikes(steps, loss) == []
+    found = find_spikes(steps, loss)
+    assert [(s.start, s.peak) for s in found if 7400 <= s.start <= 7500] == [(7435, 7435)]
+    assert len(found) == 25
+    assert max(s.magnitude for s in found) < 1.11
+    assert find_spikes(steps, loss, threshold=10) == []
 
 
 # -- edges ----------------------------------------------------------------------------------
@@ -223,8 +237,9 @@ def test_non_finite_values_are_skipped_but_their_steps_count() -> None:
     values = 1 + 0.01 * rng.normal(size=400)
     values[::7] = math.nan
     values[200], values[201], values[202], values[203] = 3.0, math.inf, math.nan, 2.5
-    # 204 is still over a noise SD above the level; 205 is back.
-    assert [(s.start, s.peak, s.end) for s in find_spikes(steps, values)] == [(200, 200, 205)]
+    # 204 is still over a noise SD above the level, but the median of the excess around it
+    # (over the finite points) is back within one.
+    assert [(s.start, s.peak, s.end) for s in find_spikes(steps, values)] == [(200, 200, 204)]
 
 
 def test_a_lasting_step_up_never_recovers_and_runs_to_the_last_logged_step() -> None:

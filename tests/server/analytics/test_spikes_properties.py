@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 
 from normwatch.server.analytics.spikes import Spike, find_spikes, fraction_in_spikes, lead_lag
-from tests.server.analytics.spike_reference import (
+from tests.helpers.spike_reference import (
     SHAPES,
     make_series,
     reference_fraction,

@@ -8,9 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from normwatch.server.analytics.spikes import (
-    Spike,
-)
+from normwatch.server.analytics.spikes import Spike
 
 SHAPES = ("flat", "heavy", "walk", "ramp", "decay", "quantised", "negative", "zeros")
 
@@ -19,47 +17,71 @@ def reference_spikes(
     steps: Sequence[int],
     values: Sequence[float],
     *,
-    threshold: float = 10.0,
+    threshold: float = 5.25,
     min_relative_rise: float = 0.05,
     max_gap: int = 2,
     block_size: int = 16,
     window_blocks: int = 9,
+    noise_blocks: int = 32,
 ) -> list[Spike]:
     """The definition, one point at a time: sorted lists and loops, nothing shared."""
     points = [(int(s), float(v)) for s, v in zip(steps, values, strict=True) if math.isfinite(v)]
     v = [value for _, value in points]
-    n, b, k = len(v), block_size, window_blocks
+    n, b, k, w = len(v), block_size, window_blocks, noise_blocks
 
     def upper_median(xs: list[float]) -> float:
         return sorted(xs)[len(xs) // 2]
 
-    def block_stats(t: int) -> tuple[float, float]:
+    def block_median(t: int) -> float:
+        return upper_median(v[t * b : (t + 1) * b])
+
+    def block_spread(t: int) -> float:
         block = v[t * b : (t + 1) * b]
-        m = upper_median(block)
-        deviations = sorted(abs(x - m) for x in block)
-        return m, deviations[min(b - 1, 7 * b // 8)]
+        differences = [block[i + 1] - block[i] for i in range(len(block) - 1)]
+        if not differences:
+            return 0.0
+        middle = upper_median(differences)
+        deviations = sorted(abs(d - middle) for d in differences)
+        return deviations[min(len(differences) - 1, 7 * len(differences) // 8)]
 
     baselines = [math.nan] * n
+    drifts = [0.0] * n
+    sigmas = [0.0] * n
     edges = [math.inf] * n
-    backs = [math.inf] * n
-    climbs = [0.0] * n
     for i in range(n):
         j = i // b
         if j < min(2, k):
             continue
-        kept = min(k, j)
-        stats = [block_stats(t) for t in range(j - kept, j)]
-        medians = [m for m, _ in stats]
-        level = upper_median(medians)
-        sigma = 0.61 * upper_median([a for _, a in stats])
+        kept, heard = min(k, j), min(w, j)
+        medians = [block_median(t) for t in range(j - kept, j)]
+        sigma = 0.433 * max(
+            upper_median([block_spread(t) for t in range(j - heard, j)]),
+            upper_median([block_spread(t) for t in range(j - kept, j)]) / 1.25,
+        )
         pairs = [
             (medians[u] - medians[t]) / (u - t) for t in range(kept) for u in range(t + 1, kept)
         ]
-        slope = upper_median(pairs) if pairs else 0.0
-        climbs[i] = max(slope / b, 0.0)
-        baselines[i] = level + climbs[i] * ((i - j * b) + (kept * b + 1) / 2)
+        short = upper_median(pairs) if pairs else 0.0
+        lag = (heard + 1) // 2
+        long_pairs = [
+            (block_median(u) - block_median(u - lag)) / lag for u in range(j - heard + lag, j)
+        ]
+        drift = upper_median(long_pairs) / b if heard > 1 else 0.0
+        settled = j >= w  # a whole noise window of history: falls are followed
+        if short >= 0:
+            slope = short / b
+        else:
+            slope = max(short / b, drift) if settled else 0.0
+        if not settled and drift < 0:
+            drift = 0.0
+        # The latest (up to) five blocks' medians, each carried along the slope from its
+        # centre to the point; their upper median.
+        carried = [
+            block_median(t) + slope * ((i - t * b) - (b - 1) / 2) for t in range(max(0, j - 5), j)
+        ]
+        baselines[i] = upper_median(carried)
+        drifts[i], sigmas[i] = drift, sigma
         edges[i] = baselines[i] + max(threshold * sigma, min_relative_rise * abs(baselines[i]))
-        backs[i] = baselines[i] + max(sigma, min_relative_rise / 5 * abs(baselines[i]))
 
     found = []
     i = 0
@@ -67,17 +89,21 @@ def reference_spikes(
         if not v[i] > edges[i]:
             i += 1
             continue
-        start, edge, back, climb = i, edges[i], backs[i], climbs[i]
+        start, edge, drift, base = i, edges[i], drifts[i], baselines[i]
+        back = max(sigmas[i], min_relative_rise / 5 * abs(base))
+        horizon = k * b if drift < 0 else w * b
         end = n
         for q in range(start + 1, n):
-            # Back within one noise SD of the trend, and staying there: the point, the
-            # median of the window from it, and no point of the window abnormal again.
-            level = back + climb * min(q - start, k * b)
-            window = range(q, min(n, q + 2 * max_gap + 1))
-            if (
-                v[q] <= level
-                and statistics.median(v[p] for p in window) <= level
-                and all(v[p] <= edge + climb * min(p - start, k * b) for p in window)
+            # The excess over the frozen trend, its median over a window as wide as the
+            # spike's age, back within one noise SD; and no abnormal point just after.
+            half = min(16, max(max_gap, (q - start) // 2))
+            window = range(max(start + 1, q - half), min(n - 1, q + half) + 1)
+            smoothed = statistics.median(
+                v[p] - (base + drift * min(p - start, horizon)) for p in window
+            )
+            ahead = range(q, min(n, q + 2 * max_gap + 1))
+            if smoothed <= back and all(
+                v[p] <= edge + drift * min(p - start, horizon) for p in ahead
             ):
                 end = q
                 break
@@ -91,9 +117,10 @@ def reference_spikes(
                 peak=points[peak][0],
                 peak_value=v[peak],
                 end=points[end][0] if end < n else int(steps[-1]),
-                magnitude=v[peak] / baselines[start] if baselines[start] > 0 else math.inf,
-                baseline=baselines[start],
+                magnitude=v[peak] / base if base > 0 else math.inf,
+                baseline=base,
                 recovered=end < n,
+                noise=sigmas[start],
             )
         )
         i = end + 1

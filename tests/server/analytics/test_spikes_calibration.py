@@ -1,0 +1,142 @@
+"""The spike finder's default threshold against the contract: no spike in a million steps of
+spike-free Gaussian noise around a smooth trend (< 1 expected), and every injected spike of
+7 noise SDs or more found at its true start, lasting until its true excess is back within
+one noise SD.
+
+The false-spike rate is measured exactly rather than counted: a point's noise is
+independent of the points its baseline and noise SD were read from, so the chance that it
+passes its band edge ``e_i`` is ``Q((e_i - f_i) / σ)`` for the true trend ``f`` and noise
+SD ``σ``, and their sum over the series (`band` gives every ``e_i``) is the expected number
+of false spike starts, the estimates' errors included. Counting would need billions of
+steps to see a rate under one in a million.
+"""
+
+from __future__ import annotations
+
+import math
+
+import hypothesis.strategies as st
+import numpy as np
+import numpy.typing as npt
+from hypothesis import HealthCheck, given, settings
+
+from normwatch.server.analytics.spikes import band, find_spikes
+
+FloatArray = npt.NDArray[np.float64]
+MILLION = 1_000_000
+TRENDS = ("flat", "line", "decay", "wave", "power")
+
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def trend(kind: str, n: int, size: float, scale: float) -> FloatArray:
+    """A smooth trend over ``n`` steps, moving by about ``size`` (in noise SDs of 1): every
+    one bends by at most a tenth of a noise SD over the 144 points a baseline is read from
+    (``|f''| · 144² ≤ 0.1``), the contract's "smooth"."""
+    t = np.arange(n, dtype=np.float64)
+    if kind == "flat":
+        return np.zeros(n)
+    if kind == "line":
+        return size * t / n
+    if kind == "decay":  # e^{-t/c}: |f''| ≤ size / c²
+        c = max(scale, math.sqrt(size * 144**2 / 0.1))
+        return size * np.exp(-t / c)
+    if kind == "wave":  # sin(t/c): |f''| ≤ size / c²
+        c = max(scale, math.sqrt(size * 144**2 / 0.1))
+        return size * np.sin(t / c)
+    # A loss-like fall, size · (1 + t/c)^-½, from where it has become smooth enough.
+    c = max(scale, 1000.0)
+    first = max(0.0, (0.75 * size * 144**2 / (0.1 * c**2)) ** 0.4 - 1) * c
+    return size * (1 + (t + first) / c) ** -0.5
+
+
+def expected_false_spikes(values: FloatArray, truth: FloatArray, sd: float) -> float:
+    """``Σ Q((e_i - f_i) / σ)`` at the default threshold, with no least rise (the trend may
+    sit at 0, where a relative rise means nothing)."""
+    edge = band(values, min_relative_rise=0.0).edge
+    judged = np.isfinite(edge)
+    z = (edge[judged] - truth[judged]) / sd
+    return float(0.5 * _erfc(z[z < 12] / math.sqrt(2)).sum())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(TRENDS),
+    st.floats(0.0, 200.0),
+    st.floats(1e3, 1e6),
+    st.floats(1e-4, 1e3),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_million_spike_free_steps_expect_under_one_false_spike(
+    kind: str, size: float, scale: float, sd: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    truth = sd * trend(kind, MILLION, size, scale)
+    values = truth + sd * rng.normal(size=MILLION)
+    assert expected_false_spikes(values, truth, sd) < 0.5
+    # Counted too, at the defaults (a least rise of 5 % of a trend near 0 is no help):
+    # any single series may show one, very rarely two.
+    assert len(find_spikes(np.arange(MILLION), values)) <= 2
+
+
+def test_a_million_steps_of_a_falling_loss_have_no_spike() -> None:
+    """The deterministic check: a million steps of a loss falling from 4.4 to 2.3 with noise
+    of SD 0.02 (so that 5 % of the loss is 5.8 to 11 SDs, as in a large batch's loss), and of
+    the same noise around 0, are spike-free at the default threshold."""
+    rng = np.random.default_rng(20_261_207)
+    steps = np.arange(MILLION)
+    loss = 2.0 + 2.4 * (1 + steps / 5_000) ** -0.5
+    noise = 0.02 * rng.normal(size=MILLION)
+    assert find_spikes(steps, loss + noise) == []
+    assert find_spikes(steps, noise) == []
+    assert expected_false_spikes(noise, np.zeros(MILLION), 0.02) < 0.5
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(("flat", "line", "decay")),
+    st.floats(0.01, 0.05),
+    st.lists(st.tuples(st.floats(7.0, 20.0), st.floats(1.0, 50.0)), min_size=1, max_size=4),
+    st.integers(0, 2**32 - 1),
+)
+def test_injected_spikes_are_found_with_their_true_start_and_extent(
+    kind: str, relative_sd: float, spikes: list[tuple[float, float]], seed: int
+) -> None:
+    """Spikes that rise at once by ``height`` noise SDs (at least 7, which is at least 7 %
+    of the level with noise of at least 1 % of it) and decay back with time constant τ
+    (1 to 50 steps), on noise around a level of 1 that is flat, rises or falls.
+
+    Start: exact. End: the truth is the first step where the true excess, ``height · σ ·
+    e^{-t/τ}``, is within one SD. The finder judges the excess on estimates, the trend's
+    (an error of about 0.3 SD) and a median of 5 to 33 points (0.6 to 0.2 SD), so its end
+    falls where the true excess is between 0.05 and 3.5 SDs (5 to 10 of these errors), or,
+    for a spike of a few steps whose excess crosses those bounds within a step or two,
+    within 8 steps of the truth (a median of 5 with a noisy point or two in it holds a few
+    steps more)."""
+    rng = np.random.default_rng(seed)
+    n, first, apart = 3000, 700, 520
+    sd = relative_sd
+    t = np.arange(n)
+    # Flat; rising by 20 SDs over the run; falling by 19 SDs, bending by 0.07 SD over 144.
+    shape = {"flat": 0.0 * t, "line": 20.0 * t / n, "decay": 30.0 * np.exp(-t / 3000)}[kind]
+    level = 1.0 + sd * shape
+    values = level + sd * rng.normal(size=n)
+    truth = []
+    for k, (height, tau) in enumerate(spikes):
+        at = first + k * apart
+        excess = height * sd * np.exp(-(t[at:] - at) / tau)
+        values[at:] += excess
+        values[at] = level[at] + height * sd  # the first step: exactly ``height`` SDs up
+        truth.append((at, at + int(np.argmax(excess <= sd)), height, tau))
+    found = find_spikes(t, values)
+    for at, end, height, tau in truth:
+        mine = [s for s in found if s.start <= at + 1 and s.end >= at]
+        assert [s.start for s in mine] == [at], (at, found)
+        (spike,) = mine
+        assert spike.recovered
+        late, early = end + tau * math.log(20) + 8, end - tau * math.log(3.5) - 8
+        if abs(spike.end - end) > 8:
+            assert early <= spike.end <= late, (spike, end, height, tau)
+            left = height * math.exp(-(spike.end - at) / tau)
+            assert 0.05 <= left <= 3.5, (spike, end, left)
+    assert len(found) == len(spikes), found
