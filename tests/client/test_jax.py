@@ -29,6 +29,7 @@ from normwatch.client.jax import (
     stability_metrics,
 )
 from normwatch.testing import ServerProcess
+from tests.helpers.docs_figures import docs_figures
 from tests.helpers.ingest import IngestRecorder
 from tests.helpers.jax_norms import (
     RTOL,
@@ -594,3 +595,14 @@ def test_the_unstable_example_shows_update_norm_spikes_leading_loss_spikes(
     # Each loss spike lasts until the loss is back within a noise SD of its trend, recovery
     # included (about 16 % of the steps; 5 % when the end was the first noisy point under).
     assert 0.05 <= report["fraction_in_spikes"][follower] <= 0.25, report["fraction_in_spikes"]
+
+    # What docs/analytics.md quotes of this run is the spikes API's answer at its default.
+    with httpx.Client(
+        base_url=sqlite_server.url, headers=tenant.headers("read"), timeout=60
+    ) as api:
+        default = api.get(
+            f"/api/v1/runs/{run['id']}/spikes", params={"metric": [leader, follower, grads]}
+        ).json()
+    docs = docs_figures()
+    figures = docs.train_lm_figures(default)
+    assert docs.apply(figures, write=False, passages=docs.EXAMPLE_PASSAGES) == [], figures

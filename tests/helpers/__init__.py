@@ -18,6 +18,7 @@
 - `floats`: float comparisons that tell NaN and the signed zeros apart.
 - `training_logs`: training logs as the importers read them, and what they hold.
 - `coroutines`: a coroutine run to completion in a thread of its own.
+- `docs_figures`: `scripts/docs-figures` as a module (the docs' quoted figures and their check).
 
 Fixtures stay in the ``conftest.py`` files: ``tests/conftest.py`` for databases, servers,
 tenants and the receiver; a package's own for what only its tests use.

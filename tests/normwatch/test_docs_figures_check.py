@@ -4,27 +4,9 @@ touching the passage's wrapping."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def script() -> ModuleType:
-    path = ROOT / "scripts" / "docs-figures"
-    loader = importlib.machinery.SourceFileLoader("docs_figures", str(path))
-    spec = importlib.util.spec_from_loader("docs_figures", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["docs_figures"] = module  # its dataclasses look their module up there
-    try:
-        loader.exec_module(module)
-    finally:
-        del sys.modules["docs_figures"]
-    return module
+from tests.helpers.docs_figures import docs_figures as script
 
 
 def test_a_stale_figure_is_named_and_written_in_place(tmp_path: Path) -> None:
