@@ -32,25 +32,11 @@ from normwatch.server.db import build_engine, session_factory
 from normwatch.server.storage.policy import Policy
 from normwatch.testing import ServerProcess
 from tests.helpers.committed import compact, count_rows
+from tests.helpers.floats import TRICKY_FLOATS, bits
 from tests.helpers.tenants import Tenant
 
-TRICKY = [
-    2.99993896484375,  # exact in float32, whose shortest digits (2.999939) are another float64
-    16.017241,
-    1 / 3,
-    1e-50,
-    5e-324,
-    float(2**53 + 1),
-    -0.0,
-    0.1,
-]
 N = 400
 PEAK = 300
-
-
-def bits(values: Any) -> list[int]:
-    """Each float64's bit pattern (``-0.0`` is not ``0.0``)."""
-    return np.asarray(values, np.float64).view(np.int64).tolist()
 
 
 @pytest.fixture
@@ -114,7 +100,7 @@ def test_float32s_from_jax_arrive_exact_and_every_reader_gives_the_number_logged
         {
             "grad/norm/total": jnp.asarray(grad[s]),  # a float32 on the device
             "params/norm/total": np.float32(grad[s] * 80),  # a NumPy float32
-            "odd": TRICKY[s % len(TRICKY)],  # a Python float
+            "odd": TRICKY_FLOATS[s % len(TRICKY_FLOATS)],  # a Python float
             "bf16": jnp.asarray(grad[s], jnp.bfloat16),
         }
         for s in range(N)
@@ -127,7 +113,7 @@ def test_float32s_from_jax_arrive_exact_and_every_reader_gives_the_number_logged
     want = {
         "grad/norm/total": [float(v) for v in grad] + [None] * N,  # float(np.float32): exact
         "params/norm/total": [float(np.float32(v * 80)) for v in grad] + [None] * N,
-        "odd": [TRICKY[s % len(TRICKY)] for s in range(N)] + [None] * N,
+        "odd": [TRICKY_FLOATS[s % len(TRICKY_FLOATS)] for s in range(N)] + [None] * N,
         "bf16": [float(jnp.asarray(v, jnp.bfloat16).astype(jnp.float32)) for v in grad]
         + [None] * N,
         "packed/a": [None] * N + [float(v) for v in grad],

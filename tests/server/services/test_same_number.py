@@ -21,20 +21,11 @@ from normwatch.server.services.full_resolution import Reader
 from normwatch.server.storage.policy import Policy
 from tests.helpers.committed import Sessions, compact, new_run, post, the_run
 from tests.helpers.databases import BACKENDS, own_sessions
+from tests.helpers.floats import TRICKY_FLOATS, bits
 
 GRAD, ODD = "grad/norm/total", "odd/values"
 N = 3000
 PEAK = 1500
-ODD_VALUES = [
-    2.99993896484375,  # exact in float32, whose shortest digits (2.999939) are another float64
-    16.017241,
-    1 / 3,
-    1e-50,
-    5e-324,
-    float(2**53 + 1),
-    -0.0,
-    0.1,
-]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -45,17 +36,13 @@ def sessions(
         yield made
 
 
-def bits(values: object) -> list[int]:
-    return np.asarray(values, np.float64).view(np.int64).tolist()
-
-
 def logged() -> tuple[np.ndarray, np.ndarray]:
     """A grad norm as JAX hands it over (float32s, as their exact float64) around 1, with
     one spike at `PEAK` to 2.99993896484375; and a metric of awkward values every step."""
     rng = np.random.default_rng(7)
     grad = (1.0 + 0.01 * rng.standard_normal(N)).astype(np.float32).astype(np.float64)
     grad[PEAK] = 2.99993896484375
-    odd = np.resize(np.array(ODD_VALUES), N) * np.where(np.arange(N) % 2, 1.0, 1.0 + 2**-52)
+    odd = np.resize(np.array(TRICKY_FLOATS), N) * np.where(np.arange(N) % 2, 1.0, 1.0 + 2**-52)
     return grad, odd
 
 
