@@ -19,6 +19,16 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
     (`SPREAD_TO_SIGMA`: the standard deviation of Gaussian noise; the longer window, 512
     points, makes it steady to ±6 %; the shorter one raises it where the noise has
     clearly grown, as on a warm-up whose noise grows with it),
+  - where the level has moved fast, σ is read relative to it as well: with
+    ``ρ = min(med(a_t / |m_t|, j-N' ≤ t < j), med(a_t / |m_t|, j-K' ≤ t < j))``, if every
+    ``m_t`` of the noise window has the sign of ``baseline_i`` (below), ``ρ ≤ 0.115``
+    (`LEVEL_SPREAD`: the level 20 noise SDs from zero) and ``|baseline_i| ≥ 1.1 ·
+    med(|m_t|, j-N' ≤ t < j)`` (`LEVEL_MOVE`), then ``σ_i = max(σ, 0.433 · ρ ·
+    |baseline_i|)``; elsewhere ``σ_i = σ``. A norm's noise grows with the norm: on a
+    warm-up that doubles in 100 steps, σ read from the older, lower blocks alone lags
+    the level by 2x, and points 3 SDs up read as more than 5. On noise that does not
+    grow with a rising level this reads σ high, by up to a third (the shorter window's
+    ``ρ`` keeps it near the level's recent growth),
   - ``drift = med((m_u - m_{u-ℓ}) / ℓ, j-N'+ℓ ≤ u < j) / B`` with ``ℓ = ⌈N'/2⌉`` (0 if
     ``N' = 1``), the slope over the noise window,
   - ``slope = med((m_u - m_t) / (u - t), j-K' ≤ t < u < j) / B`` (Theil-Sen; 0 if
@@ -30,7 +40,7 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
   - ``baseline_i = med(m_t + slope · (i - tB - (B-1)/2), max(0, j-5) ≤ t < j)``: the last
     five blocks' medians, each carried along the slope from its centre to the point
     (`ANCHORS`), so the trend is followed up and down with little reach for a curve,
-  - band edge ``e_i = baseline_i + max(threshold · σ, min_relative_rise · |baseline_i|)``.
+  - band edge ``e_i = baseline_i + max(threshold · σ_i, min_relative_rise · |baseline_i|)``.
 
   Points of blocks 0 and 1 (only 0 when ``K = 1``) are never abnormal: one block of
   history has no slope, and on a ramp up from zero it would flag the ramp itself.
@@ -65,7 +75,7 @@ Why ``threshold = 5.25`` (`THRESHOLD`): a point's noise is independent of the po
 before it, so on Gaussian noise of SD σ around a trend ``f`` the expected number of false
 spikes is ``Σ Q((e_i - f_i) / σ)``, the estimates' own errors included (`band` gives each
 ``e_i``). Around flat, linear, exponential and slow sinusoidal trends that sum is 0.4–0.6
-a million points at 5, 0.13–0.18 at 5.25 and 0.04–0.06 at 5.5. A point 7 SDs up is missed
+a million points at 5, 0.13–0.17 at 5.25 and 0.04–0.06 at 5.5. A point 7 SDs up is missed
 only where σ is overestimated and the baseline misplaced together: none of 10,000 at
 5.25, about 1 in 100 at 6 (docs/analytics.md has the command). Heavy-tailed metrics (a
 grad norm) have more points past 5.25 SDs of their Gaussian-equivalent noise; the 5 %
@@ -118,6 +128,13 @@ ANCHORS = 5
 """How many of the latest blocks a point's baseline is carried from."""
 RECENT_NOISE = 1.25
 """How much noisier the last ``K`` blocks must read than the last ``N`` to raise σ."""
+LEVEL_MOVE = 1.1
+"""How far a point's baseline must be past the noise window's typical level,
+``med(|m_t|)``, for σ to be read relative to the level as well."""
+LEVEL_SPREAD = 0.115
+"""The largest ``med(a_t / |m_t|)`` at which σ is read relative to the level: noise of SD
+under 5 % of the level (``0.433 · 0.115``), a level 20 noise SDs from zero; nearer zero
+the ratio means little."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +331,27 @@ def _trailing_median(x: FloatArray, width: int) -> FloatArray:
     return out
 
 
+def _relative_spread(
+    spreads: FloatArray, med: FloatArray, width: int, short: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Row ``j - 1``: over the last ``N' = min(width, j)`` blocks, ``med(a_t / |m_t|)``,
+    ``med(|m_t|)`` and the sign all the ``m_t`` share (0 where they do not share one, or
+    where the first is above `LEVEL_SPREAD`: a level too close to the noise for the ratio to
+    mean much)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(med != 0, spreads / np.abs(med), np.inf)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    typical = np.minimum(_trailing_median(ratio, width), _trailing_median(ratio, short))
+    counts = np.arange(1, len(med) + 1)
+    kept = np.minimum(counts, width)
+    sign = np.zeros(len(med))
+    for value in (1.0, -1.0):
+        agree = np.r_[0, np.cumsum(np.sign(med) == value)]
+        sign[agree[counts] - agree[counts - kept] == kept] = value
+    sign[~(typical <= LEVEL_SPREAD)] = 0.0
+    return typical, _trailing_median(np.abs(med), width), sign
+
+
 def _band(
     v: FloatArray, threshold: float, rise: float, block: int, window: int, noise_window: int
 ) -> NoiseBand:
@@ -338,6 +376,10 @@ def _band(
     sigma = SPREAD_TO_SIGMA * np.maximum(
         _trailing_median(spreads, noise_window), _trailing_median(spreads, window) / RECENT_NOISE
     )
+    # The noise window's spreads relative to each block's level, where every level in it is
+    # of one sign and far above the noise: scaled by the point's baseline, the noise of a
+    # metric whose noise grows with it (an update norm in warm-up) does not lag the level.
+    relative = _relative_spread(spreads, med, noise_window, window)
     rows = np.arange(judged_from - 1, complete)
     # A fall is followed only as steeply as the longer noise window confirms: a spike's
     # recovery in the short window would tilt its slope down past the series.
@@ -366,8 +408,12 @@ def _band(
     baseline[judged] = base
     slope[judged] = per_step[at]
     steady[judged] = drift[at]
-    noise[judged] = sigma[row]
-    edge[judged] = base + np.maximum(threshold * sigma[row], rise * np.abs(base))
+    ratio, typical_level, sign = (column[row] for column in relative)
+    moved = (sign != 0) & (np.sign(base) == sign) & (np.abs(base) >= LEVEL_MOVE * typical_level)
+    scaled = np.where(moved, SPREAD_TO_SIGMA * ratio * np.abs(base), 0.0)
+    sd = np.maximum(sigma[row], scaled)
+    noise[judged] = sd
+    edge[judged] = base + np.maximum(threshold * sd, rise * np.abs(base))
     return NoiseBand(baseline, slope, steady, noise, edge)
 
 

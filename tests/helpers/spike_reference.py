@@ -80,6 +80,22 @@ def reference_spikes(
             block_median(t) + slope * ((i - t * b) - (b - 1) / 2) for t in range(max(0, j - 5), j)
         ]
         baselines[i] = upper_median(carried)
+        # Where every block median of the noise window is of the baseline's sign, the
+        # baseline is at least 1.1 times their median size and the median of
+        # spread / |level| is at most 0.115 (the lower of the noise window's median and the
+        # trend window's), 0.433 times that median times |baseline| too.
+        levels = [block_median(t) for t in range(j - heard, j)]
+        grown = abs(baselines[i]) >= 1.1 * upper_median([abs(m) for m in levels])
+        if grown and (
+            all(m > 0 for m in levels)
+            and baselines[i] > 0
+            or all(m < 0 for m in levels)
+            and baselines[i] < 0
+        ):
+            ratios = [block_spread(t) / abs(block_median(t)) for t in range(j - heard, j)]
+            relative = min(upper_median(ratios), upper_median(ratios[heard - kept :]))
+            if relative <= 0.115:
+                sigma = max(sigma, 0.433 * relative * abs(baselines[i]))
         drifts[i], sigmas[i] = drift, sigma
         edges[i] = baselines[i] + max(threshold * sigma, min_relative_rise * abs(baselines[i]))
 
