@@ -329,6 +329,7 @@ def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> A
 def more_text(report: SpikeReport) -> str | None:
     """What a lower threshold would add, or None where it adds nothing.
 
+    >>> from normwatch.server.services.analytics import MoreAt
     >>> more_text(SpikeReport([], {}, None, [], 5.25, {}, MoreAt(4.0, 2, {"loss": 2})))
     '2 more at 4 SD: lower the threshold to list them.'
     """

@@ -51,6 +51,12 @@ def test_ingest_counters_move_by_exactly_what_was_posted(api: httpx.Client, tena
 
 def test_latency_is_labelled_by_route_template_only(api: httpx.Client, tenant: Tenant) -> None:
     run = create_run(api, tenant, "templates")
+    logged = api.post(
+        f"/api/v1/runs/{run}/metrics",
+        json={"steps": [0, 1], "metrics": {"x": [1.0, 2.0]}},
+        headers=tenant.headers("ingest"),
+    )
+    assert logged.status_code == 202, logged.text
     headers = tenant.headers("read")
     assert api.get(f"/api/v1/runs/{run}/metrics", headers=headers).status_code == 200
     before = scrape(api)
