@@ -100,25 +100,45 @@ def reference_spikes(
         edges[i] = baselines[i] + max(threshold * sigma, min_relative_rise * abs(baselines[i]))
 
     found = []
+    lifted: list[tuple[int, int]] = []  # earlier spikes' extents, and as long again after
     i = 0
     while i < n:
         if not v[i] > edges[i]:
             i += 1
             continue
         start, edge, drift, base = i, edges[i], drifts[i], baselines[i]
+        # The drift over the noise window's blocks that no earlier spike lifts, at the
+        # lag of half their number, if two are left.
+        j = start // b
+        kept = [
+            t
+            for t in range(j - min(w, j), j)
+            if not any(lo <= t * b + b - 1 and t * b <= hi for lo, hi in lifted)
+        ]
+        if len(kept) >= 2:
+            lag = (len(kept) + 1) // 2
+            pairs = [
+                (block_median(kept[x + lag]) - block_median(kept[x])) / (kept[x + lag] - kept[x])
+                for x in range(len(kept) - lag)
+            ]
+            drift = upper_median(pairs) / b
+            if j < w and drift < 0:
+                drift = 0.0
         back = max(sigmas[i], min_relative_rise / 5 * abs(base))
         horizon = k * b if drift < 0 else w * b
+        excess = [v[p] - (base + drift * min(p - start, horizon)) for p in range(n)]
         end = n
         for q in range(start + 1, n):
-            # The excess over the frozen trend, its median over a window as wide as the
-            # spike's age, back within one noise SD; and no abnormal point just after.
-            half = min(16, max(max_gap, (q - start) // 2))
-            window = range(max(start + 1, q - half), min(n - 1, q + half) + 1)
-            smoothed = statistics.median(
-                v[p] - (base + drift * min(p - start, horizon)) for p in window
+            # Back within one noise SD, or within two and no lower than 33 points before
+            # (both windows full); and no abnormal point just after.
+            now = smoothed_excess(excess, start, q, max_gap)
+            stalled = (
+                q - start >= 65
+                and now <= 2 * back
+                and now >= smoothed_excess(excess, start, q - 33, max_gap)
             )
             ahead = range(q, min(n, q + 2 * max_gap + 1))
-            if smoothed <= back and all(
+            if (now <= back or stalled) and all(
                 v[p] <= edge + drift * min(p - start, horizon) for p in ahead
             ):
                 end = q
@@ -127,6 +147,7 @@ def reference_spikes(
         for p in range(start, min(end + 1, n)):
             if v[p] > v[peak]:
                 peak = p
+        lifted.append((start, 2 * end - start))
         found.append(
             Spike(
                 start=points[start][0],
@@ -141,6 +162,13 @@ def reference_spikes(
         )
         i = end + 1
     return found
+
+
+def smoothed_excess(excess: Sequence[float], start: int, q: int, max_gap: int) -> float:
+    """The median of a spike's excess over a window as wide as its age at ``q``."""
+    half = min(16, max(max_gap, (q - start) // 2))
+    window = range(max(start + 1, q - half), min(len(excess) - 1, q + half) + 1)
+    return statistics.median(excess[p] for p in window)
 
 
 def reference_fraction(
