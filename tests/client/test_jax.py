@@ -605,4 +605,5 @@ def test_the_unstable_example_shows_update_norm_spikes_leading_loss_spikes(
         ).json()
     docs = docs_figures()
     figures = docs.train_lm_figures(default)
-    assert docs.apply(figures, write=False, passages=docs.EXAMPLE_PASSAGES) == [], figures
+    stale = docs.apply(figures, write=False, passages=docs.EXAMPLE_PASSAGES)
+    assert stale == [], "\n".join([*stale, f"measured: {figures}"])
