@@ -11,13 +11,16 @@ alerts and tokens stay, and the simulated run goes on from its last stored step.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -46,9 +49,22 @@ def run_demo(
     added to ``NORMWATCH_WEBHOOK_ALLOW`` (validated by the caller).
     """
     db = Path(db_path).resolve()
+    port = port or int(os.environ.get("NORMWATCH_PORT", "8000"))
+    # Another demo on this file, or anything on this port: refuse before the file is touched
+    # (a fresh demo deletes it, and a server already serving it would go on serving a
+    # deleted file).
+    lock = claim_database(db)
+    if lock is None:
+        return 1
+    if not port_free(port):
+        print(
+            f"error: 127.0.0.1:{port} is in use (another normwatch demo or server?); stop "
+            "it or pass --port",
+            file=sys.stderr,
+        )
+        return 1
     kept = keep and db.exists()
     url, admin, ingest = prepare_database(db, keep=kept)
-    port = port or int(os.environ.get("NORMWATCH_PORT", "8000"))
     base = f"http://127.0.0.1:{port}"
     allow = [e for e in (os.environ.get("NORMWATCH_WEBHOOK_ALLOW", ""), *webhook_allow) if e]
 
@@ -111,6 +127,42 @@ def run_demo(
             except subprocess.TimeoutExpired:
                 server.kill()
     return 0
+
+
+def claim_database(db: Path) -> IO[str] | None:
+    """Hold ``<db>.lock`` for as long as this process runs (the open file it returns), so
+    that no second demo deletes or serves the same file; None, saying which process holds
+    it, when another demo does."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(f"{db}.lock", "a+")  # held, and locked, until the process ends
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        print(
+            f"error: {db} is in use by another normwatch demo (pid {holder}); stop it, or "
+            "pass --db for a demo of its own",
+            file=sys.stderr,
+        )
+        return None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (a bind there succeeds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def prepare_database(db: Path, *, keep: bool) -> tuple[str, str, str]:

@@ -157,3 +157,52 @@ def test_demo_refuses_a_webhook_host_it_cannot_read(tmp_path: Path) -> None:
         "or network (CIDR such as 10.0.0.0/8)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_demo_never_touches_a_running_ones_database_or_port(tmp_path: Path) -> None:
+    """A second ``normwatch demo`` on the database or the port of a running one refuses,
+    naming which, before it deletes or serves anything: the first goes on with its runs."""
+    db, port = tmp_path / "demo.db", free_port()
+    first = Demo(db, port)
+    try:
+        first.read_until("Backfilling history")
+        with first.admin() as api:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                before = {run["name"] for run in api.get("/api/v1/runs").json()}
+                if RUN_NAME in before:
+                    break
+                time.sleep(0.2)
+        assert RUN_NAME in before
+        inode = db.stat().st_ino
+
+        for args, said in (
+            (["--db", str(db), "--port", str(free_port())], f"{db} is in use by another"),
+            (["--db", str(db), "--port", str(free_port()), "--keep"], f"pid {first.process.pid}"),
+            (["--db", str(tmp_path / "other.db"), "--port", str(port)], f"{port} is in use"),
+        ):
+            second = subprocess.run(
+                [sys.executable, "-m", "normwatch", "demo", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert second.returncode == 1, second.stdout + second.stderr
+            assert said in second.stderr, second.stderr
+            assert "Traceback" not in second.stderr
+            assert "admin token" not in second.stdout
+
+        assert db.stat().st_ino == inode  # the same file, never deleted and made again
+        assert not (tmp_path / "other.db").exists()
+        with first.admin() as api:
+            after = {run["name"] for run in api.get("/api/v1/runs").json()}
+        assert before <= after
+    finally:
+        first.stop()
+    # Once the first has stopped, the file is free again.
+    again = Demo(db, free_port(), "--keep")
+    try:
+        again.read_until("admin token")
+        assert "kept from the last demo" in again.read_until("database")
+    finally:
+        again.stop()
