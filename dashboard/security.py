@@ -67,7 +67,9 @@ def content_security_policy(script_hashes: Iterable[str] = ()) -> str:
             "default-src 'self'",
             f"script-src {scripts}",
             "style-src 'self' 'unsafe-inline'",
-            "img-src 'self' data:",
+            # A chart's PNG download: plotly.js draws its SVG into an image from a blob: URL
+            # (made by the page's own script) before it paints it on a canvas.
+            "img-src 'self' data: blob:",
             "connect-src 'self'",
             "font-src 'self' data:",
             "object-src 'none'",

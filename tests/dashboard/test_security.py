@@ -52,7 +52,7 @@ SCRIPT = re.compile(r"<script(?P<attrs>[^>]*)>(?P<body>.*?)</script>", re.S)
 def test_content_security_policy_names_every_directive() -> None:
     assert content_security_policy(["'sha256-AAA='", "'sha256-BBB='"]) == (
         "default-src 'self'; script-src 'self' 'sha256-AAA=' 'sha256-BBB='; "
-        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; "
         "font-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; "
         "frame-ancestors 'none'"
     )
