@@ -30,6 +30,9 @@ PARAM_BLUE = "#1f77b4"
 EVENT_GREY = "#555555"
 FIRING_RED = "#c0392b"
 RESOLVED_GREEN = "#2ca02c"
+DOWNSAMPLED = " (downsampled, spikes kept)"
+"""What a line's name says when it shows fewer points than the range holds: each pixel's
+first, last, lowest and highest point (M4), so no spike is lost."""
 
 WHITE_TEMPLATE: dict[str, Any] = pio.templates["plotly_white"].to_plotly_json()
 """plotly_white as plotly.js takes it, built once."""
@@ -216,7 +219,7 @@ def overlay_figure(view: OverlayView) -> Figure:
                 }
             )
         xs, ys = _finite(line)
-        suffix = " (M4)" if line.downsampled else ""
+        suffix = DOWNSAMPLED if line.downsampled else ""
         traces.append(
             {
                 "type": "scatter",

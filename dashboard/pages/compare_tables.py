@@ -12,7 +12,7 @@ from dash import dcc, html
 from normwatch.server.schemas import RunOut
 from normwatch.server.schemas.analytics import ComparedRunOut, CompareOut
 
-from ..figures import Line, run_color
+from ..figures import DOWNSAMPLED, Line, run_color
 
 __all__ = [
     "NO_DIFFERENCES",
@@ -56,7 +56,8 @@ def line_of(run: ComparedRunOut) -> Line:
 def range_text(
     lines: Sequence[tuple[str, Line]], missing: Sequence[Sequence[str]] | None = None
 ) -> str:
-    """'a: 2,000 points, steps 0–1,999 · b (M4): 1,000 of 20,000 points, steps 0–19,999';
+    """'a: 2,000 points, steps 0–1,999 · b (downsampled, spikes kept): 1,000 of 20,000
+    points, steps 0–19,999';
     a run that never logged the metric (``missing``: per run, the names it lacks) says so.
 
     >>> range_text([("a", Line("m", [], [])), ("b", Line("m", [], []))], [["m"], []])
@@ -71,7 +72,7 @@ def range_text(
         if not line.steps:
             parts.append(f"{label}: no points")
             continue
-        name = label + (" (M4)" if line.downsampled else "")
+        name = label + (DOWNSAMPLED if line.downsampled else "")
         count = f"{len(line.steps):,}" + (f" of {line.total_points:,}" if line.downsampled else "")
         parts.append(f"{name}: {count} points, steps {line.steps[0]:,}–{line.steps[-1]:,}")
     return " · ".join(parts)

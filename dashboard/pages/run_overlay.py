@@ -15,7 +15,16 @@ import dash
 import numpy as np
 from dash import html
 
-from ..figures import AlertMark, Figure, Line, Marker, OverlayView, empty_figure, overlay_figure
+from ..figures import (
+    DOWNSAMPLED,
+    AlertMark,
+    Figure,
+    Line,
+    Marker,
+    OverlayView,
+    empty_figure,
+    overlay_figure,
+)
 from ..overlay_aids import Aids, with_aids
 from ..transforms import ema, normalize, outlier_range
 from .run_view import RunView
@@ -153,7 +162,8 @@ def data_patch(fig: Figure) -> dash.Patch:
 
 
 def range_text(overlay: OverlayView | None) -> str:
-    """'grad/norm/total (M4): 4,000 points, steps 0–99,999 · ...', from the lines drawn.
+    """'grad/norm/total (downsampled, spikes kept): 4,000 points, steps 0–99,999 · ...', from
+    the lines drawn.
 
     Read from the lines, not the figure, whose names are escaped for Plotly.
     """
@@ -162,7 +172,7 @@ def range_text(overlay: OverlayView | None) -> str:
     parts = []
     for line in (overlay.left, overlay.right, *overlay.extra):
         if line is not None and len(line.steps):
-            name = line.metric + (" (M4)" if line.downsampled else "")
+            name = line.metric + (DOWNSAMPLED if line.downsampled else "")
             parts.append(
                 f"{name}: {len(line.steps):,} points, steps {line.steps[0]:,}–{line.steps[-1]:,}"
             )

@@ -74,7 +74,7 @@ def test_overlay_figure_escapes_names_events_and_alerts() -> None:
 
     assert left["name"] == '&lt;a href="javascript:alert(1)"&gt;x&lt;/a&gt;'
     assert left["meta"] == left["name"]
-    assert right["name"] == right_name + " (M4)"
+    assert right["name"] == right_name + " (downsampled, spikes kept)"
     assert right["meta"] == right_name
     # The metric reaches the hover label through meta; the template itself never changes.
     assert left["hovertemplate"] == right["hovertemplate"] == LINE_TEMPLATE
@@ -144,7 +144,7 @@ def test_overlay_figure_draws_left_red_and_right_blue_on_twin_axes() -> None:
             "type": "scatter",
             "x": [0, 2],
             "y": [78.0, 79.0],
-            "name": "params/norm/final_norm.weight (M4)",
+            "name": "params/norm/final_norm.weight (downsampled, spikes kept)",
             "meta": "params/norm/final_norm.weight",
             "mode": "lines",
             "line": {"color": PARAM_BLUE, "width": 1.5},

@@ -483,7 +483,10 @@ def test_draw_a_line_a_run_and_the_tables() -> None:
     assert fig["layout"]["xaxis"]["range"] == [100, 300]
     assert fig["layout"]["yaxis"]["title"]["text"] == TOTAL
     assert fig["layout"]["uirevision"] == f"r1|r2|{TOTAL}"
-    assert info == "qk-off: 4 points, steps 0–3 · qk-on (M4): 2 of 40 points, steps 0–2"
+    assert (
+        info == "qk-off: 4 points, steps 0–3 · qk-on (downsampled, spikes kept): 2 of 40 points, "
+        "steps 0–2"
+    )
     assert header(summary_table) == [
         "run",
         "max",

@@ -73,7 +73,7 @@ def test_chart_shape_names_traces_events_and_alerts() -> None:
     fig = view_figure(overlay)
     assert chart_shape(fig, EVENTS, ALERTS) == [
         "grad/norm/total|y",
-        "params/norm/final_norm.weight (M4)|y2",
+        "params/norm/final_norm.weight (downsampled, spikes kept)|y2",
         "alert firing|y3",
         "event@1",
         "alert:firing@2",
@@ -116,14 +116,15 @@ def test_range_text_names_metrics_as_written() -> None:
         right=Line(STYLED + " " + TEMPLATE, [0, 1, 2], [4.0, 5.0, 6.0], downsampled=True),
     )
     assert range_text(view) == (
-        f"{LINK}: 3 points, steps 0–2 · {STYLED} {TEMPLATE} (M4): 3 points, steps 0–2"
+        f"{LINK}: 3 points, steps 0–2 · {STYLED} {TEMPLATE} (downsampled, spikes kept): "
+        "3 points, steps 0–2"
     )
 
 
 def test_range_text_counts_and_skips_empty_lines() -> None:
     many = Line("grad/norm/total", list(range(0, 200_000, 50)), [1.0] * 4000, downsampled=True)
     assert range_text(OverlayView(left=many, right=Line("params/norm/a", [], []))) == (
-        "grad/norm/total (M4): 4,000 points, steps 0–199,950"
+        "grad/norm/total (downsampled, spikes kept): 4,000 points, steps 0–199,950"
     )
     assert range_text(OverlayView(left=None, right=None)) == ""
     assert range_text(None) == ""
