@@ -53,9 +53,9 @@ NAMED = np.array(
         -np.inf,
     ]
 )
-"""The values the issue named, and their neighbours in trouble: subnormals, signed zeros,
-integers past 2**53, non-finite values. All within float32's range: a finite value past it
-keeps even a float32 chunk in float64."""
+"""The values that drifted under float32 storage, and their neighbours in trouble:
+subnormals, signed zeros, integers past 2**53, non-finite values. All within float32's
+range: a finite value past it keeps even a float32 chunk in float64."""
 EXTREMES = np.array([1.7976931348623157e308, -1.7976931348623157e308, 3.5e38])
 """Finite values past float32's range."""
 
