@@ -221,8 +221,8 @@ def _xaxis(x_range: tuple[int, int] | None) -> dict[str, Any]:
     return axis
 
 
-ROW_PIXELS = 11
-"""The least height a labelled row needs (9 px text and a gap)."""
+ROW_PIXELS = 14
+"""The least height a labelled row needs (11 px text and a gap)."""
 _NUMBERED = re.compile(r"(^|[./])(layers?|blocks?|h)\.?\d+($|[./])")
 
 
@@ -293,7 +293,7 @@ def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
         "hovertemplate": f"%{{y}} · step %{{x}}<br>%{{customdata:.4g}} ({what})<extra></extra>",
         "name": plot_text(grid.family),
     }
-    height = grid.height or max(320, min(720, 110 + 9 * len(grid.layers)))
+    height = grid.height or max(320, min(720, 110 + 12 * len(grid.layers)))
     layout = {
         "template": WHITE_TEMPLATE,
         "height": height,
@@ -306,7 +306,7 @@ def layer_heatmap_figure(grid: LayerHeatmap) -> Figure:
         "yaxis": {
             "type": "category",
             "title": {"text": "embedding → lm_head"},
-            "tickfont": {"size": 9},
+            "tickfont": {"size": 11},
             "automargin": True,
             **row_ticks(grid.layers, height),
         },
