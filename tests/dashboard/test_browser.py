@@ -223,6 +223,8 @@ def test_a_ratio_on_the_right_axis_and_a_mistyped_metric_said(
     assert page.inner_text("#range-info .error") == (
         "Not drawn: no metric 'train/los' in this run (closest: 'train/loss')."
     )
+    # The note and the figure come in one answer; plotly.js draws the figure a moment later.
+    page.wait_for_function(f"() => {{ const f = ({FIGURE_JS})(); return f && f.data.length; }}")
     drawn = page.evaluate(f"({FIGURE_JS})()")
     assert [t["name"] for t in drawn["data"]] == ["grad/norm/total"]
     assert errors == []
