@@ -130,7 +130,7 @@ def test_normalize_mode_and_a_y_range_that_ignores_the_spike(
     chart(page, "c.data.length >= 2")
 
     page.click("#normalize")
-    page.click("text=÷ value at the view's start")
+    page.click("text=÷ first value in the view")
     normal = chart(page, "c.ytitle.startsWith('÷')")
     by_name = {t["name"]: t for t in normal["data"]}
     assert {t["yaxis"] for t in normal["data"]} == {"y"}  # one axis for both

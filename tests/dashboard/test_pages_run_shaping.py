@@ -12,6 +12,7 @@ from normwatch.dashboard.figures import RAW_OPACITY, Line, Marker
 from normwatch.dashboard.pages.run_axes import clock_axis, tokens_axis, tokens_metric
 from normwatch.dashboard.pages.run_download import export_href
 from normwatch.dashboard.pages.run_overlay import overlay_for, view_figure
+from normwatch.dashboard.pages.run_shaping import NORMALIZE_OPTIONS
 from normwatch.dashboard.pages.run_view import RunView, view_from_relayout
 from normwatch.dashboard.transforms import ema
 
@@ -43,9 +44,37 @@ def test_normalize_puts_every_series_on_one_axis_divided_by_its_start() -> None:
     fig = view_figure(overlay)
     assert [t["y"] for t in fig["data"]] == [[1.0, 3.0, 2.0, 4.0], [1.0, 1.01, 1.02, 1.03]]
     assert [t["yaxis"] for t in fig["data"]] == ["y", "y"]
-    assert fig["layout"]["yaxis"]["title"]["text"] == "÷ value at the start of the view"
+    assert fig["layout"]["yaxis"]["title"]["text"] == "each series ÷ its first value in the view"
     median = view_figure(overlay_for(RunView(RUN, GRAD.metric, norm="median"), LINES, [], []))
     assert median["data"][0]["y"] == [0.4, 1.2, 0.8, 1.6]
+    assert median["layout"]["yaxis"]["title"]["text"] == "each series ÷ its median over the view"
+
+
+def test_normalize_by_default_divides_by_the_median_so_a_warm_up_sets_no_scale() -> None:
+    # A grad norm ten times its later level for the first two points of the view.
+    warm = Line(GRAD.metric, [0, 1, 2, 3, 4, 5], [10.0, 8.0, 1.0, 1.0, 2.0, 1.0])
+    for norm in ("1", "true", "yes", "median"):
+        view = RunView.from_query(RUN, [GRAD.metric], left=GRAD.metric, right="", norm=norm)
+        assert view.norm == "median"
+        drawn = view_figure(overlay_for(view, {GRAD.metric: warm}, [], []))
+        assert drawn["data"][0]["y"] == [6.666666666666667, 5.333333333333333] + [
+            0.6666666666666666,
+            0.6666666666666666,
+            1.3333333333333333,
+            0.6666666666666666,
+        ]
+    # Links made before the median became the default keep their mode.
+    old = RunView.from_query(RUN, [GRAD.metric], left=GRAD.metric, right="", norm="start")
+    assert old.norm == "start"
+    started = view_figure(overlay_for(old, {GRAD.metric: warm}, [], []))
+    assert started["data"][0]["y"] == [1.0, 0.8, 0.1, 0.1, 0.2, 0.1]
+    for off in (None, "", "0", "max"):
+        assert RunView.from_query(RUN, [GRAD.metric], norm=off).norm is None
+    assert [o["value"] for o in NORMALIZE_OPTIONS] == ["median", "start"]
+    assert [o["label"] for o in NORMALIZE_OPTIONS] == [
+        "÷ median over the view",
+        "÷ first value in the view",
+    ]
 
 
 def test_robust_range_leaves_a_spike_off_the_chart() -> None:
