@@ -108,6 +108,8 @@ def test_smoothing_log_scale_and_the_x_axis_by_tokens_and_by_time(
     line = next(t for t in by_time["data"] if t["name"] == "grad/norm/total")
     at = dict(zip([round(x, 6) for x in line["x"]], range(len(line["x"])), strict=False))
     assert math.isclose(line["x"][399] - line["x"][99], 3.0, abs_tol=1e-6), at
+    assert by_time["xtitle"] == "wall time since the run's start (h)"
+    assert min(x for x in line["x"] if x is not None) == 0.0
     assert query(page)["x"] == "time"
 
     # The link reproduces the view.

@@ -119,11 +119,35 @@ def test_an_x_axis_moves_lines_events_and_range_and_hovers_say_the_step() -> Non
     assert zoomed.x_range == (5, 25)
 
 
-def test_wall_time_counts_hours_from_the_first_mark() -> None:
-    axis = clock_axis([100, 200, 300], [1_700_000_000.0, 1_700_003_600.0, 1_700_005_400.0])
+def test_wall_time_counts_from_the_first_mark() -> None:
+    axis = clock_axis([100, 200, 300], [1_700_000_000.0, 1_700_003_600.0, 1_700_009_000.0])
     assert axis is not None
-    assert axis.to_x([100, 250, 300, 400]).tolist() == [0.0, 1.25, 1.5, 2.25]
+    assert (axis.title, axis.unit) == ("wall time since the run's start (h)", " h")
+    assert axis.to_x([100, 250, 300, 400]).tolist() == [0.0, 1.75, 2.5, 3.75]
     assert clock_axis([1], [5.0]) is None
+
+
+def test_wall_time_is_never_negative_and_reads_in_the_unit_its_span_needs() -> None:
+    # The first mark at step 10 (the first batch): step 0 is at the run's start, not before.
+    seconds = clock_axis([10, 20, 30], [1000.0, 1030.0, 1090.0])
+    assert seconds is not None
+    assert (seconds.title, seconds.unit) == ("wall time since the run's start (s)", " s")
+    assert seconds.to_x([0, 5, 10, 20, 30, 40]).tolist() == [0.0, 0.0, 0.0, 30.0, 90.0, 135.0]
+    assert seconds.to_step(0.0) == 10.0 and seconds.to_step(90.0) == 30.0
+    minutes = clock_axis([0, 100], [0.0, 3000.0])
+    assert minutes is not None
+    assert (minutes.title, minutes.to_x([-50, 50, 100]).tolist()) == (
+        "wall time since the run's start (min)",
+        [0.0, 25.0, 50.0],
+    )
+    edge = clock_axis([0, 100], [0.0, 7200.0])
+    assert edge is not None and edge.unit == " h" and edge.to_x([100]).tolist() == [2.0]
+    drawn = clock_axis([10, 20], [0.0, 60.0])
+    assert drawn is not None
+    fig = drawn.apply(view_figure(overlay_for(RunView(RUN, GRAD.metric, ""), LINES, [], [])))
+    assert fig["data"][0]["x"] == [0.0, 0.0, 60.0, 120.0]
+    assert fig["layout"]["xaxis"]["title"]["text"] == "wall time since the run's start (s)"
+    assert fig["layout"]["xaxis"]["range"] == [0.0, 120.0]
 
 
 def test_the_download_link_names_the_views_series_and_range() -> None:
