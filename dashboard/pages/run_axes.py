@@ -3,8 +3,9 @@
 The chart is built in steps, as everything the page reads is indexed by step; an `XAxis`
 then moves every x of the figure (the lines, the flags and alert marks on its top edge, the
 event lines, the fitted lines and forecast of its aids, the range) onto tokens seen or the
-wall time since the run's first batch (in s, min or h by its span), through a reference: the run's tokens metric, or its clock
-(the marks its batches left, `normwatch.server.storage.clock`). Between the reference's
+wall time since the run's first batch (in s, min or h by its span), through a reference:
+the run's tokens metric, or its clock (the marks its batches left,
+`normwatch.server.storage.clock`). Between the reference's
 points the mapping is linear; past its ends it goes on at the reference's mean rate, so that
 a forecast or a step logged after the last mark still lands. Wall time never goes below
 0: a step before the first mark is at the run's start. A zoom on the chart comes back
