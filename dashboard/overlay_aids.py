@@ -18,6 +18,7 @@ from typing import Any
 
 from .figures import Figure, OverlayView, SeriesStyle, plot_text, series_styles
 from .forecast import Forecast, forecast_text, value_text
+from .numbers import number_text, signed_text
 
 __all__ = [
     "Aids",
@@ -27,7 +28,6 @@ __all__ = [
     "label_shift",
     "fit_text",
     "level_change_text",
-    "number_text",
     "slope_text",
     "threshold_label",
     "with_aids",
@@ -72,45 +72,31 @@ class Aids:
     forecast: Forecast | None = None
 
 
-def number_text(value: float) -> str:
-    """A slope or a ratio as the chart writes it: one decimal from 1 to 1,000, three
-    significant digits below, whole numbers above.
-
-    >>> number_text(1.967), number_text(0.0034), number_text(0.99999), number_text(2500.0)
-    ('2.0', '0.0034', '1.0', '2,500')
-    """
-    size = abs(value)
-    if size >= 999.5:
-        return f"{value:,.0f}"
-    if round(size, 1) >= 1:
-        return f"{value:.1f}"
-    return f"{value:.2g}" if size else "0"
-
-
 def slope_text(fit: FitLines) -> str:
-    """'2.0 → 7.5 per 1k steps, ×3.8' (no ratio when the slope before is flat).
+    """'1.967 → 7.503 per 1k steps, ×3.81' (no ratio when the slope before is flat), the
+    numbers as the dashboard writes them everywhere (`.numbers.number_text`).
 
     >>> slope_text(FitLines("m", 5, ((0, 0), (5, 1)), ((5, 1), (9, 4)), 1.967, 7.503, 3.81))
-    '2.0 → 7.5 per 1k steps, ×3.8'
+    '1.967 → 7.503 per 1k steps, ×3.81'
     """
     text = f"{number_text(fit.slope_before)} → {number_text(fit.slope_after)} per 1k steps"
     return text if fit.ratio is None else f"{text}, ×{number_text(fit.ratio)}"
 
 
 def level_change_text(change: float) -> str:
-    """A level change, signed, three significant digits.
+    """A level change, signed (`.numbers.signed_text`).
 
     >>> level_change_text(0.02), level_change_text(-0.5), level_change_text(0.0)
     ('+0.02', '-0.5', '0')
     """
-    return f"{change:+.3g}" if change else "0"
+    return signed_text(change)
 
 
 def fit_text(fit: FitLines) -> str:
     """The chart's note on a fit: its slopes (`slope_text`) and its level change.
 
     >>> fit_text(FitLines("m", 5, ((0, 0), (4, 1)), ((5, 1), (9, 4)), 2.0, 7.5, 3.75, -0.004))
-    '2.0 → 7.5 per 1k steps, ×3.8, level change -0.004'
+    '2 → 7.5 per 1k steps, ×3.75, level change -0.004'
     """
     text = slope_text(fit)
     if fit.level_change is None:

@@ -18,6 +18,7 @@ from normwatch.dashboard.figures import (
     series_styles,
 )
 from normwatch.dashboard.forecast import forecast
+from normwatch.dashboard.numbers import number_text
 from normwatch.dashboard.overlay_aids import (
     CHAR_PX,
     LABEL_GAP,
@@ -26,7 +27,6 @@ from normwatch.dashboard.overlay_aids import (
     FitLines,
     Threshold,
     continued,
-    number_text,
     slope_text,
     with_aids,
 )
@@ -175,7 +175,7 @@ def test_fitted_lines_dashed_in_the_metrics_colour_with_their_numbers() -> None:
     assert {t["line"]["color"] for t in (before, after, carried)} == {PARAM_BLUE}
     assert [t["line"]["dash"] for t in (before, after, carried)] == ["dash", "dash", "dot"]
     (note,) = fig["layout"]["annotations"]
-    assert note["text"] == f"{PARAM.metric}: 10.0 → 25.0 per 1k steps, ×2.5"
+    assert note["text"] == f"{PARAM.metric}: 10 → 25 per 1k steps, ×2.5"
     assert (note["font"]["color"], note["xref"], note["yref"]) == (PARAM_BLUE, "paper", "paper")
     assert continued(FIT) == ((100, 79.0), (200, 80.0))
 
@@ -191,7 +191,7 @@ def test_a_fit_over_a_gap_is_drawn_where_its_points_are_with_its_level_change() 
     assert (before["x"], after["x"]) == ([0, 60], [140, 200])
     assert carried["x"] == [60, 200] and carried["y"] == [78.6, pytest.approx(80.0)]
     (note,) = fig["layout"]["annotations"]
-    assert note["text"] == f"{PARAM.metric}: 10.0 → 25.0 per 1k steps, ×2.5, level change -0.004"
+    assert note["text"] == f"{PARAM.metric}: 10 → 25 per 1k steps, ×2.5, level change -0.004"
 
 
 def test_a_fit_of_a_metric_not_charted_is_not_drawn() -> None:
@@ -202,18 +202,18 @@ def test_a_fit_of_a_metric_not_charted_is_not_drawn() -> None:
 
 
 def test_slope_and_number_texts() -> None:
-    assert slope_text(FIT) == "10.0 → 25.0 per 1k steps, ×2.5"
+    assert slope_text(FIT) == "10 → 25 per 1k steps, ×2.5"
     flat = FitLines("m", 5, ((0, 0), (5, 0)), ((5, 0), (9, 1)), 0.0031, 1.2, None)
     assert slope_text(flat) == "0.0031 → 1.2 per 1k steps"
     assert [number_text(v) for v in (0.0, 0.25, -0.5, 0.96, 1.04, 300.3, 1234.0, -2e-5)] == [
         "0",
         "0.25",
         "-0.5",
-        "1.0",
-        "1.0",
+        "0.96",
+        "1.04",
         "300.3",
         "1,234",
-        "-2e-05",
+        "-2e-5",
     ]
 
 
