@@ -211,12 +211,12 @@ def test_transitions_thresholds_forecast_axes_series_attribution_and_config(
     assert before["x"][0] >= lo and after["x"][1] <= hi
     (fit_note,) = [n for n in fig["notes"] if n.startswith(PARAM)]
     note = re.fullmatch(
-        rf"{PARAM}: (19\.\d|20\.\d) → (49\.\d|50\.\d) per 1k steps, ×2\.[456], "
-        r"level change (0|[+-][0-9.e+-]+)",
+        rf"{PARAM}: (19\.\d{{1,2}}|20(\.\d{{1,2}})?) → (49\.\d{{1,2}}|50(\.\d{{1,2}})?) per 1k "
+        r"steps, ×2\.[456]\d{0,2}, level change (?P<level>0|[+-][0-9.e+-]+)",
         fit_note,
     )
     # The norm only bends at the event: its levels either side agree within their noise.
-    assert note is not None and abs(float(note.group(3))) < 0.2, fit_note
+    assert note is not None and abs(float(note.group("level"))) < 0.2, fit_note
     page.wait_for_selector("#transition-table tr.focused")
     page.mouse.move(0, 0)
     page.evaluate("window.scrollTo(0, 0)")

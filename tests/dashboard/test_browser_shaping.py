@@ -133,7 +133,7 @@ def test_normalize_mode_and_a_y_range_that_ignores_the_spike(
 
     page.click("#normalize")
     page.click("text=÷ first value in the view")
-    normal = chart(page, "c.ytitle.startsWith('÷')")
+    normal = chart(page, "c.ytitle === 'each series ÷ its first value in the view'")
     by_name = {t["name"]: t for t in normal["data"]}
     assert {t["yaxis"] for t in normal["data"]} == {"y"}  # one axis for both
     param = by_name["params/norm/final_norm.weight"]["y"]
