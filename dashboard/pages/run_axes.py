@@ -59,13 +59,15 @@ def tokens_metric(names: Sequence[str]) -> str | None:
 class XAxis:
     """An x axis in other units than steps: ``steps`` ascending and the ``x`` they are at
     (non-decreasing), with the axis's title and the hover's unit; ``floor``, when set, is
-    the least x (a step before the reference's first point is drawn there)."""
+    the least x (a step before the reference's first point is drawn there); ``hover`` the
+    d3 format the hover writes an x in (SI prefixes for tokens: ``1.2G``)."""
 
     steps: npt.NDArray[np.float64]
     x: npt.NDArray[np.float64]
     title: str
     unit: str
     floor: float | None = None
+    hover: str = ".4~s"
 
     def to_x(self, steps: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Steps on this axis: linear between the reference's points, at its mean rate
@@ -104,7 +106,7 @@ class XAxis:
             template = trace.get("hovertemplate")
             if isinstance(template, str):
                 trace["hovertemplate"] = template.replace(
-                    "step %{x}", f"%{{x:.4~s}}{self.unit} · step %{{customdata}}"
+                    "step %{x}", f"%{{x:{self.hover}}}{self.unit} · step %{{customdata}}"
                 )
         layout = fig["layout"]
         for shape in layout.get("shapes", []):
@@ -153,7 +155,9 @@ def clock_axis(steps: Sequence[int], at: Sequence[float]) -> XAxis | None:
     if len(s) < 2:
         return None
     name, size = clock_unit(float(x[-1] - x[0]))
-    return XAxis(s, (x - x[0]) / size, f"wall time since the run's start ({name})", f" {name}", 0.0)
+    title = f"wall time since the run's start ({name})"
+    # Plain digits: SI prefixes would write half an hour as "500m h".
+    return XAxis(s, (x - x[0]) / size, title, f" {name}", floor=0.0, hover=".4~g")
 
 
 def _reference(

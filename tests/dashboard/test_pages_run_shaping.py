@@ -148,6 +148,9 @@ def test_wall_time_is_never_negative_and_reads_in_the_unit_its_span_needs() -> N
     assert fig["data"][0]["x"] == [0.0, 0.0, 60.0, 120.0]
     assert fig["layout"]["xaxis"]["title"]["text"] == "wall time since the run's start (s)"
     assert fig["layout"]["xaxis"]["range"] == [0.0, 120.0]
+    assert fig["data"][0]["hovertemplate"] == (
+        "%{x:.4~g} s · step %{customdata}<br>%{y:.6g}<extra>%{meta}</extra>"
+    )
 
 
 def test_the_download_link_names_the_views_series_and_range() -> None:
