@@ -271,6 +271,8 @@ def overlay_figure(view: OverlayView) -> Figure:
             )
     shapes = []
     annotations = []
+    extent = _extent(style.line for style in styles)
+    shown = view.x_range if view.x_range is not None else extent
     for ev in view.events:
         shapes.append(
             {
@@ -292,6 +294,7 @@ def overlay_figure(view: OverlayView) -> Figure:
                 "xref": "x",
                 "yref": "paper",
                 "yanchor": "bottom",
+                "xanchor": edge_anchor(ev.step, shown),
                 "text": f"{plot_text(ev.label)} ({ev.step:,})",
                 "showarrow": False,
                 "font": {"size": 11, "color": EVENT_GREY},
@@ -307,7 +310,6 @@ def overlay_figure(view: OverlayView) -> Figure:
     if view.y_title is not None:
         left_title, left_color, right_title = plot_text(view.y_title), EVENT_GREY, ""
     xaxis: dict[str, object] = {"title": {"text": "step"}, "showgrid": True}
-    extent = _extent(style.line for style in styles)
     if view.x_range is not None:
         xaxis["range"] = list(view.x_range)
     elif extent is not None:
@@ -359,6 +361,24 @@ def overlay_figure(view: OverlayView) -> Figure:
         "annotations": annotations,
     }
     return {"data": traces, "layout": layout}
+
+
+EDGE = 0.12
+"""How near either end of the x range (a fraction of it) a label starts to lean inward."""
+
+
+def edge_anchor(x: float, shown: tuple[float, float] | None) -> str:
+    """Where a label over the chart at ``x`` hangs from it: centred, but starting at ``x``
+    near the left end of the range ``shown`` and ending there near the right end, so that
+    the label of an event at step 0 reads whole instead of running off the chart's edge.
+
+    >>> edge_anchor(0, (0, 1000)), edge_anchor(500, (0, 1000)), edge_anchor(990, (0, 1000))
+    ('left', 'center', 'right')
+    """
+    if shown is None or shown[1] <= shown[0]:
+        return "left"
+    at = (x - shown[0]) / (shown[1] - shown[0])
+    return "left" if at < EDGE else "right" if at > 1 - EDGE else "center"
 
 
 def _legend_title(view: OverlayView) -> str:

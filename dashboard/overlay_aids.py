@@ -3,28 +3,33 @@ lines fitted before and after a transition, and the forecast. Pure.
 
 Each aid is drawn in the colour and on the axis of the line it belongs to
 (`.figures.series_styles`), as traces after the chart's own (so a tick's data patch, which
-goes by trace index, keeps working) and annotations in paper coordinates (which read the
-same on a log axis). Every text a trainer chose goes through `.figures.plot_text`.
+goes by trace index, keeps working) and annotations: the notes in paper coordinates (which
+read the same on a log axis), each threshold's label in the margin right of the plot at the
+line's height, where no data is drawn under it. Every text a trainer chose goes through
+`.figures.plot_text`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .figures import Figure, OverlayView, SeriesStyle, plot_text, series_styles
 from .forecast import Forecast, forecast_text, value_text
+from .numbers import number_text, signed_text
 
 __all__ = [
     "Aids",
     "FitLines",
     "Threshold",
     "continued",
+    "label_shift",
     "fit_text",
     "level_change_text",
-    "number_text",
     "slope_text",
+    "threshold_label",
     "with_aids",
 ]
 
@@ -67,45 +72,31 @@ class Aids:
     forecast: Forecast | None = None
 
 
-def number_text(value: float) -> str:
-    """A slope or a ratio as the chart writes it: one decimal from 1 to 1,000, three
-    significant digits below, whole numbers above.
-
-    >>> number_text(1.967), number_text(0.0034), number_text(0.99999), number_text(2500.0)
-    ('2.0', '0.0034', '1.0', '2,500')
-    """
-    size = abs(value)
-    if size >= 999.5:
-        return f"{value:,.0f}"
-    if round(size, 1) >= 1:
-        return f"{value:.1f}"
-    return f"{value:.2g}" if size else "0"
-
-
 def slope_text(fit: FitLines) -> str:
-    """'2.0 → 7.5 per 1k steps, ×3.8' (no ratio when the slope before is flat).
+    """'1.967 → 7.503 per 1k steps, ×3.81' (no ratio when the slope before is flat), the
+    numbers as the dashboard writes them everywhere (`.numbers.number_text`).
 
     >>> slope_text(FitLines("m", 5, ((0, 0), (5, 1)), ((5, 1), (9, 4)), 1.967, 7.503, 3.81))
-    '2.0 → 7.5 per 1k steps, ×3.8'
+    '1.967 → 7.503 per 1k steps, ×3.81'
     """
     text = f"{number_text(fit.slope_before)} → {number_text(fit.slope_after)} per 1k steps"
     return text if fit.ratio is None else f"{text}, ×{number_text(fit.ratio)}"
 
 
 def level_change_text(change: float) -> str:
-    """A level change, signed, three significant digits.
+    """A level change, signed (`.numbers.signed_text`).
 
     >>> level_change_text(0.02), level_change_text(-0.5), level_change_text(0.0)
     ('+0.02', '-0.5', '0')
     """
-    return f"{change:+.3g}" if change else "0"
+    return signed_text(change)
 
 
 def fit_text(fit: FitLines) -> str:
     """The chart's note on a fit: its slopes (`slope_text`) and its level change.
 
     >>> fit_text(FitLines("m", 5, ((0, 0), (4, 1)), ((5, 1), (9, 4)), 2.0, 7.5, 3.75, -0.004))
-    '2.0 → 7.5 per 1k steps, ×3.8, level change -0.004'
+    '2 → 7.5 per 1k steps, ×3.75, level change -0.004'
     """
     text = slope_text(fit)
     if fit.level_change is None:
@@ -132,16 +123,55 @@ def _threshold_trace(threshold: Threshold, style: SeriesStyle, span: tuple[float
         "x": list(span),
         "y": [threshold.value, threshold.value],
         "yaxis": style.axis,
-        "mode": "lines+text",
+        "mode": "lines",
         "line": {"color": style.color, "width": 1.2, "dash": "dot"},
-        "text": ["", label],
-        "textposition": "top left",
-        "textfont": {"color": style.color, "size": 11},
         "name": f"threshold {label} ({value_text(threshold.value)})",
         "meta": f"{label}: {plot_text(threshold.metric)} at {value_text(threshold.value)}",
         "hovertemplate": "%{meta}<extra></extra>",
         "showlegend": False,
     }
+
+
+LABEL_CHARS = 24
+"""The most characters of a rule's name written beside its threshold (the rest is '…'; the
+line's hover has it whole)."""
+LABEL_GAP = 6
+"""Pixels between the plot's right edge and a threshold's label."""
+PAST_RIGHT_AXIS = 84
+"""Pixels a threshold's label keeps clear of the plot when the right axis's ticks and title
+stand between them."""
+CHAR_PX = 6.5
+"""About the width of a character of the labels' 11 px type, for the margin they need."""
+
+
+def threshold_label(threshold: Threshold, style: SeriesStyle, view: OverlayView) -> Any:
+    """The rule's name beside its threshold line, in the margin right of the plot (where no
+    data is drawn), at the line's height on its axis: past the right axis's ticks and title
+    when that axis shows. None where the line cannot be drawn (a value of 0 or less on a
+    log axis)."""
+    if view.log_y and threshold.value <= 0:
+        return None
+    name = threshold.rule
+    short = name if len(name) <= LABEL_CHARS else name[: LABEL_CHARS - 1] + "…"
+    return {
+        "text": plot_text(short),
+        "xref": "paper",
+        "x": 1.0,
+        "xanchor": "left",
+        "xshift": label_shift(view),
+        "yref": style.axis,
+        # On a log axis an annotation's y is given as the power of ten.
+        "y": math.log10(threshold.value) if view.log_y else threshold.value,
+        "yanchor": "middle",
+        "showarrow": False,
+        "font": {"size": 11, "color": style.color},
+    }
+
+
+def label_shift(view: OverlayView) -> int:
+    """How far right of the plot the thresholds' labels start, in pixels."""
+    right_axis = view.right is not None and not view.one_axis and view.y_title is None
+    return PAST_RIGHT_AXIS if right_axis else LABEL_GAP
 
 
 def continued(fit: FitLines) -> Segment:
@@ -213,8 +243,8 @@ def with_aids(fig: Figure, view: OverlayView, aids: Aids) -> Figure:
     """``fig`` (the overlay chart of ``view``) with ``aids`` drawn on it: each aid of a
     metric the chart draws, in that line's colour on its axis.
 
-    - a **threshold**: a dotted horizontal line across the steps shown, the rule's name at
-      its right end;
+    - a **threshold**: a dotted horizontal line across the steps shown, the rule's name
+      beside its right end in the margin, clear of the data (`threshold_label`);
     - a **fit**: the two dashed fitted lines, the one before carried on dotted past the
       step (where the metric was heading), and a note at the top with the slopes
       ('final_norm.weight: 2.0 → 7.5 per 1k steps, ×3.8');
@@ -227,11 +257,16 @@ def with_aids(fig: Figure, view: OverlayView, aids: Aids) -> Figure:
     traces: list[Any] = []
     notes: list[dict[str, Any]] = []
     if span is not None:
-        traces += [
-            _threshold_trace(t, styles[t.metric], span)
-            for t in aids.thresholds
-            if t.metric in styles
-        ]
+        drawn = [t for t in aids.thresholds if t.metric in styles]
+        traces += [_threshold_trace(t, styles[t.metric], span) for t in drawn]
+        labels = [threshold_label(t, styles[t.metric], view) for t in drawn]
+        notes += [label for label in labels if label is not None]
+        if drawn:
+            # The right margin widens to hold the longest label.
+            widest = max(min(len(t.rule), LABEL_CHARS) for t in drawn)
+            margin = fig["layout"].setdefault("margin", {})
+            need = label_shift(view) + LABEL_GAP + round(CHAR_PX * widest)
+            margin["r"] = max(int(margin.get("r", 0)), need)
     fits = [f for f in aids.fits if f.metric in styles]
     for i, fit in enumerate(fits):
         style = styles[fit.metric]

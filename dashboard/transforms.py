@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "DEFAULT_NORMALIZE",
     "MAX_SMOOTHING",
     "NORMALIZE_MODES",
     "Floats",
@@ -27,8 +28,12 @@ __all__ = [
 Floats = npt.NDArray[np.float64]
 MAX_SMOOTHING = 0.999
 """The strongest smoothing weight: at 1 the line would never leave its first value."""
-NORMALIZE_MODES = ("start", "median")
-"""A series ÷ its first finite value in the view, or ÷ its median over the view."""
+NORMALIZE_MODES = ("median", "start")
+"""A series ÷ its median over the view (the default, `DEFAULT_NORMALIZE`), or ÷ its first
+finite non-zero value in the view."""
+DEFAULT_NORMALIZE = "median"
+"""The mode a bare "normalize" means: the median, which a warm-up's first points (a grad
+norm ten times its later level) do not move, where the first value would set the scale."""
 
 
 def ema(steps: Sequence[int] | npt.ArrayLike, values: npt.ArrayLike, weight: float) -> Floats:
@@ -78,14 +83,18 @@ def ema(steps: Sequence[int] | npt.ArrayLike, values: npt.ArrayLike, weight: flo
     return out
 
 
-def normalize(values: npt.ArrayLike, mode: str) -> Floats | None:
-    """``values`` divided by their first finite non-zero value (``mode="start"``) or by the
-    median of their finite values (``"median"``); None when there is nothing to divide by
-    (no finite value, a zero median).
+def normalize(values: npt.ArrayLike, mode: str = DEFAULT_NORMALIZE) -> Floats | None:
+    """``values`` divided by the absolute median of their finite values (``mode="median"``,
+    the default) or by their first finite non-zero value (``"start"``); None when there is
+    nothing to divide by (no finite value, a zero median).
 
-    The view's start is then 1 for every series, so that one that doubled and one that
-    moved 5 % read as such on one axis.
+    Every series then reads 1 at its typical level (or at the view's start), so that one
+    that doubled and one that moved 5 % read as such on one axis. The median is the robust
+    reference: a view that opens in a warm-up, where the grad norm is ten times its later
+    level, would otherwise draw the rest of the run at 0.1.
 
+    >>> normalize([10.0, 1.0, 2.0, float("nan"), 1.0]).tolist()
+    [6.666666666666667, 0.6666666666666666, 1.3333333333333333, nan, 0.6666666666666666]
     >>> normalize([2.0, 4.0, float("nan"), 1.0], "start").tolist()
     [1.0, 2.0, nan, 0.5]
     >>> normalize([0.0, 0.0], "median") is None

@@ -12,7 +12,9 @@ from dash import dcc, html
 from normwatch.server.schemas import RunOut
 from normwatch.server.schemas.analytics import ComparedRunOut, CompareOut
 
+from .. import numbers
 from ..figures import DOWNSAMPLED, Line, run_color
+from ..numbers import signed_text
 
 __all__ = [
     "NO_DIFFERENCES",
@@ -78,15 +80,17 @@ def range_text(
     return " · ".join(parts)
 
 
-def number_text(value: float | str | None, spec: str = ".6g") -> str:
-    """A summary's number: '—' for none, "NaN" and "Infinity" as the API spells them.
+def number_text(value: float | str | None, *, signed: bool = False) -> str:
+    """A summary's number as the dashboard writes numbers everywhere (`.numbers`): four
+    significant digits, '—' for none, the API's "NaN" and "Infinity" plainly; ``signed``
+    puts a ``+`` before a rise (a slope).
 
-    >>> number_text(0.000123456789), number_text(None), number_text("NaN"), number_text(2.5, "+.3g")
-    ('0.000123457', '—', 'NaN', '+2.5')
+    >>> number_text(0.000123456789), number_text(None), number_text("NaN"), number_text(8.76701)
+    ('0.0001235', '—', 'NaN', '8.767')
+    >>> number_text(2.5, signed=True), number_text("Infinity")
+    ('+2.5', 'inf')
     """
-    if value is None:
-        return "—"
-    return value if isinstance(value, str) else format(value, spec)
+    return signed_text(value) if signed else numbers.number_text(value)
 
 
 def summary_table(compared: CompareOut, labels: Sequence[str]) -> html.Table:
@@ -99,7 +103,7 @@ def summary_table(compared: CompareOut, labels: Sequence[str]) -> html.Table:
                 html.Td([swatch(i), dcc.Link(label, href=f"/runs/{r.run}")]),
                 html.Td(number_text(r.summary.max)),
                 html.Td(number_text(r.summary.final)),
-                html.Td(number_text(r.summary.slope_per_1k, "+.3g")),
+                html.Td(number_text(r.summary.slope_per_1k, signed=True)),
                 html.Td(str(r.summary.spike_count)),
                 html.Td(f"{100 * r.summary.fraction_in_spikes:.2f} %"),
             ]

@@ -42,7 +42,7 @@ from . import (
     run_spikes,
     run_transitions,
 )
-from .run_config import config_section
+from .run_header import header_parts
 from .run_live import TICK_MS
 from .run_overlay import (
     POINTS,
@@ -113,13 +113,6 @@ def match(path: str) -> dict[str, str] | None:
     return {"run_id": found.group(1)} if found else None
 
 
-def restarts_text(run: RunOut) -> str:
-    """'segment 3 · restarted at 1,200, 5,000' (the steps each later segment began at)."""
-    restarts = [s.start_step for s in run.segments or [] if s.segment > 1]
-    steps = ", ".join(f"{step:,}" for step in restarts if step is not None)
-    return f"segment {run.segment}" + (f" · restarted at {steps}" if restarts else "")
-
-
 def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str) -> html.Div:
     """The page of the viewer's run ``run_id``, in the view its URL's ``query`` names."""
     run = data.run(who, run_id)
@@ -144,10 +137,11 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
         robust=query.get("robust"),
     )
     options = run_series.options_with(names, view)
+    state, config = header_parts(run)
     title = [
         html.H1(run.name),
-        html.Span(run.status, className=f"status status-{run.status}"),
-        html.Span(restarts_text(run), className="muted"),
+        # The status, segment and config follow the run while the page is open (`tick`).
+        html.Span(state, id="run-state", className="run-state"),
         html.Span(id="run-last-step", className="muted"),
         dcc.Link("alerts for this run", href=f"/alerts?run={run_id}", id="run-alerts-link"),
     ]
@@ -174,7 +168,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
     return html.Div(
         [
             html.Div(title, className="run-title"),
-            config_section(run.config),
+            html.Details(config, id="run-config", className="run-config"),
             html.Div(controls, className="controls"),
             run_shaping.controls(names, view),
             run_series.controls(names, view),
@@ -208,7 +202,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             *run_live.channel(run_id),
             dcc.Store(id="draw-tick"),
             # The data versions `tick` last gave each part: this page's, as it was drawn.
-            dcc.Store(id="ticks-seen", data=first_seen(metrics)),
+            dcc.Store(id="ticks-seen", data=first_seen(metrics, run)),
             html.Div(id="url-sync", hidden=True),
         ],
         className="card run-page",
@@ -491,6 +485,8 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("spikes-tick", "data"),
         Output("tick", "interval"),
         Output("x-axis", "options"),
+        Output("run-state", "children"),
+        Output("run-config", "children"),
         Input("tick", "n_intervals"),
         Input("live-poke", "data"),
         State("view", "data"),

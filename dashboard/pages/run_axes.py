@@ -2,11 +2,13 @@
 
 The chart is built in steps, as everything the page reads is indexed by step; an `XAxis`
 then moves every x of the figure (the lines, the flags and alert marks on its top edge, the
-event lines, the fitted lines and forecast of its aids, the range) onto tokens seen or hours
-since the run's first batch, through a reference: the run's tokens metric, or its clock
-(the marks its batches left, `normwatch.server.storage.clock`). Between the reference's
+event lines, the fitted lines and forecast of its aids, the range) onto tokens seen or the
+wall time since the run's first batch (in s, min or h by its span), through a reference:
+the run's tokens metric, or its clock (the marks its batches left,
+`normwatch.server.storage.clock`). Between the reference's
 points the mapping is linear; past its ends it goes on at the reference's mean rate, so that
-a forecast or a step logged after the last mark still lands. A zoom on the chart comes back
+a forecast or a step logged after the last mark still lands. Wall time never goes below
+0: a step before the first mark is at the run's start. A zoom on the chart comes back
 in the same units and goes back to steps with `XAxis.to_step`.
 """
 
@@ -21,7 +23,15 @@ import numpy.typing as npt
 
 from ..figures import Figure, plot_text
 
-__all__ = ["TOKEN_NAMES", "XAxis", "clock_axis", "tokens_axis", "tokens_metric"]
+__all__ = [
+    "CLOCK_UNITS",
+    "TOKEN_NAMES",
+    "XAxis",
+    "clock_axis",
+    "clock_unit",
+    "tokens_axis",
+    "tokens_metric",
+]
 
 TOKEN_NAMES = ("total_tokens", "tokens", "tokens_seen", "num_tokens", "consumed_tokens")
 """The last part of a metric name that counts the tokens trained on so far (Levanter logs
@@ -48,12 +58,16 @@ def tokens_metric(names: Sequence[str]) -> str | None:
 @dataclass(frozen=True)
 class XAxis:
     """An x axis in other units than steps: ``steps`` ascending and the ``x`` they are at
-    (non-decreasing), with the axis's title and the hover's unit."""
+    (non-decreasing), with the axis's title and the hover's unit; ``floor``, when set, is
+    the least x (a step before the reference's first point is drawn there); ``hover`` the
+    d3 format the hover writes an x in (SI prefixes for tokens: ``1.2G``)."""
 
     steps: npt.NDArray[np.float64]
     x: npt.NDArray[np.float64]
     title: str
     unit: str
+    floor: float | None = None
+    hover: str = ".4~s"
 
     def to_x(self, steps: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Steps on this axis: linear between the reference's points, at its mean rate
@@ -63,7 +77,8 @@ class XAxis:
         >>> axis.to_x([0, 15, 30]).tolist()
         [-100.0, 200.0, 500.0]
         """
-        return _mapped(np.asarray(steps, dtype=np.float64), self.steps, self.x)
+        mapped = _mapped(np.asarray(steps, dtype=np.float64), self.steps, self.x)
+        return mapped if self.floor is None else np.fmax(mapped, self.floor)
 
     def to_step(self, x: float) -> float:
         """The step at ``x`` on this axis (the inverse of `to_x`).
@@ -91,7 +106,7 @@ class XAxis:
             template = trace.get("hovertemplate")
             if isinstance(template, str):
                 trace["hovertemplate"] = template.replace(
-                    "step %{x}", f"%{{x:.4~s}}{self.unit} · step %{{customdata}}"
+                    "step %{x}", f"%{{x:{self.hover}}}{self.unit} · step %{{customdata}}"
                 )
         layout = fig["layout"]
         for shape in layout.get("shapes", []):
@@ -118,13 +133,31 @@ def tokens_axis(metric: str, steps: Sequence[int], tokens: Sequence[float]) -> X
     return XAxis(s, x, f"tokens ({metric})", " tokens") if len(s) >= 2 else None
 
 
+CLOCK_UNITS = ((120.0, "s", 1.0), (7200.0, "min", 60.0), (float("inf"), "h", 3600.0))
+"""The wall time's unit by the clock's span in seconds: seconds under two minutes, minutes
+under two hours, hours beyond; the span then reads in numbers from 1 to about 120."""
+
+
+def clock_unit(span_s: float) -> tuple[str, float]:
+    """The unit a wall time axis spanning ``span_s`` seconds is drawn in, and its seconds.
+
+    >>> clock_unit(90.0), clock_unit(3000.0), clock_unit(36_000.0)
+    (('s', 1.0), ('min', 60.0), ('h', 3600.0))
+    """
+    return next((name, size) for below, name, size in CLOCK_UNITS if span_s < below)
+
+
 def clock_axis(steps: Sequence[int], at: Sequence[float]) -> XAxis | None:
-    """The x axis by wall time, in hours since the run's first mark, from its clock; None
-    with fewer than two marks."""
+    """The x axis by wall time since the run's first mark (0 there, never less), from its
+    clock, in the unit its span reads best in (`clock_unit`); None with fewer than two
+    marks."""
     s, x = _reference(steps, at)
     if len(s) < 2:
         return None
-    return XAxis(s, (x - x[0]) / 3600.0, "wall time (hours since the first batch)", " h")
+    name, size = clock_unit(float(x[-1] - x[0]))
+    title = f"wall time since the run's start ({name})"
+    # Plain digits: SI prefixes would write half an hour as "500m h".
+    return XAxis(s, (x - x[0]) / size, title, f" {name}", floor=0.0, hover=".4~g")
 
 
 def _reference(

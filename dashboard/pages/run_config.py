@@ -9,7 +9,7 @@ from typing import Any
 
 from dash import html
 
-__all__ = ["NO_CONFIG", "config_section", "flatten_config", "value_text"]
+__all__ = ["NO_CONFIG", "config_parts", "config_section", "flatten_config", "value_text"]
 
 NO_CONFIG = "This run has no config. Trainers post it with Run(..., config={...})."
 _CELL = {"padding": ".2rem .6rem", "borderBottom": "1px solid #e4e6eb", "textAlign": "left"}
@@ -46,10 +46,17 @@ def value_text(value: Any) -> str:
 def config_section(config: Mapping[str, Any]) -> html.Details:
     """A folded section with one row a key (``model.layers``) and its value, sorted by key
     (the database need not keep the order a trainer posted)."""
+    return html.Details(config_parts(config), id="run-config", className="run-config")
+
+
+def config_parts(config: Mapping[str, Any]) -> list[Any]:
+    """What `config_section` holds: its summary ('Config (2 keys)') and the table of keys,
+    or the note that there is none. The page's tick puts these in again when the trainer
+    posts more keys, so that the section folded open stays open."""
     leaves = sorted(flatten_config(config), key=lambda leaf: leaf[0])
     summary = html.Summary(f"Config ({len(leaves):,} key{'' if len(leaves) == 1 else 's'})")
     if not leaves:
-        return html.Details([summary, html.P(NO_CONFIG, className="muted")], id="run-config")
+        return [summary, html.P(NO_CONFIG, className="muted")]
     rows = [
         html.Tr(
             [
@@ -67,4 +74,4 @@ def config_section(config: Mapping[str, Any]) -> html.Details:
         className="config",
         style={"borderCollapse": "collapse", "fontSize": ".88rem", "margin": ".4rem 0"},
     )
-    return html.Details([summary, table], id="run-config", className="run-config")
+    return [summary, table]

@@ -96,8 +96,8 @@ def overlay_for(
 
 
 NORMALIZED_TITLES = {
-    "start": "÷ value at the start of the view",
-    "median": "÷ median over the view",
+    "median": "each series ÷ its median over the view",
+    "start": "each series ÷ its first value in the view",
 }
 """The y axis's title in normalize mode: what every series was divided by."""
 

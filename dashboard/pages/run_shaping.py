@@ -113,9 +113,11 @@ X_MISSING = {
 }
 """Why the chart could not be drawn by tokens or by time."""
 NORMALIZE_OPTIONS = [
-    {"label": "÷ value at the view's start", "value": "start"},
     {"label": "÷ median over the view", "value": "median"},
+    {"label": "÷ first value in the view", "value": "start"},
 ]
+"""The normalize picker's modes, the default (the median, which a warm-up does not move)
+first."""
 
 
 def x_options(names: Sequence[str]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from normwatch.server.auth import Principal
 from normwatch.server.services.analytics import SpikeReport
 
 from ..layers import family_of
+from ..numbers import NONE, number_text
 from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread
@@ -211,15 +212,14 @@ def _number(value: object) -> float | None:
 
 
 def _value_text(value: object) -> str:
-    number = _number(value)
-    return "—" if number is None else f"{number:.4g}"
+    return number_text(_number(value))
 
 
 def _magnitude_text(value: object) -> str:
     number = _number(value)
     if number is None:
-        return "—"
-    return "∞" if math.isinf(number) else f"{number:.2f}×"
+        return NONE
+    return number_text(number) + ("" if math.isinf(number) else "×")
 
 
 def percent(fraction: float) -> str:
@@ -269,12 +269,12 @@ before the spike. A first moment up and a second flat say the spike came from mo
 def moment_text(ratio: object) -> str:
     """A moment's rise over a spike.
 
-    >>> moment_text(1.94), moment_text(None)
-    ('×1.94', '–')
+    >>> moment_text(1.94), moment_text(8.76701), moment_text(None)
+    ('×1.94', '×8.767', '—')
     """
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not math.isfinite(ratio):
-        return "–"
-    return f"×{ratio:.3g}"
+        return NONE
+    return f"×{number_text(ratio)}"
 
 
 def spike_table(spikes: Sequence[Mapping[str, Any]], limit: int = MAX_ROWS) -> Any:
@@ -376,7 +376,7 @@ def lead_lag_table(report: SpikeReport) -> Any:
         html.Tr(
             [
                 _cell(f"{p.leader} → {p.follower}", className="metric"),
-                _cell("—" if p.lag_steps is None else f"{p.lag_steps:g}"),
+                _cell(number_text(p.lag_steps)),
                 _cell(f"{p.matched:,}"),
                 _cell(f"{p.unmatched_leader:,}"),
             ],

@@ -2,7 +2,8 @@
 
 The pickers' options, the chart's redraw and each section's refresh, each only when due
 (`.run_live.Pace`) and, for what reads the run's points, only when the run logged something
-since it last did (`data_version`).
+since it last did (`data_version`); and the header's status, segment and config, from a read
+of the run only when it may have changed (`.run_header.header_due`), sent only when they did.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any, Protocol
 import dash
 
 from normwatch.server.auth import Principal
-from normwatch.server.schemas import MetricOut
+from normwatch.server.schemas import MetricOut, RunOut
 
 from ..refusals import RunNotFound
 from . import run_aids, run_layers, run_live, run_series, run_shaping, run_spikes
+from .run_header import header_due, header_key, header_parts
 from .run_live import Pace, Poke
 from .run_view import RunView, default_metrics
 
@@ -30,6 +32,13 @@ and alerts come without new points."""
 
 class MetricReads(Protocol):
     def metrics(self, who: Principal, run_id: str) -> list[MetricOut]: ...
+
+
+class TickReads(MetricReads, Protocol):
+    """What the tick reads: the run's metrics each time, the run itself when its header
+    may have changed."""
+
+    def run(self, who: Principal, run_id: str) -> RunOut: ...
 
 
 def refresh_options(
@@ -79,21 +88,45 @@ def data_version(metrics: list[MetricOut]) -> int:
 
 TICK_PARTS = ("draw", "transitions", "attribution", "grid", "profile", "spikes")
 """What `tick` sets off only when the run changed since it last did."""
-TICK_OUTPUTS = 15
+TICK_OUTPUTS = 17
 """What `tick` answers: the pickers' options, the last step, the pickers' values, the chart's
-draw tick, the versions seen, the sections' six ticks, the interval of the next tick, and
-the x axis choices (tokens offered once the run logs a tokens metric)."""
+draw tick, the versions seen, the sections' six ticks, the interval of the next tick, the x
+axis choices (tokens offered once the run logs a tokens metric), and the header's status
+and segment and its config section (`.run_header`)."""
 
 
-def first_seen(metrics: list[MetricOut]) -> dict[str, Any]:
-    """The ``ticks-seen`` store of a page just built from ``metrics``: every part has seen
-    them, so that the first tick sets off only what the run logs after."""
+def first_seen(metrics: list[MetricOut], run: RunOut | None = None) -> dict[str, Any]:
+    """The ``ticks-seen`` store of a page just built from ``metrics`` and ``run``: every
+    part has seen them, so that the first tick sets off only what the run logs after, and
+    the header is sent again only once what it shows changed."""
     version = data_version(metrics)
-    return {**dict.fromkeys(TICK_PARTS, version), "pace": Pace().to_store()}
+    seen: dict[str, Any] = {**dict.fromkeys(TICK_PARTS, version), "pace": Pace().to_store()}
+    if run is not None:
+        seen |= {"header": version, "header-key": header_key(run)}
+    return seen
+
+
+def refresh_header(
+    data: TickReads, who: Principal, run_id: str, given: dict[str, Any], version: int
+) -> tuple[Any, Any]:
+    """The header's parts (`.run_header.header_parts`) read afresh, or ``no_update`` for
+    both when what they show is what ``given`` (the ``ticks-seen`` store, updated here) says
+    the page shows, or when the run is gone from the viewer's project."""
+    skip = dash.no_update
+    given["header"] = version
+    try:
+        run = data.run(who, run_id)
+    except RunNotFound:
+        return skip, skip
+    key = header_key(run)
+    if given.get("header-key") == key:
+        return skip, skip
+    given["header-key"] = key
+    return header_parts(run)
 
 
 def tick(
-    data: MetricReads,
+    data: TickReads,
     who: Principal,
     view: RunView | None,
     n_intervals: object,
@@ -116,7 +149,9 @@ def tick(
     redraws the chart (events come without new points); in a hidden tab the callback reads
     nothing, and when it shows again the chart is redrawn and every section reads what it
     missed. A page left open on a quiet run then reads its metrics every few seconds,
-    redraws its chart as often, and nothing else.
+    redraws its chart as often, and nothing else. The header (status, segment, config) is
+    read with the run when `.run_header.header_due` says so and sent only when it changed
+    (`refresh_header`); its two parts come last.
     """
     skip = dash.no_update
     if view is None:
@@ -128,7 +163,7 @@ def tick(
     given["pace"] = replace(turn.pace, every=interval).to_store()
     new_interval = skip if interval == turn.pace.every else interval
     if told.hidden:  # the tab rests until it shows
-        return (*[skip] * 6, given, *[skip] * 6, new_interval, skip)
+        return (*[skip] * 6, given, *[skip] * 6, new_interval, skip, skip, skip)
     try:
         metrics = data.metrics(who, view.run)
     except RunNotFound:
@@ -158,4 +193,12 @@ def tick(
     )
     # The x axis choices change with the metrics, so they come with the pickers' options.
     x_choices = skip if pickers[0] is skip else run_shaping.x_options([m.name for m in metrics])
-    return (*pickers, outputs[0], given, *outputs[1:], new_interval, x_choices)
+    header: tuple[Any, Any] = (skip, skip)
+    if header_due(
+        told=turn.redraw or shown,
+        version_seen=given.get("header") == version,
+        channel_open=told.open,
+        beats=beats,
+    ):
+        header = refresh_header(data, who, view.run, given, version)
+    return (*pickers, outputs[0], given, *outputs[1:], new_interval, x_choices, *header)

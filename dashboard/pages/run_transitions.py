@@ -25,7 +25,8 @@ from normwatch.server.auth import Principal
 from normwatch.server.schemas import RunOut
 from normwatch.server.services.transitions import Transitions
 
-from ..overlay_aids import level_change_text, number_text
+from ..numbers import number_text
+from ..overlay_aids import level_change_text
 from ..refusals import Refusal, RunNotFound, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, TriggerId, clicked_row, in_thread

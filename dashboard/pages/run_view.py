@@ -16,7 +16,7 @@ from typing import Any, TypeGuard
 
 from normwatch.server.analytics.derived import ExpressionError, parse
 
-from ..transforms import NORMALIZE_MODES
+from ..transforms import DEFAULT_NORMALIZE, NORMALIZE_MODES
 
 __all__ = [
     "DEFAULT_LEFT",
@@ -109,8 +109,8 @@ class RunView:
     metric ahead; ``focus`` is the step of the transition (or event) the view was zoomed
     around, whose fitted lines the chart draws while it is in view. ``smooth`` is the EMA
     weight the lines are smoothed with (0: raw; the raw lines are drawn faint behind);
-    ``x`` what the x axis counts (`X_AXES`); ``norm`` divides every series by its value at
-    the start of the view or its median over it (one axis for all); ``robust`` fits the y
+    ``x`` what the x axis counts (`X_AXES`); ``norm`` divides every series by its median over
+    the view or by its first value in it (one axis for all); ``robust`` fits the y
     axes to the lines without their most extreme points.
     """
 
@@ -274,7 +274,8 @@ class RunView:
         parameter repeated) are the extra series: malformed expressions, repeats and those
         past `MAX_EXTRA` are left out (:func:`extra_series`). ``smooth`` is a weight from 0
         to `MAX_SMOOTHING` (rounded to 0.01), ``x`` one of `X_AXES`, ``norm`` one of
-        ``start`` and ``median``, ``robust`` on like ``log``; anything else takes the default.
+        ``median`` and ``start`` (on like ``log``: the median, `DEFAULT_NORMALIZE`),
+        ``robust`` on like ``log``; anything else takes the default.
         """
         default_left, default_right = default_metrics(names, canonical)
         first, last = _step_or_none(start), _step_or_none(end)
@@ -295,7 +296,7 @@ class RunView:
             focus=_step_or_none(focus),
             smooth=smoothing(_float(smooth) or 0.0),
             x=x if x in X_AXES else "step",
-            norm=norm if norm in NORMALIZE_MODES else None,
+            norm=norm if norm in NORMALIZE_MODES else DEFAULT_NORMALIZE if norm in _TRUE else None,
             robust=robust in _TRUE,
         )
 

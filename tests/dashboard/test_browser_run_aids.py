@@ -96,6 +96,19 @@ def transition_rows(page: Page) -> list[list[str]]:
     return found
 
 
+LABEL_PLACE_JS = """(text) => {
+  const gd = document.querySelector('#overlay .js-plotly-plot');
+  const box = gd.getBoundingClientRect(), size = gd._fullLayout._size;
+  const note = Array.from(gd.querySelectorAll('g.annotation'))
+    .find(g => g.textContent === text);
+  if (!note) return null;
+  const r = note.getBoundingClientRect();
+  return {left: r.left - box.left, right: r.right - box.left,
+          plotRight: size.l + size.w, width: box.width};
+}"""
+"""Where the chart drew the annotation reading ``text``, in pixels from the chart's left."""
+
+
 def test_transitions_thresholds_forecast_axes_series_attribution_and_config(
     page: Page, pg_server: ServerProcess, artifacts: Path
 ) -> None:
@@ -121,6 +134,10 @@ def test_transitions_thresholds_forecast_axes_series_attribution_and_config(
     (line,) = [t for t in fig["traces"] if t["name"] == threshold]
     assert (line["y"], line["yaxis"], line["dash"]) == ([THRESHOLD, THRESHOLD], "y", "dot")
     assert line["x"] == [0, STEPS - 1]
+    # Its label is drawn right of the plot, past the right axis: on no data.
+    placed = page.evaluate(LABEL_PLACE_JS, RULE)
+    assert placed is not None and placed["left"] >= placed["plotRight"], placed
+    assert placed["right"] <= placed["width"], placed  # and whole, not cut by the chart's edge
 
     # The transitions: the event, its parameter-norm slope 2.5x steeper after it.
     page.wait_for_selector("#transition-table tbody tr")
@@ -194,12 +211,12 @@ def test_transitions_thresholds_forecast_axes_series_attribution_and_config(
     assert before["x"][0] >= lo and after["x"][1] <= hi
     (fit_note,) = [n for n in fig["notes"] if n.startswith(PARAM)]
     note = re.fullmatch(
-        rf"{PARAM}: (19\.\d|20\.\d) → (49\.\d|50\.\d) per 1k steps, ×2\.[456], "
-        r"level change (0|[+-][0-9.e+-]+)",
+        rf"{PARAM}: (19\.\d{{1,2}}|20(\.\d{{1,2}})?) → (49\.\d{{1,2}}|50(\.\d{{1,2}})?) per 1k "
+        r"steps, ×2\.[456]\d{0,2}, level change (?P<level>0|[+-][0-9.e+-]+)",
         fit_note,
     )
     # The norm only bends at the event: its levels either side agree within their noise.
-    assert note is not None and abs(float(note.group(3))) < 0.2, fit_note
+    assert note is not None and abs(float(note.group("level"))) < 0.2, fit_note
     page.wait_for_selector("#transition-table tr.focused")
     page.mouse.move(0, 0)
     page.evaluate("window.scrollTo(0, 0)")

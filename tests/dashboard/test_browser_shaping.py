@@ -108,6 +108,8 @@ def test_smoothing_log_scale_and_the_x_axis_by_tokens_and_by_time(
     line = next(t for t in by_time["data"] if t["name"] == "grad/norm/total")
     at = dict(zip([round(x, 6) for x in line["x"]], range(len(line["x"])), strict=False))
     assert math.isclose(line["x"][399] - line["x"][99], 3.0, abs_tol=1e-6), at
+    assert by_time["xtitle"] == "wall time since the run's start (h)"
+    assert min(x for x in line["x"] if x is not None) == 0.0
     assert query(page)["x"] == "time"
 
     # The link reproduces the view.
@@ -130,8 +132,8 @@ def test_normalize_mode_and_a_y_range_that_ignores_the_spike(
     chart(page, "c.data.length >= 2")
 
     page.click("#normalize")
-    page.click("text=÷ value at the view's start")
-    normal = chart(page, "c.ytitle.startsWith('÷')")
+    page.click("text=÷ first value in the view")
+    normal = chart(page, "c.ytitle === 'each series ÷ its first value in the view'")
     by_name = {t["name"]: t for t in normal["data"]}
     assert {t["yaxis"] for t in normal["data"]} == {"y"}  # one axis for both
     param = by_name["params/norm/final_norm.weight"]["y"]

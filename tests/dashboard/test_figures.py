@@ -3,11 +3,13 @@ escaped, templates stay constant."""
 
 from __future__ import annotations
 
+import doctest
 import html
 import math
 
 import pytest
 
+from normwatch.dashboard import figures
 from normwatch.dashboard.figures import (
     EVENT_GREY,
     FIRING_RED,
@@ -285,6 +287,8 @@ def test_overlay_figure_draws_events_as_dashed_lines_with_labels() -> None:
             "xref": "x",
             "yref": "paper",
             "yanchor": "bottom",
+            # No range to lean inward from: each label starts at its line.
+            "xanchor": "left",
             "text": label,
             "showarrow": False,
             "font": {"size": 11, "color": EVENT_GREY},
@@ -294,6 +298,25 @@ def test_overlay_figure_draws_events_as_dashed_lines_with_labels() -> None:
             (25_000, "resumed (25,000)"),
         )
     ]
+
+
+def test_event_labels_near_the_charts_ends_lean_inward_and_stay_whole() -> None:
+    line = Line("grad/norm/total", [0, 50_000, 100_000], [1.0, 2.0, 3.0])
+    events = [Marker(s, f"e{s}") for s in (0, 11_000, 13_000, 50_000, 87_000, 89_000, 100_000)]
+    layout = overlay_figure(OverlayView(left=line, right=None, events=events))["layout"]
+    assert [(a["x"], a["xanchor"]) for a in layout["annotations"]] == [
+        (0, "left"),  # the label of step 0 starts at the chart's left edge, not before it
+        (11_000, "left"),
+        (13_000, "center"),
+        (50_000, "center"),
+        (87_000, "center"),
+        (89_000, "right"),
+        (100_000, "right"),
+    ]
+    # Zoomed, the ends are the range shown.
+    zoomed = OverlayView(left=line, right=None, events=events, x_range=(50_000, 60_000))
+    anchors = [a["xanchor"] for a in overlay_figure(zoomed)["layout"]["annotations"]]
+    assert anchors[3] == "left" and anchors[4] == "right"
 
 
 def test_empty_figure_is_a_centred_message_without_axes() -> None:
@@ -349,3 +372,8 @@ def test_depth_figure_of_parameter_norms_on_a_log_axis_without_a_step() -> None:
 def test_depth_figure_without_layers_has_one_empty_bar_trace() -> None:
     fig = depth_figure([], [], family="updates/norm", step=None)
     assert [(list(t.x), list(t.y)) for t in fig.data] == [([], [])]
+
+
+def test_doctests() -> None:
+    failed, tried = doctest.testmod(figures)
+    assert (failed, tried > 0) == (0, True)

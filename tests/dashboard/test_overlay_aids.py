@@ -18,12 +18,15 @@ from normwatch.dashboard.figures import (
     series_styles,
 )
 from normwatch.dashboard.forecast import forecast
+from normwatch.dashboard.numbers import number_text
 from normwatch.dashboard.overlay_aids import (
+    CHAR_PX,
+    LABEL_GAP,
+    PAST_RIGHT_AXIS,
     Aids,
     FitLines,
     Threshold,
     continued,
-    number_text,
     slope_text,
     with_aids,
 )
@@ -100,19 +103,52 @@ def test_a_threshold_is_a_dotted_line_on_its_metrics_axis_across_the_steps_shown
     grad, param = fig["data"][2:]
     assert grad["name"] == "threshold grad norm 5+ (5.0)"
     assert (grad["x"], grad["y"], grad["yaxis"]) == ([0, 200], [5.0, 5.0], "y")
-    assert (grad["line"]["dash"], grad["line"]["color"], grad["text"]) == (
-        "dot",
-        GRAD_RED,
-        ["", "grad norm 5+"],
-    )
+    assert (grad["line"]["dash"], grad["line"]["color"], grad["mode"]) == ("dot", GRAD_RED, "lines")
     assert (param["yaxis"], param["line"]["color"]) == ("y2", PARAM_BLUE)
-    assert param["text"] == ["", "gain &lt;b&gt;360&lt;/b&gt;"]
+    assert "text" not in grad and "text" not in param  # no label over the data
     assert "<b>" not in param["meta"] and "<b>" not in param["name"]
+    # The rules' names sit in the right margin, past the right axis, at each line's height.
+    labels = fig["layout"]["annotations"]
+    assert [(a["text"], a["yref"], a["y"]) for a in labels] == [
+        ("grad norm 5+", "y", 5.0),
+        ("gain &lt;b&gt;360&lt;/b&gt;", "y2", 360.0),
+    ]
+    for label in labels:
+        assert (label["xref"], label["x"], label["xanchor"], label["xshift"]) == (
+            "paper",
+            1.0,
+            "left",
+            PAST_RIGHT_AXIS,
+        )
+    assert [a["font"]["color"] for a in labels] == [GRAD_RED, PARAM_BLUE]
+    # The margin holds the longest name: 'gain <b>360</b>', 15 characters.
+    assert fig["layout"]["margin"]["r"] == PAST_RIGHT_AXIS + LABEL_GAP + round(CHAR_PX * 15)
     # Over a range shown, the line spans it.
     zoomed = OverlayView(left=GRAD, right=None, x_range=(50, 150))
     fig = with_aids(overlay_figure(zoomed), zoomed, aids)
     assert fig["data"][-1]["x"] == [50, 150]
     assert fig["layout"]["xaxis"]["range"] == [50, 150]
+
+
+def test_a_threshold_label_without_a_right_axis_hugs_the_plot_and_long_names_are_cut() -> None:
+    alone = OverlayView(left=GRAD, right=None)
+    name = "grad norm over its 30-day p99 by far"
+    fig = with_aids(overlay_figure(alone), alone, Aids([Threshold(GRAD.metric, 5.0, name)]))
+    (label,) = fig["layout"]["annotations"]
+    assert (label["text"], label["xshift"], label["x"]) == (
+        "grad norm over its 30-d…",
+        LABEL_GAP,
+        1.0,
+    )
+    assert fig["layout"]["margin"]["r"] == max(80, LABEL_GAP * 2 + round(CHAR_PX * 24))
+    # On a log axis the label's height is the power of ten; no line below 0, no label.
+    logged = OverlayView(left=GRAD, right=None, log_y=True)
+    fig = with_aids(
+        overlay_figure(logged),
+        logged,
+        Aids([Threshold(GRAD.metric, 100.0, "high"), Threshold(GRAD.metric, -1.0, "never")]),
+    )
+    assert [(a["text"], a["y"]) for a in fig["layout"]["annotations"]] == [("high", 2.0)]
 
 
 def test_no_threshold_line_without_points_or_a_range() -> None:
@@ -139,7 +175,7 @@ def test_fitted_lines_dashed_in_the_metrics_colour_with_their_numbers() -> None:
     assert {t["line"]["color"] for t in (before, after, carried)} == {PARAM_BLUE}
     assert [t["line"]["dash"] for t in (before, after, carried)] == ["dash", "dash", "dot"]
     (note,) = fig["layout"]["annotations"]
-    assert note["text"] == f"{PARAM.metric}: 10.0 → 25.0 per 1k steps, ×2.5"
+    assert note["text"] == f"{PARAM.metric}: 10 → 25 per 1k steps, ×2.5"
     assert (note["font"]["color"], note["xref"], note["yref"]) == (PARAM_BLUE, "paper", "paper")
     assert continued(FIT) == ((100, 79.0), (200, 80.0))
 
@@ -155,7 +191,7 @@ def test_a_fit_over_a_gap_is_drawn_where_its_points_are_with_its_level_change() 
     assert (before["x"], after["x"]) == ([0, 60], [140, 200])
     assert carried["x"] == [60, 200] and carried["y"] == [78.6, pytest.approx(80.0)]
     (note,) = fig["layout"]["annotations"]
-    assert note["text"] == f"{PARAM.metric}: 10.0 → 25.0 per 1k steps, ×2.5, level change -0.004"
+    assert note["text"] == f"{PARAM.metric}: 10 → 25 per 1k steps, ×2.5, level change -0.004"
 
 
 def test_a_fit_of_a_metric_not_charted_is_not_drawn() -> None:
@@ -166,18 +202,18 @@ def test_a_fit_of_a_metric_not_charted_is_not_drawn() -> None:
 
 
 def test_slope_and_number_texts() -> None:
-    assert slope_text(FIT) == "10.0 → 25.0 per 1k steps, ×2.5"
+    assert slope_text(FIT) == "10 → 25 per 1k steps, ×2.5"
     flat = FitLines("m", 5, ((0, 0), (5, 0)), ((5, 0), (9, 1)), 0.0031, 1.2, None)
     assert slope_text(flat) == "0.0031 → 1.2 per 1k steps"
     assert [number_text(v) for v in (0.0, 0.25, -0.5, 0.96, 1.04, 300.3, 1234.0, -2e-5)] == [
         "0",
         "0.25",
         "-0.5",
-        "1.0",
-        "1.0",
+        "0.96",
+        "1.04",
         "300.3",
         "1,234",
-        "-2e-05",
+        "-2e-5",
     ]
 
 
@@ -198,7 +234,8 @@ def test_the_forecast_line_and_its_eta_note() -> None:
         "y",
         "dashdot",
     )
-    (note,) = fig["layout"]["annotations"]
+    label, note = fig["layout"]["annotations"]
+    assert label["text"] == "grad norm 5+"
     assert note["text"].endswith("reaches 5.0 in ~200 steps")
     # The chart, drawn to its data's ends (0-200), stretches to take the forecast in.
     assert fig["layout"]["xaxis"]["range"] == [0, 400]

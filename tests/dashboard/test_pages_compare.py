@@ -497,7 +497,7 @@ def test_draw_a_line_a_run_and_the_tables() -> None:
     ]
     assert rows(summary_table) == [
         ["qk-off", "8", "1", "-12.5", "1", "50.00 %"],
-        ["qk-on", "0.75", "Infinity", "—", "0", "0.00 %"],
+        ["qk-on", "0.75", "inf", "—", "0", "0.00 %"],
     ]
     assert [link["href"] for link in find(summary_table, "Link")] == ["/runs/r1", "/runs/r2"]
     assert header(diff_table) == ["key", "qk-off", "qk-on"]
@@ -746,8 +746,8 @@ def test_the_page_on_real_data(world: World, dashboard_data: DashboardData) -> N
     assert [t["name"] for t in fig["data"]] == ["qk-off", "qk-on"]
     assert info == "qk-off: 2,000 points, steps 0–1,999 · qk-on: 2,000 points, steps 0–1,999"
     assert rows(summary_table) == [
-        ["qk-off", "9.5", "1", "-0.00066", "3", "0.30 %"],
-        ["qk-on", "0.988037", "0.988037", "+0.244", "0", "0.00 %"],
+        ["qk-off", "9.5", "1", "-0.0006596", "3", "0.30 %"],
+        ["qk-on", "0.988", "0.988", "+0.2441", "0", "0.00 %"],
     ]
     assert rows(diff_table) == [["model.qk_norm", "false", "true"]]
     theirs, _ = route(dashboard_data, who, "/compare", f"{search}&run={world.their_run}")

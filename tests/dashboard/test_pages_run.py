@@ -18,10 +18,10 @@ from normwatch.dashboard.pages.run import (
     draw,
     layout,
     not_found_drawn,
-    restarts_text,
     update_view,
 )
 from normwatch.dashboard.pages.run_config import NO_CONFIG
+from normwatch.dashboard.pages.run_header import restarts_text
 from normwatch.dashboard.pages.run_layers_draw import NO_LAYERS, draw_depth
 from normwatch.dashboard.pages.run_live import PUSHED_MS, TICK_MS
 from normwatch.dashboard.pages.run_overlay import NO_METRICS
@@ -73,6 +73,8 @@ TICK_OUTPUTS = [
     "spikes-tick.data",
     "tick.interval",
     "x-axis.options",
+    "run-state.children",
+    "run-config.children",
 ]
 ZOOM = {"type": "event-zoom", "step": 1000}
 

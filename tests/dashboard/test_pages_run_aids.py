@@ -448,8 +448,8 @@ def test_the_real_fits_and_thresholds(world: World, dashboard_data: DashboardDat
     notes = [a["text"] for a in fig["layout"]["annotations"]]
     # Both only bend (or not) at the step: no level change, to round-off.
     for slopes in (
-        f"{PARAM}: 20.0 → 50.0 per 1k steps, ×2.5",
-        f"{GRAD}: 0.5 → 0.5 per 1k steps, ×1.0",
+        f"{PARAM}: 20 → 50 per 1k steps, ×2.5",
+        f"{GRAD}: 0.5 → 0.5 per 1k steps, ×1",
     ):
         (note,) = [n for n in notes if n.startswith(f"{slopes}, level change ")]
         assert abs(float(note.rsplit(" ", 1)[1])) < 1e-9, note

@@ -209,9 +209,9 @@ def test_spike_table_one_clickable_row_a_spike() -> None:
         "duration",
     ]
     assert rows(table) == [
-        [UPDATES, "1,000", "1,000", "2.001", "2.00×", "1,001", "1 step"],
+        [UPDATES, "1,000", "1,000", "2.001", "2.001×", "1,001", "1 step"],
         [LOSS, "1,008", "1,011", "3.002", "1.19×", "1,012", "4 steps"],
-        [GRAD, "1,900", "1,950", "1e+06", "∞", "not recovered", "≥ 99 steps"],
+        [GRAD, "1,900", "1,950", "1e6", "inf", "not recovered", "≥ 99 steps"],
     ]
     ids = [row["id"] for row in find(table, "Tr") if "id" in row]
     assert ids[1] == {"type": SPIKE_ROW, "metric": LOSS, "start": 1008, "peak": 1011, "end": 1012}

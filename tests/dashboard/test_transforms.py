@@ -54,6 +54,9 @@ def test_normalize_by_start_and_by_median() -> None:
     assert normalize([0.0, -4.0, 8.0], "start").tolist() == [0.0, -1.0, 2.0]
     assert normalize([1.0, 3.0, 2.0, math.nan], "median")[:3].tolist() == [0.5, 1.5, 1.0]
     assert normalize([math.nan], "start") is None
+    # The median is the default: a warm-up's first values set no scale.
+    assert normalize([10.0, 1.0, 2.0, 1.0, -1.0]).tolist() == [10.0, 1.0, 2.0, 1.0, -1.0]
+    assert normalize([-4.0, -2.0, math.nan, -1.0])[[0, 1, 3]].tolist() == [-2.0, -1.0, -0.5]
     with pytest.raises(ValueError, match="normalize mode"):
         normalize([1.0], "max")
 
