@@ -42,6 +42,7 @@ def to_out(run: Run, project: str, segments: list[Segment] | None = None) -> Run
         last_step=run.last_step,
         last_seen=run.last_seen,
         created_at=run.created_at,
+        notes=run.notes,
         segments=None
         if segments is None
         else [
@@ -114,7 +115,8 @@ def list_runs(session: Session, project: str, *, limit: int = 1000) -> list[RunO
 def update_run(
     session: Session, run: Run, project: str, body: RunUpdate, *, control_read: int | None = None
 ) -> RunOut:
-    """Set the run's status or tags. ``control_read``: the newest control request the
+    """Set the run's status, tags or note (an empty note, or one of spaces only, removes
+    it). ``control_read``: the newest control request the
     trainer read (see `control.for_trainer`), acknowledged before a finished run's unread
     requests expire."""
     if control_read is not None:
@@ -124,6 +126,8 @@ def update_run(
         values["status"] = body.status
     if body.tags is not None:
         values["tags"] = sorted(set(body.tags))
+    if body.notes is not None:
+        values["notes"] = body.notes.strip() or None
     if values:
         update_stored_run(session, run, values)
     if body.status in ("finished", "failed"):
