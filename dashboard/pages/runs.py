@@ -1,14 +1,16 @@
 """The runs list: a search, filters by tag, state and config value, and a sort, all kept in
 the URL (:class:`~.runs_view.RunsView`); one page of the runs they select
-(:mod:`.runs_table`), refreshed live from one read of the project's runs. Ticking two or
+(:mod:`.runs_table`), refreshed live from one read of the project's runs. Chosen columns
+show metrics' last, smallest or largest values and config values, read for the whole page
+at once (:mod:`.runs_columns`); runs may fold into groups by a config key. Ticking two or
 more runs offers a link that compares them (:mod:`.compare`); admins add and remove tags
-(through the same validation as ``PATCH /api/v1/runs/{id}``)."""
+and edit notes (through the same validation as ``PATCH /api/v1/runs/{id}``)."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -18,15 +20,20 @@ from dash import ALL, Input, Output, State, dcc, html
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
+from normwatch.server.storage.run_stats import SeriesStats
 
 from ..config_filter import ConfigFilterError, parse_conditions
 from ..refusals import RunNotFound
 from ..session import viewer
 from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
 from .compare_view import compare_href, default_metric
+from .runs_cells import column_picker
+from .runs_columns import STATS, Column, MetricValues, config_keys
+from .runs_notes import NoteChange, NoteEditing, change_note, note_editor
 from .runs_table import (
     NO_MATCH,
     NO_RUNS,
+    SORT_OPTIONS,
     ago,
     controls,
     count_text,
@@ -73,12 +80,19 @@ Refreshed = tuple[Any, str, Any, Any, bool, bool, Any]
 """What `Shown` holds, and the refresh's interval."""
 
 
-class RunsReader(TagEditing, Protocol):
-    """What the runs list reads and changes, each for the viewer (tags: `TagEditing`)."""
+class RunsReader(TagEditing, NoteEditing, Protocol):
+    """What the runs list reads and changes, each for the viewer (tags: `TagEditing`;
+    notes: `NoteEditing`)."""
 
     def runs(self, who: Principal, *, limit: int = ...) -> list[RunOut]: ...
 
     def metrics(self, who: Principal, run_id: str) -> list[MetricOut]: ...
+
+    def metric_stats(
+        self, who: Principal, run_ids: Sequence[str], names: Sequence[str]
+    ) -> dict[str, dict[str, SeriesStats]]: ...
+
+    def logged_names(self, who: Principal) -> list[str]: ...
 
 
 def match(path: str) -> dict[str, str] | None:
@@ -89,20 +103,29 @@ def layout(data: RunsReader, who: Principal, query: Mapping[str, str]) -> html.D
     """The list as the URL's ``query`` names it (`RunsView.from_query`)."""
     view = RunsView.from_query(query)
     admin = who.can("admin")
-    rows, count, tags, states, first, last = show(data, who, view)
+    runs = data.runs(who, limit=READ_LIMIT + 1)
+    rows, count, tags, states, first, last = show(data, who, view, runs)
+    picker = column_picker(data.logged_names(who), config_keys(runs), view.group, view.columns)
     return html.Div(
         [
             html.H1(f"Runs in {who.project}"),
             html.Div(controls(view, tags, states), className="controls runs-controls"),
+            html.Div(picker, className="controls runs-columns"),
             html.Div(pager(count, first, last), className="runs-pager"),
             html.Div(html.Span(PICK_HINT, className="muted"), id="compare-action"),
             tag_editor() if admin else None,
+            note_editor() if admin else None,
             html.Div(id="runs-tag-message", className="message"),
-            html.Table([html.Thead(header(view.sort)), rows], className="runs"),
+            html.Div(id="runs-note-message", className="message"),
+            html.Table(
+                [html.Thead(header(view.sort, view.columns), id="runs-head"), rows],
+                className="runs",
+            ),
             dcc.Store(id="runs-view", data=view.to_store()),
             dcc.Store(id="compare-ticked", data=[]),
             dcc.Store(id="runs-changed", data=0),
             dcc.Store(id="runs-tag-editing", data=None),
+            dcc.Store(id="runs-note-editing", data=None),
             html.Div(id="runs-url-sync", hidden=True),
             dcc.Interval(id="runs-refresh", interval=REFRESH_MS),
         ],
@@ -110,14 +133,27 @@ def layout(data: RunsReader, who: Principal, query: Mapping[str, str]) -> html.D
     )
 
 
-def show(data: RunsReader, who: Principal, view: RunsView) -> Shown:
-    """The page of runs ``view`` selects, from one read of the project's runs."""
-    read = data.runs(who, limit=READ_LIMIT + 1)
+def show(
+    data: RunsReader, who: Principal, view: RunsView, read: list[RunOut] | None = None
+) -> Shown:
+    """The page of runs ``view`` selects, from one read of the project's runs (``read``,
+    when the caller has it), and one read of its metric columns' values for the page's
+    runs (`page_values`)."""
+    read = data.runs(who, limit=READ_LIMIT + 1) if read is None else read
     capped = len(read) > READ_LIMIT
     runs = read[:READ_LIMIT]
     listing = view.select(runs)
     empty = NO_RUNS if not runs else NO_MATCH
-    table = runs_table(listing.rows, admin=who.can("admin"), empty=empty)
+    table = runs_table(
+        listing.rows,
+        admin=who.can("admin"),
+        empty=empty,
+        columns=view.columns,
+        values=page_values(data, who, listing.rows, view.columns),
+        groups=listing.groups,
+        group_key=view.group,
+        opened=view.opened,
+    )
     return (
         table,
         count_text(listing, capped=capped),
@@ -126,6 +162,17 @@ def show(data: RunsReader, who: Principal, view: RunsView) -> Shown:
         listing.page <= 1,
         listing.page >= listing.pages,
     )
+
+
+def page_values(
+    data: RunsReader, who: Principal, rows: Sequence[RunOut], columns: Sequence[Column]
+) -> MetricValues:
+    """The metric columns' values of the page's runs ``rows``: one read for all of them,
+    none without a metric column."""
+    names = list(dict.fromkeys(c.name for c in columns if c.metric))
+    if not names or not rows:
+        return {}
+    return data.metric_stats(who, [run.id for run in rows], names)
 
 
 def refresh(
@@ -202,6 +249,62 @@ def update_view(
         new = replace(new, page=view.page + 1)
     stored = dash.no_update if new == view else new.to_store()
     return stored, error, new.sort, *sort_labels(new.sort)
+
+
+ColumnsChange = tuple[Any, Any, Any, Any]
+"""The view's store, the table's header, the sort picker's options and its value."""
+
+
+def update_columns(
+    store: object,
+    trigger: TriggerId,
+    click: bool = True,
+    *,
+    metric: object = None,
+    stat: object = None,
+    config_key: object = None,
+    group: object = None,
+) -> ColumnsChange | None:
+    """The view after a change of its columns or groups (``trigger``: the control's id):
+    *add* beside the metric picker adds ``metric``'s ``stat`` column, *add* beside the
+    config picker the ``config_key`` column, a column's × takes it off, a config column's
+    title sorts by it (again: reversed), the group picker groups by ``group`` (cleared: not
+    grouped), a group's ▸ shows its runs (▾ hides them). None for a button that appeared
+    rather than was clicked (``click``), or nothing changed."""
+    view = RunsView.from_store(store)
+    kind = trigger.get("type") if isinstance(trigger, Mapping) else trigger
+    if kind != "runs-group" and not click:
+        return None
+    new = view
+    if kind == "runs-col-add-metric" and isinstance(metric, str):
+        new = view.with_column(Column.parse(f"{stat if stat in STATS else 'last'}:{metric}"))
+    elif kind == "runs-col-add-config" and isinstance(config_key, str):
+        new = view.with_column(Column.parse(f"config:{config_key.strip()}"))
+    elif kind == "runs-group":
+        new = view.grouped_by(group)
+    elif isinstance(trigger, Mapping) and isinstance(trigger.get("col"), str):
+        column = trigger["col"]
+        if kind == "runs-col-remove":
+            new = view.without_column(column)
+        elif kind == "runs-sort-col":
+            new = replace(view, sort=toggled_sort(view.sort, column), page=1)
+    elif kind == "runs-group-toggle" and isinstance(trigger, Mapping):
+        gid = trigger.get("group")
+        new = view.toggled(gid) if isinstance(gid, str) else view
+    if new == view:
+        return None
+    options = [*SORT_OPTIONS, *sort_choices(new.columns)]
+    return new.to_store(), header(new.sort, new.columns), options, new.sort
+
+
+def sort_choices(columns: Sequence[Column]) -> list[dict[str, str]]:
+    """The sort picker's choices for the chosen config columns, both ways."""
+    return [
+        {"label": f"{c.title} {arrow}", "value": f"{sign}{c.text}"}
+        for c in columns
+        if not c.metric
+        for sign, arrow in (("", "↑"), ("-", "↓"))
+    ]
 
 
 def ticked_runs(picked: object) -> list[str]:
@@ -329,6 +432,59 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         return or_prevent(
             await in_thread(
                 change_tags, data, viewer(), triggered_id(), clicked(), editing, typed, changed
+            )
+        )
+
+    @app.callback(
+        Output("runs-view", "data", allow_duplicate=True),
+        Output("runs-head", "children"),
+        Output("runs-sort", "options"),
+        Output("runs-sort", "value", allow_duplicate=True),
+        Input("runs-col-add-metric", "n_clicks"),
+        Input("runs-col-add-config", "n_clicks"),
+        Input("runs-group", "value"),
+        Input({"type": "runs-col-remove", "col": ALL}, "n_clicks"),
+        Input({"type": "runs-sort-col", "col": ALL}, "n_clicks"),
+        Input({"type": "runs-group-toggle", "group": ALL}, "n_clicks"),
+        State("runs-col-metric", "value"),
+        State("runs-col-stat", "value"),
+        State("runs-col-config", "value"),
+        State("runs-view", "data"),
+        prevent_initial_call=True,
+    )
+    def on_columns(*values: object) -> ColumnsChange:
+        metric, stat, config_key, store = values[-4:]
+        changed = update_columns(
+            store,
+            triggered_id(),
+            clicked(),
+            metric=metric,
+            stat=stat,
+            config_key=config_key,
+            group=values[2],
+        )
+        return or_prevent(changed)
+
+    @app.callback(
+        Output("runs-note-editing", "data"),
+        Output("runs-note-message", "children"),
+        Output("runs-changed", "data", allow_duplicate=True),
+        Output("runs-note-editor", "hidden"),
+        Output("runs-note-input", "value"),
+        Output("runs-note-title", "children"),
+        Input({"type": "run-note-edit", "run": ALL}, "n_clicks"),
+        Input("runs-note-save", "n_clicks"),
+        Input("runs-note-cancel", "n_clicks"),
+        State("runs-note-editing", "data"),
+        State("runs-note-input", "value"),
+        State("runs-changed", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_note(*values: object) -> NoteChange:
+        editing, typed, changed = values[-3:]
+        return or_prevent(
+            await in_thread(
+                change_note, data, viewer(), triggered_id(), clicked(), editing, typed, changed
             )
         )
 
