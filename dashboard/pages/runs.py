@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 import dash
-from dash import ALL, Input, Output, State, dcc, html
+from dash import ALL, Input, Output, State, ctx, dcc, html
 
 from normwatch.server.auth import Principal
 from normwatch.server.schemas import MetricOut, RunOut
@@ -93,6 +93,14 @@ class RunsReader(TagEditing, NoteEditing, Protocol):
     ) -> dict[str, dict[str, SeriesStats]]: ...
 
     def logged_names(self, who: Principal) -> list[str]: ...
+
+
+def first_clicked() -> bool:
+    """Whether the input that fired the running callback (the one `triggered_id` names)
+    was clicked, not a button that appeared with 0 clicks. A redrawn header fires its
+    buttons together with the sort picker's new value, which `clicked` would count."""
+    first = ctx.triggered[0] if ctx.triggered else {}
+    return bool(first.get("value"))
 
 
 def match(path: str) -> dict[str, str] | None:
@@ -377,7 +385,7 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         search: object, tags: object, states: object, config: object, sort: object, *rest: object
     ) -> ViewChange:
         controls = {"search": search, "tags": tags, "states": states, "config": config}
-        changed = update_view(rest[-1], triggered_id(), clicked(), sort=sort, **controls)
+        changed = update_view(rest[-1], triggered_id(), first_clicked(), sort=sort, **controls)
         return or_prevent(changed)
 
     @app.callback(
@@ -457,7 +465,7 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         changed = update_columns(
             store,
             triggered_id(),
-            clicked(),
+            first_clicked(),
             metric=metric,
             stat=stat,
             config_key=config_key,

@@ -246,18 +246,25 @@ def fold(runs: Sequence[RunOut], key: str) -> list[Group]:
 
 def group_cell(group: Group, column: Column, values: MetricValues) -> str:
     """What a group's row shows in ``column``: for a metric, the mean of its runs' values
-    and their range, ``mean (min–max)`` (NaN and runs without a value left out; the range
-    left out where it is one value); for a config key, the value its runs share, else how
-    many values they have."""
+    and their range, ``mean (min–max)`` (NaN and runs without a value left out, NaN where
+    every value is NaN; the range left out where it is one value); for a config key, the
+    value its runs share, else how many values they have."""
     if column.metric:
-        found = [_metric(values, run.id, column) for run in group.runs]
-        finite = [v for v in found if v is not None and math.isfinite(v)]
-        if not finite:
-            return MISSING
-        mean = math.fsum(finite) / len(finite)
-        low, high = min(finite), max(finite)
+        found = [v for run in group.runs if (v := _metric(values, run.id, column)) is not None]
+        numbers = [v for v in found if not math.isnan(v)]
+        if not numbers:
+            return number_text(math.nan) if found else MISSING
+        mean = _mean(numbers)
+        low, high = min(numbers), max(numbers)
         if low == high:
             return number_text(mean)
         return f"{number_text(mean)} ({number_text(low)}–{number_text(high)})"
     texts = {cell_text(column_value(run, column, values), column) for run in group.runs}
     return texts.pop() if len(texts) == 1 else f"{len(texts)} values"
+
+
+def _mean(numbers: list[float]) -> float:
+    """The mean, inf or -inf where infinities of one sign are among them (NaN for both)."""
+    if any(math.isinf(v) for v in numbers):
+        return sum(numbers) / len(numbers)
+    return math.fsum(numbers) / len(numbers)
