@@ -176,4 +176,4 @@ def group_row(
         colSpan=span,
     )
     cells = [html.Td(group_cell(group, c, values), className="chosen-cell") for c in columns]
-    return html.Tr([head, *cells, html.Td()], className="group-row", **{"data-group": group.id})
+    return html.Tr([head, *cells, html.Td()], className="group-row")
