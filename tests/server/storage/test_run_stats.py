@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from sqlalchemy import event
 
 from normwatch.server.db import build_engine, session_factory, session_scope
 from normwatch.server.storage.policy import Policy
@@ -92,3 +93,34 @@ def test_nothing_asked_reads_nothing(sessions: Sessions) -> None:
     assert stats_of(sessions, [run_id], []) == {}
     with session_scope(sessions) as session:
         assert run_stats(session, [], ["loss"]) == {}
+
+
+def test_a_page_of_runs_costs_the_same_statements_as_one_run(sessions: Sessions) -> None:
+    """The read is per page, not per run: ten times the runs, the same statements."""
+    made = []
+    for i in range(30):
+        run_id = new_run(sessions, name=f"r{i}")
+        post(sessions, run_id, np.arange(300), loss=np.arange(300.0) + i, acc=np.ones(300))
+        if i % 2:
+            compact(sessions, run_id, SMALL)
+        made.append(run_id)
+
+    def statements(run_ids: list[str]) -> int:
+        counted: list[str] = []
+        with session_scope(sessions) as session:
+            keys = [(the_run(session, r).key, 1) for r in run_ids]
+            engine = session.get_bind()
+
+            def count(*args: object) -> None:
+                counted.append(str(args[2]))
+
+            event.listen(engine, "before_cursor_execute", count)
+            try:
+                got = run_stats(session, keys, ["loss", "acc"])
+            finally:
+                event.remove(engine, "before_cursor_execute", count)
+        assert len(got) == 2 * len(run_ids)
+        assert got[(keys[-1][0], "loss")].min == float(len(run_ids) - 1)
+        return len(counted)
+
+    assert statements(made[:3]) == statements(made)
