@@ -15,7 +15,7 @@ from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
 from .browser_page import BrowserProblems
-from .test_browser_runs import login, pick, query, rows_are
+from .runs_page import login, pick, query, rows_are
 
 RUNS: list[tuple[str, dict[str, Any], list[Any]]] = [
     # name, config, loss at steps 0, 1, 2 (none: the run logged nothing)
