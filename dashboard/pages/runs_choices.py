@@ -4,16 +4,16 @@ with the header and sort choices that go with it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from ..wiring import TriggerId
 from .runs_columns import STATS, Column
-from .runs_table import SORT_OPTIONS, header
+from .runs_table import SORT_OPTIONS, header, sort_choices
 from .runs_view import RunsView, toggled_sort
 
-__all__ = ["ColumnsChange", "sort_choices", "update_columns"]
+__all__ = ["ColumnsChange", "update_columns"]
 
 ColumnsChange = tuple[Any, Any, Any, Any]
 """The view's store, the table's header, the sort picker's options and its value."""
@@ -59,13 +59,3 @@ def update_columns(
         return None
     options = [*SORT_OPTIONS, *sort_choices(new.columns)]
     return new.to_store(), header(new.sort, new.columns), options, new.sort
-
-
-def sort_choices(columns: Sequence[Column]) -> list[dict[str, str]]:
-    """The sort picker's choices for the chosen config columns, both ways."""
-    return [
-        {"label": f"{c.title} {arrow}", "value": f"{sign}{c.text}"}
-        for c in columns
-        if not c.metric
-        for sign, arrow in (("", "↑"), ("-", "↓"))
-    ]

@@ -31,6 +31,7 @@ __all__ = [
     "pager",
     "pick_box",
     "runs_table",
+    "sort_choices",
     "sort_labels",
     "state_options",
     "tag_options",
@@ -301,7 +302,7 @@ def controls(view: RunsView, tags: list[str], states: list[str]) -> list[Any]:
                 "sort",
                 dcc.Dropdown(
                     id="runs-sort",
-                    options=SORT_OPTIONS,
+                    options=[*SORT_OPTIONS, *sort_choices(view.columns)],
                     value=view.sort,
                     clearable=False,
                     searchable=False,
@@ -309,6 +310,16 @@ def controls(view: RunsView, tags: list[str], states: list[str]) -> list[Any]:
             ],
             className="picker narrow",
         ),
+    ]
+
+
+def sort_choices(columns: Sequence[Column]) -> list[dict[str, str]]:
+    """The sort picker's choices for the chosen config columns, both ways."""
+    return [
+        {"label": f"{c.title} {arrow}", "value": f"{sign}{c.text}"}
+        for c in columns
+        if not c.metric
+        for sign, arrow in (("", "↑"), ("-", "↓"))
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from normwatch.dashboard.pages import runs_cells, runs_choices, runs_columns
+from normwatch.dashboard.pages import runs_cells, runs_choices, runs_columns, runs_table
 from normwatch.dashboard.pages.runs_choices import update_columns
 from normwatch.dashboard.pages.runs_columns import (
     Column,
@@ -221,3 +221,10 @@ def test_clicks_on_the_column_and_group_controls() -> None:
     assert store["url"] == "?col=min%3Aloss&group=lr&open=0.001"
     cleared = update_columns(store, "runs-group", False, group=None)
     assert cleared is not None and cleared[0]["url"] == "?col=min%3Aloss"
+
+
+def test_the_sort_picker_offers_the_chosen_config_columns() -> None:
+    view = RunsView.from_query(query_of("?col=min%3Aloss&col=config%3Alr&sort=-config%3Alr"))
+    picker = find(runs_table.controls(view, [], []), "Dropdown", id="runs-sort")[0]
+    assert picker["value"] == "-config:lr"
+    assert [o["value"] for o in picker["options"]][-2:] == ["config:lr", "-config:lr"]
