@@ -25,7 +25,15 @@ from normwatch.server.storage.run_stats import SeriesStats
 from ..config_filter import ConfigFilterError, parse_conditions
 from ..refusals import RunNotFound
 from ..session import viewer
-from ..wiring import TriggerId, clicked, in_thread, or_prevent, triggered_id
+from ..wiring import (
+    ROW_CLICK_JS,
+    TriggerId,
+    clicked,
+    clicked_row,
+    in_thread,
+    or_prevent,
+    triggered_id,
+)
 from .compare_view import compare_href, default_metric
 from .runs_cells import column_picker
 from .runs_choices import ColumnsChange, update_columns
@@ -46,7 +54,7 @@ from .runs_table import (
     tag_options,
 )
 from .runs_tags import TagChange, TagEditing, change_tags, tag_editor
-from .runs_view import SORTS, URL_SYNC_JS, RunsView, toggled_sort
+from .runs_view import DEFAULT_SORT, SORTS, URL_SYNC_JS, Listing, RunsView, toggled_sort
 
 __all__ = [
     "NO_MATCH",
@@ -67,6 +75,9 @@ REFRESH_MS = 2000
 SLOWEST_REFRESH_MS = 30_000
 READ_LIMIT = 10_000
 """The most runs one read lists (the most recently active): the API's own bound."""
+METRIC_SORT_LIMIT = 2_000
+"""The most matched runs the list sorts by a metric column: each refresh reads the values
+of all of them."""
 PICK_HINT = "Tick two or more runs to compare them."
 SORT_BUTTONS = tuple(f"runs-sort-{column}" for column in SORTS)
 
@@ -134,6 +145,8 @@ def layout(data: RunsReader, who: Principal, query: Mapping[str, str]) -> html.D
             dcc.Store(id="runs-changed", data=0),
             dcc.Store(id="runs-tag-editing", data=None),
             dcc.Store(id="runs-note-editing", data=None),
+            dcc.Store(id="runs-note-click"),  # a real click on a note's edit (`ROW_CLICK_JS`)
+            dcc.Store(id="runs-group-click"),  # a real click on a group's ▸ or ▾
             html.Div(id="runs-url-sync", hidden=True),
             dcc.Interval(id="runs-refresh", interval=REFRESH_MS),
         ],
@@ -150,26 +163,50 @@ def show(
     read = data.runs(who, limit=READ_LIMIT + 1) if read is None else read
     capped = len(read) > READ_LIMIT
     runs = read[:READ_LIMIT]
-    listing = view.select(runs)
+    listing, values, said = select(data, who, view, runs)
     empty = NO_RUNS if not runs else NO_MATCH
     table = runs_table(
         listing.rows,
         admin=who.can("admin"),
         empty=empty,
         columns=view.columns,
-        values=page_values(data, who, listing.rows, view.columns),
+        values=values,
         groups=listing.groups,
         group_key=view.group,
         opened=view.opened,
     )
     return (
         table,
-        count_text(listing, capped=capped),
+        count_text(listing, capped=capped) + said,
         tag_options(runs, view),
         state_options(runs, view),
         listing.page <= 1,
         listing.page >= listing.pages,
     )
+
+
+def select(
+    data: RunsReader,
+    who: Principal,
+    view: RunsView,
+    runs: list[RunOut],
+    limit: int = METRIC_SORT_LIMIT,
+) -> tuple[Listing, MetricValues, str]:
+    """The page of ``runs`` the view shows, its metric columns' values, and what the count
+    adds. Sorted by a metric column, the values of every matched run are read first (one
+    read for all of them), up to ``limit`` runs; past it the list keeps its default order
+    and says why."""
+    sort_by = view.metric_sort
+    if sort_by is None:
+        listing = view.select(runs)
+        return listing, page_values(data, who, listing.rows, view.columns), ""
+    matched = [run for run in runs if view.matches(run)]
+    if len(matched) > limit:
+        listing = replace(view, sort=DEFAULT_SORT).select(runs)
+        said = f" · not sorted by {sort_by.title}: more than {limit:,} runs match"
+        return listing, page_values(data, who, listing.rows, view.columns), said
+    values = page_values(data, who, matched, view.columns)
+    return view.select(runs, values), values, ""
 
 
 def page_values(
@@ -397,7 +434,7 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         Input("runs-group", "value"),
         Input({"type": "runs-col-remove", "col": ALL}, "n_clicks"),
         Input({"type": "runs-sort-col", "col": ALL}, "n_clicks"),
-        Input({"type": "runs-group-toggle", "group": ALL}, "n_clicks"),
+        Input("runs-group-click", "data"),
         State("runs-col-metric", "value"),
         State("runs-col-stat", "value"),
         State("runs-col-config", "value"),
@@ -406,10 +443,13 @@ def register(app: dash.Dash, data: RunsReader) -> None:
     )
     def on_columns(*values: object) -> ColumnsChange:
         metric, stat, config_key, store = values[-4:]
+        trigger, click = triggered_id(), first_clicked()
+        if trigger == "runs-group-click":
+            trigger, click = clicked_row(values[5])
         changed = update_columns(
             store,
-            triggered_id(),
-            first_clicked(),
+            trigger,
+            click,
             metric=metric,
             stat=stat,
             config_key=config_key,
@@ -424,7 +464,7 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         Output("runs-note-editor", "hidden"),
         Output("runs-note-input", "value"),
         Output("runs-note-title", "children"),
-        Input({"type": "run-note-edit", "run": ALL}, "n_clicks"),
+        Input("runs-note-click", "data"),
         Input("runs-note-save", "n_clicks"),
         Input("runs-note-cancel", "n_clicks"),
         State("runs-note-editing", "data"),
@@ -432,13 +472,28 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         State("runs-changed", "data"),
         prevent_initial_call=True,
     )
-    async def on_note(*values: object) -> NoteChange:
+    async def on_note(note_click: object, *values: object) -> NoteChange:
         editing, typed, changed = values[-3:]
+        trigger, click = triggered_id(), clicked()
+        if trigger == "runs-note-click":
+            trigger, click = clicked_row(note_click)
         return or_prevent(
-            await in_thread(
-                change_note, data, viewer(), triggered_id(), clicked(), editing, typed, changed
-            )
+            await in_thread(change_note, data, viewer(), trigger, click, editing, typed, changed)
         )
+
+    # The table's note and group buttons reach their callbacks through click stores, filled
+    # only by a real click: on their own n_clicks, each refresh of the table ran the
+    # callbacks again, and Dash dropped the answer of a save or an add still on its way.
+    app.clientside_callback(
+        ROW_CLICK_JS,
+        Output("runs-note-click", "data"),
+        Input({"type": "run-note-edit", "run": ALL}, "n_clicks"),
+    )
+    app.clientside_callback(
+        ROW_CLICK_JS,
+        Output("runs-group-click", "data"),
+        Input({"type": "runs-group-toggle", "group": ALL}, "n_clicks"),
+    )
 
     app.clientside_callback(
         URL_SYNC_JS, Output("runs-url-sync", "children"), Input("runs-view", "data")

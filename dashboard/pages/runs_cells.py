@@ -94,8 +94,8 @@ def column_picker(
 
 
 def column_headers(columns: Sequence[Column], sort: str) -> list[html.Th]:
-    """A header cell per chosen column: its title (a config column's sorts by it; again,
-    reversed) and a × that takes the column off."""
+    """A header cell per chosen column: its title, which sorts by it (again: reversed),
+    and a × that takes the column off."""
     cells = []
     for column in columns:
         remove = html.Button(
@@ -105,19 +105,16 @@ def column_headers(columns: Sequence[Column], sort: str) -> list[html.Th]:
             className="col-remove",
             title=f"remove column {column.title}",
         )
-        if column.metric:
-            title: Any = html.Span(column.title, className="col-title")
-        else:
-            arrow = ""
-            if sort.removeprefix("-") == column.text:
-                arrow = " ↓" if sort.startswith("-") else " ↑"
-            title = html.Button(
-                column.title + arrow,
-                id={"type": "runs-sort-col", "col": column.text},
-                n_clicks=0,
-                className="sort-header",
-                title=f"sort by {column.title}; again to reverse",
-            )
+        arrow = ""
+        if sort.removeprefix("-") == column.text:
+            arrow = " ↓" if sort.startswith("-") else " ↑"
+        title = html.Button(
+            column.title + arrow,
+            id={"type": "runs-sort-col", "col": column.text},
+            n_clicks=0,
+            className="sort-header",
+            title=f"sort by {column.title}; again to reverse",
+        )
         cells.append(html.Th([title, remove], className="chosen-col"))
     return cells
 

@@ -314,11 +314,10 @@ def controls(view: RunsView, tags: list[str], states: list[str]) -> list[Any]:
 
 
 def sort_choices(columns: Sequence[Column]) -> list[dict[str, str]]:
-    """The sort picker's choices for the chosen config columns, both ways."""
+    """The sort picker's choices for the chosen columns, both ways."""
     return [
         {"label": f"{c.title} {arrow}", "value": f"{sign}{c.text}"}
         for c in columns
-        if not c.metric
         for sign, arrow in (("", "↑"), ("-", "↓"))
     ]
 

@@ -13,7 +13,7 @@ link reproduces it. Every parameter is optional, and one that is malformed is ig
             (:mod:`~normwatch.dashboard.config_filter`: ``optimizer.lr>=3e-4``)
 ``sort``    a column, ``-`` in front for descending: ``name``, ``status``,
             ``last_step``, ``last_seen``, ``created`` (default ``-last_seen``), or a
-            chosen config column (``config:optimizer.lr``)
+            chosen column (``config:optimizer.lr``, ``min:train/loss``)
 ``page``    which page of `PAGE_SIZE` runs (of groups, when grouped), from 1
 ``col``     repeated: a chosen column, in order (:class:`~.runs_columns.Column`):
             ``last:train/loss``, ``min:…``, ``max:…``, ``config:optimizer.lr``
@@ -37,7 +37,7 @@ from urllib.parse import urlencode
 from normwatch.server.schemas import MAX_TAG, RunOut
 
 from ..config_filter import ConfigCondition, ConfigFilterError, config_value, parse_conditions
-from .runs_columns import MAX_COLUMNS, MAX_NAME, Column, Group, fold
+from .runs_columns import MAX_COLUMNS, MAX_NAME, Column, Group, MetricValues, column_value, fold
 
 __all__ = [
     "DEFAULT_SORT",
@@ -88,11 +88,14 @@ class PageQuery(Protocol):
 # --- sorting --------------------------------------------------------------------------------
 
 
-def sort_runs(runs: Iterable[RunOut], sort: str) -> list[RunOut]:
-    """``runs`` by ``sort`` (a column of `SORTS`, or ``config:KEY``, ``-`` in front for
-    descending); a run without a last step (or without the key) comes last either way, and
-    runs that tie stay newest first (by creation, then id), so that the order holds still
-    across refreshes.
+def sort_runs(
+    runs: Iterable[RunOut], sort: str, values: MetricValues | None = None
+) -> list[RunOut]:
+    """``runs`` by ``sort`` (a column of `SORTS`, ``config:KEY``, or a metric column such
+    as ``min:loss`` by its ``values``; ``-`` in front for descending); a run without a last
+    step (without the key, without a value or a NaN) comes last either way, and runs that
+    tie stay newest first (by creation, then id), so that the order holds still across
+    refreshes.
 
     >>> from datetime import UTC, datetime
     >>> def run(name, step): return RunOut(id=name, project="p", name=name, status="running",
@@ -106,6 +109,12 @@ def sort_runs(runs: Iterable[RunOut], sort: str) -> list[RunOut]:
     ordered = sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)
     if column.startswith("config:"):
         return _by_config(ordered, column.removeprefix("config:"), descending)
+    metric = Column.parse(column)
+    if metric is not None and metric.metric:
+        found = {r.id: column_value(r, metric, values or {}) for r in ordered}
+        have = [r for r in ordered if found[r.id] is not None and not math.isnan(found[r.id])]
+        never = [r for r in ordered if found[r.id] is None or math.isnan(found[r.id])]
+        return sorted(have, key=lambda r: float(found[r.id]), reverse=descending) + never
     if column == "last_step":
         logged = [r for r in ordered if r.last_step is not None]
         never = [r for r in ordered if r.last_step is None]
@@ -155,11 +164,11 @@ def toggled_sort(current: str, column: str) -> str:
 
 
 def valid_sort(value: object, columns: Sequence[Column] = ()) -> str | None:
-    """``value`` if it names a column of `SORTS` or a chosen config column of ``columns``."""
+    """``value`` if it names a column of `SORTS` or a chosen column of ``columns``."""
     if not isinstance(value, str):
         return None
     column = value.removeprefix("-")
-    if column in SORTS or any(c.text == column and not c.metric for c in columns):
+    if column in SORTS or any(c.text == column for c in columns):
         return value
     return None
 
@@ -293,10 +302,17 @@ class RunsView:
             return False
         return all(c.holds(run.config) for c in self.config)
 
-    def select(self, runs: Sequence[RunOut]) -> Listing:
-        """The page of ``runs`` the view shows, sorted; the page past the last shows the
-        last. Grouped, a page holds `PAGE_SIZE` groups, each with all its runs."""
-        matched = sort_runs((r for r in runs if self.matches(r)), self.sort)
+    @property
+    def metric_sort(self) -> Column | None:
+        """The metric column the view sorts by (None: another column)."""
+        column = Column.parse(self.sort.removeprefix("-"))
+        return column if column is not None and column.metric else None
+
+    def select(self, runs: Sequence[RunOut], values: MetricValues | None = None) -> Listing:
+        """The page of ``runs`` the view shows, sorted (by a metric column: by the matched
+        runs' ``values``); the page past the last shows the last. Grouped, a page holds
+        `PAGE_SIZE` groups, each with all its runs."""
+        matched = sort_runs((r for r in runs if self.matches(r)), self.sort, values)
         if self.group:
             groups = fold(matched, self.group)
             pages = max(1, math.ceil(len(groups) / PAGE_SIZE))

@@ -110,6 +110,12 @@ def test_columns_groups_and_notes_in_the_url(
         "loss (last)×",
         "lr×",
     ]
+    # A metric column's title sorts by it: smallest first, a run without a value last.
+    page.click("#runs-head th.chosen-col >> nth=0 >> button.sort-header")
+    rows_are(page, ["b-lr3e-4-s1", "a-lr1e-3-s2", "a-lr1e-3-s1", "c-lr1e-2-s1"])
+    assert query(page)["sort"] == ["min:loss"]
+    page.click("#runs-sort-name")
+    rows_are(page, NAMES)
 
     # An admin's note: written in the editor, stored, shown in the run's row.
     row = page.locator("tr.run-row", has_text="a-lr1e-3-s1")

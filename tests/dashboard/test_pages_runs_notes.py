@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.dashboard.data import DashboardData
-from normwatch.dashboard.pages.runs import layout, refresh
+from normwatch.dashboard.pages.runs import layout, refresh, select
 from normwatch.dashboard.pages.runs_notes import NOTES_ADMIN_ONLY, change_note
 from normwatch.dashboard.pages.runs_view import RunsView
 from normwatch.dashboard.routing import query_of
@@ -54,6 +54,19 @@ def test_metric_columns_read_for_the_page_and_the_choices_offered(
     assert find(page, "Dropdown", id="runs-col-metric")[0]["options"] == ["acc", "loss"]
     keys = find(page, "Dropdown", id="runs-col-config")[0]["options"]
     assert keys == ["optimizer.lr", "seed"]
+
+    # Sorted by a metric column: by the values of every matched run; past the limit of
+    # runs the list keeps its default order and says so.
+    by_max = RunsView.from_query(query_of("?col=max%3Aloss&sort=-max%3Aloss"))
+    listing, values, said = select(dashboard_data, me.read, by_max, dashboard_data.runs(me.read))
+    assert ([r.name for r in listing.rows], said) == (["second", "first"], "")
+    assert values[first]["loss"].max == 3.0
+    up = RunsView.from_query(query_of("?col=max%3Aloss&sort=max%3Aloss"))
+    listing, _, said = select(dashboard_data, me.read, up, dashboard_data.runs(me.read))
+    assert [r.name for r in listing.rows] == ["first", "second"]
+    listing, _, said = select(dashboard_data, me.read, up, dashboard_data.runs(me.read), limit=1)
+    assert [r.name for r in listing.rows] == ["second", "first"]  # most recently active
+    assert said == " · not sorted by loss (max): more than 1 runs match"
 
     # Grouped by the lr both runs share: one row, the mean of their smallest losses.
     store = RunsView.from_query(query_of("?col=min%3Aloss&group=optimizer.lr")).to_store()

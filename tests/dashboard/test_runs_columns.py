@@ -163,9 +163,8 @@ def test_the_url_keeps_columns_group_and_open_groups() -> None:
     again = "?sort=-config%3Alr&col=min%3Aloss&col=config%3Alr&group=lr&open=0.001&open=~"
     assert view.to_url() == again
     assert RunsView.from_store(view.to_store()) == view
-    # A sort by a metric column, or by a column not chosen, is the default; open groups
-    # without a group are nothing.
-    assert RunsView.from_query(query_of("?col=min%3Aloss&sort=min%3Aloss")).sort == "-last_seen"
+    # A sort by a column not chosen is the default; open groups without a group are nothing.
+    assert RunsView.from_query(query_of("?col=min%3Aloss&sort=-min%3Aloss")).sort == "-min:loss"
     assert RunsView.from_query(query_of("?sort=config%3Alr")).sort == "-last_seen"
     assert RunsView.from_query(query_of("?open=0.001")).opened == ()
 
@@ -200,7 +199,7 @@ def test_clicks_on_the_column_and_group_controls() -> None:
     store, head, options, sort = added
     assert store["url"] == "?col=min%3Aloss"
     assert "loss (min)" in text(head)
-    assert (len(options), sort) == (10, "-last_seen")
+    assert (len(options), sort) == (12, "-last_seen")
     assert update_columns(store, "runs-col-add-metric", metric="loss", stat="min") is None
     store = update_columns(store, "runs-col-add-config", config_key=" lr ")[0]  # type: ignore[index]
     by_lr = {"type": "runs-sort-col", "col": "config:lr"}
@@ -228,3 +227,20 @@ def test_the_sort_picker_offers_the_chosen_config_columns() -> None:
     picker = find(runs_table.controls(view, [], []), "Dropdown", id="runs-sort")[0]
     assert picker["value"] == "-config:lr"
     assert [o["value"] for o in picker["options"]][-2:] == ["config:lr", "-config:lr"]
+
+
+def test_a_metric_column_sorts_by_the_values_read_and_runs_without_one_last() -> None:
+    runs = [run(name, {}, age) for age, name in enumerate("abcde")]
+    values = {
+        "a": {"loss": SeriesStats(3, 2.0, 0.5, 4.0)},
+        "b": {"loss": SeriesStats(3, math.nan, -1.0, 9.0)},
+        "c": {"loss": SeriesStats(3, 0.25, 0.25, 0.25)},
+        "e": {"loss": SeriesStats(3, 2.0, 2.0, 2.0)},
+    }
+    columns = (Column("last", "loss"), Column("min", "loss"))
+    ascending = RunsView(columns=columns, sort="last:loss").select(runs, values)
+    assert [r.name for r in ascending.rows] == ["c", "a", "e", "b", "d"]
+    descending = RunsView(columns=columns, sort="-min:loss").select(runs, values)
+    assert [r.name for r in descending.rows] == ["e", "a", "c", "b", "d"]
+    assert RunsView(columns=columns, sort="-min:loss").metric_sort == Column("min", "loss")
+    assert RunsView(columns=columns).metric_sort is None

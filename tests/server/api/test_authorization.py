@@ -367,7 +367,7 @@ CALLBACK_KEYS = {
     "runs.update_view": "runs-view.data <- runs-search.value",
     "runs.tags": 'runs-tag-editing.data <- {"run":["ALL"],"type":"run-tag-edit"}.n_clicks',
     "runs.columns": "runs-view.data <- runs-col-add-metric.n_clicks",
-    "runs.notes": 'runs-note-editing.data <- {"run":["ALL"],"type":"run-note-edit"}.n_clicks',
+    "runs.notes": "runs-note-editing.data <- runs-note-click.data",
     "run.update_view": "view.data <- left-metric.value",
     "run.draw": "overlay.figure <- view.data",
     "run.tick": "left-metric.options <- tick.n_intervals",
@@ -1243,7 +1243,7 @@ def _tag_removal(w: World, t: str, o: Objects) -> Callback:
 def _note_values(**values: Any) -> dict[str, Any]:
     """The runs list's note controls as the browser sends them: no button clicked."""
     return {
-        '{"run":["ALL"],"type":"run-note-edit"}.n_clicks': [],
+        "runs-note-click.data": None,
         "runs-note-save.n_clicks": 0,
         "runs-note-cancel.n_clicks": 0,
         "runs-note-editing.data": None,
@@ -1255,9 +1255,8 @@ def _note_values(**values: Any) -> dict[str, Any]:
 
 def _note_edit(o: Objects) -> Callback:
     button = {"run": o.run_id, "type": "run-note-edit"}
-    values = _note_values(**{'{"run":["ALL"],"type":"run-note-edit"}.n_clicks': [(button, 1)]})
-    changed = [_pattern_key(button, "n_clicks")]
-    return Callback("runs.notes", values, changed, f"Note on {o.run_name}")
+    values = _note_values(**{"runs-note-click.data": {"row": button, "clicks": 1}})
+    return Callback("runs.notes", values, ["runs-note-click.data"], f"Note on {o.run_name}")
 
 
 def _note_save(w: World, o: Objects) -> Callback:
@@ -1285,7 +1284,7 @@ def _add_column() -> Callback:
         "runs-group.value": None,
         '{"col":["ALL"],"type":"runs-col-remove"}.n_clicks': [],
         '{"col":["ALL"],"type":"runs-sort-col"}.n_clicks': [],
-        '{"group":["ALL"],"type":"runs-group-toggle"}.n_clicks': [],
+        "runs-group-click.data": None,
         "runs-col-metric.value": "grad/norm/total",
         "runs-col-stat.value": "min",
         "runs-view.data": {},
