@@ -14,7 +14,7 @@ from normwatch.server.analytics.transitions import Fit, fit_transition
 from normwatch.server.auth import Principal
 from normwatch.server.db import begin_snapshot
 from normwatch.server.errors import Conflict, Invalid
-from normwatch.server.schemas import EventOut, MetricOut, RunOut, RunUpdate
+from normwatch.server.schemas import MAX_NOTES, EventOut, MetricOut, RunOut, RunUpdate
 from normwatch.server.schemas.alerts import (
     AlertOut,
     AlertRuleCreate,
@@ -42,6 +42,7 @@ from normwatch.server.services.attribution import attribution as group_shares
 from normwatch.server.services.export_formats import written
 from normwatch.server.services.layers import LayerGrid
 from normwatch.server.services.transitions import Transitions, run_transitions
+from normwatch.server.storage.run_stats import SeriesStats
 
 from .control import ControlData
 from .figures import AlertMark, Line, Marker
@@ -80,6 +81,35 @@ class DashboardData(OnCallData, ControlData):
             except ValidationError as exc:
                 raise Invalid(_tag_errors(exc)) from None
             return runs.update_run(session, run, project, body)
+
+    def set_notes(self, who: Principal, run_id: str, notes: str) -> RunOut:
+        """Set the run's note (an empty one removes it), validated as ``PATCH
+        /api/v1/runs/{id}`` validates it (`Invalid` saying why; `Forbidden` for a viewer
+        without an admin token)."""
+        access.authorize(who, "admin", doing="changing notes")
+        with self.sessions() as session, session.begin():
+            run, project = self._owned(session, who, run_id)
+            try:
+                body = RunUpdate(notes=notes)
+            except ValidationError:
+                raise Invalid(_notes_error(notes)) from None
+            return runs.update_run(session, run, project, body)
+
+    def metric_stats(
+        self, who: Principal, run_ids: Sequence[str], names: Sequence[str]
+    ) -> dict[str, dict[str, SeriesStats]]:
+        """Each of ``names`` that each of the viewer's runs ``run_ids`` logged, by run id
+        and name: its last value, minimum and maximum over the run, read for all of them
+        at once (`services.runs.metric_stats`)."""
+        with self.sessions() as session:
+            begin_snapshot(session)
+            return runs.metric_stats(session, who.project, run_ids, names)
+
+    def logged_names(self, who: Principal) -> list[str]:
+        """The metric names the project's recent runs logged, sorted: a runs table's
+        suggestions for its metric columns."""
+        with self.sessions() as session:
+            return runs.project_metric_names(session, who.project)
 
     def run(self, who: Principal, run_id: str) -> RunOut:
         with self.sessions() as session:
@@ -398,6 +428,13 @@ def _value_text(value: float | str | None) -> str:
     if value is None:
         return "—"
     return value if isinstance(value, str) else f"{value:.6g}"
+
+
+def _notes_error(notes: str) -> str:
+    """Why ``RunUpdate`` refused ``notes``, in words."""
+    if len(notes) > MAX_NOTES:
+        return f"a note has at most {MAX_NOTES:,} characters, not {len(notes):,}"
+    return "a note must be plain text (no NUL character, no lone surrogate)"
 
 
 def _tag_errors(exc: ValidationError) -> str:

@@ -106,6 +106,8 @@ class Run(Base):
     last_step: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    notes: Mapped[str | None] = mapped_column(Text)
+    """An admin's note on the run (None: none), at most `schemas.MAX_NOTES` characters."""
 
 
 class Segment(Base):

@@ -1,6 +1,8 @@
 """The runs list's parts: its controls (search, filters, sort, pager), the table's header,
-whose columns sort the list, and one row a run, with a box to tick it for a comparison and,
-for admins, buttons to change its tags. Pure: it draws what it is given."""
+whose columns sort the list, and one row a run, with a box to tick it for a comparison, its
+chosen columns (:mod:`.runs_cells`) and its note and, for admins, buttons to change its
+tags and its note; grouped, a row a group before its runs. Pure: it draws what it is
+given."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from dash import dcc, html
 
 from normwatch.server.schemas import RunOut
 
+from .runs_cells import column_headers, group_row, run_cells
+from .runs_columns import Column, Group, MetricValues
 from .runs_view import PAGE_SIZE, SORTS, STATES, Listing, RunsView
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "pager",
     "pick_box",
     "runs_table",
+    "sort_choices",
     "sort_labels",
     "state_options",
     "tag_options",
@@ -74,8 +79,9 @@ def sort_labels(sort: str) -> list[str]:
     return [f"{titles[c]} {arrow}" if c == column else titles[c] for c in SORTS]
 
 
-def header(sort: str) -> html.Tr:
-    """The header row; a click on a sortable column's title sorts by it (again: reversed)."""
+def header(sort: str, columns: Sequence[Column] = ()) -> html.Tr:
+    """The header row; a click on a sortable column's title sorts by it (again: reversed);
+    the chosen ``columns`` (`runs_cells.column_headers`) before the notes."""
     labels = dict(zip(SORTS, sort_labels(sort), strict=True))
     cells = []
     for title in COLUMNS:
@@ -91,7 +97,7 @@ def header(sort: str) -> html.Tr:
             title=f"sort by {title}; again to reverse",
         )
         cells.append(html.Th(button))
-    return html.Tr(cells)
+    return html.Tr([*cells, *column_headers(columns, sort), html.Th("notes")], id="runs-head-row")
 
 
 def runs_table(
@@ -100,18 +106,45 @@ def runs_table(
     *,
     admin: bool = False,
     empty: str = NO_RUNS,
+    columns: Sequence[Column] = (),
+    values: MetricValues | None = None,
+    groups: Sequence[Group] | None = None,
+    group_key: str = "",
+    opened: Sequence[str] = (),
 ) -> html.Tbody:
     """The table's body: one row a run, each name a link to its page beside a box to tick it
-    for a comparison; ``empty`` in a row of its own when there is none. An ``admin`` gets a
-    button to remove each tag and one to edit the run's tags."""
+    for a comparison, its values in the chosen ``columns`` (metrics' from ``values``), its
+    note; ``empty`` in a row of its own when there is none. An ``admin`` gets a button to
+    remove each tag, one to edit the run's tags and one to edit its note. With ``groups``
+    (grouped by the config key ``group_key``), a row a group, followed by its runs where
+    the group is ``opened``."""
+    width = len(COLUMNS) + len(columns) + 1
     if not runs:
-        row = html.Tr([html.Td(empty, colSpan=len(COLUMNS), className="empty")])
+        row = html.Tr([html.Td(empty, colSpan=width, className="empty")])
         return html.Tbody([row], id="runs-table")
     now = now or datetime.now(UTC)
-    return html.Tbody([_row(run, now, admin) for run in runs], id="runs-table")
+    values = values or {}
+    if groups is None:
+        rows = [_row(run, now, admin, columns, values) for run in runs]
+        return html.Tbody(rows, id="runs-table")
+    drawn: list[html.Tr] = []
+    for group in groups:
+        open_ = group.id in opened
+        drawn.append(group_row(group, group_key, columns, values, open_=open_, span=len(COLUMNS)))
+        if open_:
+            drawn += [_row(run, now, admin, columns, values, member=True) for run in group.runs]
+    return html.Tbody(drawn, id="runs-table")
 
 
-def _row(run: RunOut, now: datetime, admin: bool) -> html.Tr:
+def _row(
+    run: RunOut,
+    now: datetime,
+    admin: bool,
+    columns: Sequence[Column] = (),
+    values: MetricValues | None = None,
+    *,
+    member: bool = False,
+) -> html.Tr:
     return html.Tr(
         [
             html.Td(
@@ -123,9 +156,30 @@ def _row(run: RunOut, now: datetime, admin: bool) -> html.Tr:
             html.Td(ago(run.last_seen, now), title=run.last_seen.isoformat()),
             html.Td(ago(run.created_at, now), title=run.created_at.isoformat()),
             html.Td(_tags(run, admin), className="tags"),
+            *run_cells(run, columns, values or {}),
+            html.Td(_note(run, admin), className="notes"),
         ],
-        className="run-row",
+        className="run-row group-member" if member else "run-row",
     )
+
+
+NOTE_SHOWN = 140
+"""Characters of a note its cell shows; the whole note is its tooltip."""
+
+
+def _note(run: RunOut, admin: bool) -> list[Any]:
+    note = run.notes or ""
+    shown = note if len(note) <= NOTE_SHOWN else note[: NOTE_SHOWN - 1] + "…"
+    text = html.Span(shown, className="run-note", title=note or None)
+    if not admin:
+        return [text]
+    edit = html.Button(
+        "edit note" if note else "+ note",
+        id={"type": "run-note-edit", "run": run.id},
+        n_clicks=0,
+        className="small note-edit",
+    )
+    return [text, edit]
 
 
 def _tags(run: RunOut, admin: bool) -> list[Any]:
@@ -184,7 +238,7 @@ def state_options(runs: Sequence[RunOut], view: RunsView) -> list[str]:
 
 def count_text(listing: Listing, *, capped: bool) -> str:
     """What the table shows of how many: '3 of 40 runs', '40 runs · page 2 of 3'; ``capped``
-    when the project has more runs than were read.
+    when the project has more runs than were read; grouped, how many groups.
 
     >>> count_text(Listing([], 120, 400, 2, 3), capped=False)
     '120 of 400 runs · 51–100 on page 2 of 3'
@@ -193,6 +247,11 @@ def count_text(listing: Listing, *, capped: bool) -> str:
     noun = "run" if listing.total == 1 and not capped else "runs"
     shown = f"{listing.matched:,} of " if listing.matched != listing.total else ""
     said = f"{shown}{total} {noun}"
+    if listing.groups is not None:
+        said += f" in {listing.group_count:,} group{'' if listing.group_count == 1 else 's'}"
+        if listing.pages > 1:
+            said += f" · page {listing.page} of {listing.pages}"
+        return said
     if listing.pages > 1:
         first = (listing.page - 1) * PAGE_SIZE + 1
         last = min(listing.page * PAGE_SIZE, listing.matched)
@@ -243,7 +302,7 @@ def controls(view: RunsView, tags: list[str], states: list[str]) -> list[Any]:
                 "sort",
                 dcc.Dropdown(
                     id="runs-sort",
-                    options=SORT_OPTIONS,
+                    options=[*SORT_OPTIONS, *sort_choices(view.columns)],
                     value=view.sort,
                     clearable=False,
                     searchable=False,
@@ -251,6 +310,15 @@ def controls(view: RunsView, tags: list[str], states: list[str]) -> list[Any]:
             ],
             className="picker narrow",
         ),
+    ]
+
+
+def sort_choices(columns: Sequence[Column]) -> list[dict[str, str]]:
+    """The sort picker's choices for the chosen columns, both ways."""
+    return [
+        {"label": f"{c.title} {arrow}", "value": f"{sign}{c.text}"}
+        for c in columns
+        for sign, arrow in (("", "↑"), ("-", "↓"))
     ]
 
 

@@ -12,8 +12,13 @@ link reproduces it. Every parameter is optional, and one that is malformed is ig
 ``config``  repeated: every condition holds on the run's config
             (:mod:`~normwatch.dashboard.config_filter`: ``optimizer.lr>=3e-4``)
 ``sort``    a column, ``-`` in front for descending: ``name``, ``status``,
-            ``last_step``, ``last_seen``, ``created`` (default ``-last_seen``)
-``page``    which page of `PAGE_SIZE` runs, from 1
+            ``last_step``, ``last_seen``, ``created`` (default ``-last_seen``), or a
+            chosen column (``config:optimizer.lr``, ``min:train/loss``)
+``page``    which page of `PAGE_SIZE` runs (of groups, when grouped), from 1
+``col``     repeated: a chosen column, in order (:class:`~.runs_columns.Column`):
+            ``last:train/loss``, ``min:…``, ``max:…``, ``config:optimizer.lr``
+``group``   a config key: runs that share its value fold into one row
+``open``    repeated: a group shown with its runs (its id, `~.runs_columns.group_id`)
 ==========  =====================================================================
 
 >>> view = RunsView.from_query({"q": "lr", "config": "optimizer.lr>=3e-4", "sort": "oops"})
@@ -31,7 +36,8 @@ from urllib.parse import urlencode
 
 from normwatch.server.schemas import MAX_TAG, RunOut
 
-from ..config_filter import ConfigCondition, ConfigFilterError, parse_conditions
+from ..config_filter import ConfigCondition, ConfigFilterError, config_value, parse_conditions
+from .runs_columns import MAX_COLUMNS, MAX_NAME, Column, Group, MetricValues, column_value, fold
 
 __all__ = [
     "DEFAULT_SORT",
@@ -82,10 +88,14 @@ class PageQuery(Protocol):
 # --- sorting --------------------------------------------------------------------------------
 
 
-def sort_runs(runs: Iterable[RunOut], sort: str) -> list[RunOut]:
-    """``runs`` by ``sort`` (a column of `SORTS`, ``-`` in front for descending); a run
-    without a last step comes last either way, and runs that tie stay newest first (by
-    creation, then id), so that the order holds still across refreshes.
+def sort_runs(
+    runs: Iterable[RunOut], sort: str, values: MetricValues | None = None
+) -> list[RunOut]:
+    """``runs`` by ``sort`` (a column of `SORTS`, ``config:KEY``, or a metric column such
+    as ``min:loss`` by its ``values``; ``-`` in front for descending); a run without a last
+    step (without the key, without a value or a NaN) comes last either way, and runs that
+    tie stay newest first (by creation, then id), so that the order holds still across
+    refreshes.
 
     >>> from datetime import UTC, datetime
     >>> def run(name, step): return RunOut(id=name, project="p", name=name, status="running",
@@ -97,6 +107,14 @@ def sort_runs(runs: Iterable[RunOut], sort: str) -> list[RunOut]:
     column = sort.removeprefix("-")
     descending = sort.startswith("-")
     ordered = sorted(runs, key=lambda r: (r.created_at, r.id), reverse=True)
+    if column.startswith("config:"):
+        return _by_config(ordered, column.removeprefix("config:"), descending)
+    metric = Column.parse(column)
+    if metric is not None and metric.metric:
+        found = {r.id: column_value(r, metric, values or {}) for r in ordered}
+        have = [r for r in ordered if found[r.id] is not None and not math.isnan(found[r.id])]
+        never = [r for r in ordered if found[r.id] is None or math.isnan(found[r.id])]
+        return sorted(have, key=lambda r: float(found[r.id]), reverse=descending) + never
     if column == "last_step":
         logged = [r for r in ordered if r.last_step is not None]
         never = [r for r in ordered if r.last_step is None]
@@ -108,6 +126,29 @@ def sort_runs(runs: Iterable[RunOut], sort: str) -> list[RunOut]:
         "created": lambda r: r.created_at,
     }
     return sorted(ordered, key=keys.get(column, keys["last_seen"]), reverse=descending)
+
+
+def _by_config(runs: list[RunOut], key: str, descending: bool) -> list[RunOut]:
+    """``runs`` by their config's value at ``key``: numbers, then other values by their
+    text; runs without the key last either way."""
+    absent = config_value({}, "")
+    numbers: list[tuple[float, RunOut]] = []
+    texts: list[tuple[str, RunOut]] = []
+    never: list[RunOut] = []
+    for run in runs:
+        value = config_value(run.config, key)
+        if value is absent or value is None:
+            never.append(run)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            numbers.append((float(value), run))
+        else:
+            texts.append((value if isinstance(value, str) else repr(value), run))
+    numbers.sort(key=lambda pair: pair[0], reverse=descending)
+    texts.sort(key=lambda pair: pair[0], reverse=descending)
+    ranked = [r for _, r in numbers] + [r for _, r in texts]
+    if descending:
+        ranked = [r for _, r in texts] + [r for _, r in numbers]
+    return ranked + never
 
 
 def toggled_sort(current: str, column: str) -> str:
@@ -122,8 +163,12 @@ def toggled_sort(current: str, column: str) -> str:
     return f"-{column}" if column in DESCENDING_FIRST else column
 
 
-def valid_sort(value: object) -> str | None:
-    if isinstance(value, str) and value.removeprefix("-") in SORTS:
+def valid_sort(value: object, columns: Sequence[Column] = ()) -> str | None:
+    """``value`` if it names a column of `SORTS` or a chosen column of ``columns``."""
+    if not isinstance(value, str):
+        return None
+    column = value.removeprefix("-")
+    if column in SORTS or any(c.text == column for c in columns):
         return value
     return None
 
@@ -140,11 +185,15 @@ class Listing:
     total: int
     page: int
     pages: int
+    groups: list[Group] | None = None
+    """Grouped: the page's groups (``rows``: their runs), out of ``group_count``."""
+    group_count: int = 0
 
 
 @dataclass(frozen=True)
 class RunsView:
-    """The runs list's search, filters, sort and page."""
+    """The runs list's search, filters, sort and page; its chosen columns, the config key
+    it groups by and the groups shown open."""
 
     search: str = ""
     tags: tuple[str, ...] = ()
@@ -152,6 +201,9 @@ class RunsView:
     config: tuple[ConfigCondition, ...] = ()
     sort: str = DEFAULT_SORT
     page: int = 1
+    columns: tuple[Column, ...] = ()
+    group: str = ""
+    opened: tuple[str, ...] = ()
 
     @classmethod
     def from_query(cls, query: PageQuery | Mapping[str, str]) -> RunsView:
@@ -170,13 +222,18 @@ class RunsView:
                 conditions.extend(parse_conditions(text))
             except ConfigFilterError:
                 continue
+        columns = _columns(values("col"))
+        group = _key(query.get("group"))
         return cls(
             search=_search(query.get("q")),
             tags=_words(values("tag"), MAX_TAG),
             states=_words(values("state"), 16),
             config=tuple(dict.fromkeys(conditions))[:MAX_VALUES],
-            sort=valid_sort(query.get("sort")) or DEFAULT_SORT,
+            sort=valid_sort(query.get("sort"), columns) or DEFAULT_SORT,
             page=_page(query.get("page")),
+            columns=columns,
+            group=group,
+            opened=_words(values("open"), MAX_NAME) if group else (),
         )
 
     @classmethod
@@ -186,11 +243,11 @@ class RunsView:
         if not isinstance(store, Mapping):
             return cls()
         pairs: list[tuple[str, str]] = []
-        for name in ("q", "sort", "page"):
+        for name in ("q", "sort", "page", "group"):
             value = store.get(name)
             if isinstance(value, str | int) and not isinstance(value, bool):
                 pairs.append((name, str(value)))
-        for name in ("tag", "state", "config"):
+        for name in ("tag", "state", "config", "col", "open"):
             items = store.get(name)
             if isinstance(items, list):
                 pairs += [(name, v) for v in items[:MAX_VALUES] if isinstance(v, str)]
@@ -204,6 +261,9 @@ class RunsView:
             "config": [c.text for c in self.config],
             "sort": self.sort,
             "page": self.page,
+            "col": [c.text for c in self.columns],
+            "group": self.group,
+            "open": list(self.opened),
             "url": self.to_url(),
         }
 
@@ -219,6 +279,10 @@ class RunsView:
             pairs.append(("sort", self.sort))
         if self.page > 1:
             pairs.append(("page", str(self.page)))
+        pairs += [("col", c.text) for c in self.columns]
+        if self.group:
+            pairs.append(("group", self.group))
+        pairs += [("open", g) for g in self.opened]
         return "?" + urlencode(pairs) if pairs else ""
 
     @property
@@ -238,14 +302,57 @@ class RunsView:
             return False
         return all(c.holds(run.config) for c in self.config)
 
-    def select(self, runs: Sequence[RunOut]) -> Listing:
-        """The page of ``runs`` the view shows, sorted; the page past the last shows the
-        last."""
-        matched = sort_runs((r for r in runs if self.matches(r)), self.sort)
+    @property
+    def metric_sort(self) -> Column | None:
+        """The metric column the view sorts by (None: another column)."""
+        column = Column.parse(self.sort.removeprefix("-"))
+        return column if column is not None and column.metric else None
+
+    def select(self, runs: Sequence[RunOut], values: MetricValues | None = None) -> Listing:
+        """The page of ``runs`` the view shows, sorted (by a metric column: by the matched
+        runs' ``values``); the page past the last shows the last. Grouped, a page holds
+        `PAGE_SIZE` groups, each with all its runs."""
+        matched = sort_runs((r for r in runs if self.matches(r)), self.sort, values)
+        if self.group:
+            groups = fold(matched, self.group)
+            pages = max(1, math.ceil(len(groups) / PAGE_SIZE))
+            page = min(self.page, pages)
+            shown = groups[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+            rows = [run for g in shown for run in g.runs]
+            return Listing(rows, len(matched), len(runs), page, pages, shown, len(groups))
         pages = max(1, math.ceil(len(matched) / PAGE_SIZE))
         page = min(self.page, pages)
         rows = matched[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
         return Listing(rows, len(matched), len(runs), page, pages)
+
+    def with_column(self, column: Column | None) -> RunsView:
+        """The view with ``column`` added at the end (one already chosen, or past
+        `MAX_COLUMNS`, leaves it as it is)."""
+        if column is None or column in self.columns or len(self.columns) >= MAX_COLUMNS:
+            return self
+        return replace(self, columns=(*self.columns, column))
+
+    def without_column(self, text: str) -> RunsView:
+        """The view without the column ``text`` names; a sort by it goes back to the default."""
+        columns = tuple(c for c in self.columns if c.text != text)
+        sort = self.sort if self.sort.removeprefix("-") != text else DEFAULT_SORT
+        return replace(self, columns=columns, sort=sort)
+
+    def grouped_by(self, key: object) -> RunsView:
+        """The view grouped by the config ``key`` (none: not grouped), from its first page,
+        every group closed."""
+        group = _key(key)
+        if group == self.group:
+            return self
+        return replace(self, group=group, opened=(), page=1)
+
+    def toggled(self, group_id: str) -> RunsView:
+        """The view with the group ``group_id`` opened, or closed if it was open."""
+        if group_id in self.opened:
+            return replace(self, opened=tuple(g for g in self.opened if g != group_id))
+        if len(self.opened) >= MAX_VALUES or len(group_id) > MAX_NAME:
+            return self
+        return replace(self, opened=(*self.opened, group_id))
 
     def with_controls(
         self,
@@ -265,7 +372,7 @@ class RunsView:
             tags=_words(tags, MAX_TAG) if isinstance(tags, list | None) else self.tags,
             states=_words(states, 16) if isinstance(states, list | None) else self.states,
             config=self.config if config is None else config,
-            sort=valid_sort(sort) or self.sort,
+            sort=valid_sort(sort, self.columns) or self.sort,
         )
         return self if new == self else replace(new, page=1)
 
@@ -295,6 +402,20 @@ def _words(values: object, longest: int) -> tuple[str, ...]:
         return ()
     kept = (v for v in values if isinstance(v, str) and 0 < len(v) <= longest)
     return tuple(dict.fromkeys(kept))[:MAX_VALUES]
+
+
+def _columns(texts: list[str]) -> tuple[Column, ...]:
+    """The columns ``texts`` name, each once, in order, at most `MAX_COLUMNS`."""
+    found = (Column.parse(t) for t in texts[: 4 * MAX_COLUMNS])
+    return tuple(dict.fromkeys(c for c in found if c is not None))[:MAX_COLUMNS]
+
+
+def _key(value: object) -> str:
+    """A config key to group by (``""``: none)."""
+    if not isinstance(value, str) or len(value) > MAX_NAME:
+        return ""
+    key = value.strip()
+    return "" if any(ord(c) < 32 for c in key) else key
 
 
 def _page(value: object) -> int:

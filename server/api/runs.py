@@ -56,7 +56,7 @@ def update_run(
         ),
     ] = None,
 ) -> RunOut:
-    """Mark a run finished or failed, or replace its tags."""
+    """Mark a run finished or failed, replace its tags, or set its note (``""`` removes it)."""
     run, project = owned_run(session, who, run_id)
     out = run_service.update_run(session, run, project, body, control_read=control_read)
     session.commit()

@@ -31,6 +31,8 @@ MAX_CONFIG_BYTES = 64 * 1024
 MAX_CONFIG_DEPTH = 32
 MAX_TAG = 128
 MAX_TAGS = 64
+MAX_NOTES = 2000
+"""The longest note on a run, in characters."""
 MAX_REPEAT_SECONDS = 7 * 86_400
 """The longest ``repeat_every_seconds``: a week (the shortest is a setting, 60 s by default)."""
 
@@ -118,6 +120,12 @@ class RunUpdate(BaseModel):
 
     status: Literal["running", "finished", "failed"] | None = None
     tags: list[Tag] | None = Field(default=None, max_length=64)
+    notes: Text | None = Field(
+        default=None,
+        max_length=MAX_NOTES,
+        description=f"The run's note, at most {MAX_NOTES} characters; an empty one (or only "
+        "spaces) removes it.",
+    )
 
 
 class SegmentOut(BaseModel):
@@ -137,6 +145,8 @@ class RunOut(BaseModel):
     last_step: int | None
     last_seen: datetime
     created_at: datetime
+    notes: str | None = None
+    """The run's note (None: it has none)."""
     segments: list[SegmentOut] | None = None
 
 

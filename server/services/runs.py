@@ -1,6 +1,9 @@
-"""Runs: create, resume (opening a segment on restarts), list, update."""
+"""Runs: create, resume (opening a segment on restarts), list, update; what a runs table
+shows of many runs' metrics at once."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
@@ -16,11 +19,14 @@ from ..schemas import (
     SegmentOut,
     json_document,
 )
+from ..storage.run_stats import SeriesStats, run_stats
 from ..storage.runs import (
     insert_run,
+    logged_names,
     open_segment,
     run_by_id,
     run_for_update,
+    run_keys,
     runs_of_project,
     segment_start,
     segments,
@@ -42,6 +48,7 @@ def to_out(run: Run, project: str, segments: list[Segment] | None = None) -> Run
         last_step=run.last_step,
         last_seen=run.last_seen,
         created_at=run.created_at,
+        notes=run.notes,
         segments=None
         if segments is None
         else [
@@ -114,7 +121,8 @@ def list_runs(session: Session, project: str, *, limit: int = 1000) -> list[RunO
 def update_run(
     session: Session, run: Run, project: str, body: RunUpdate, *, control_read: int | None = None
 ) -> RunOut:
-    """Set the run's status or tags. ``control_read``: the newest control request the
+    """Set the run's status, tags or note (an empty note, or one of spaces only, removes
+    it). ``control_read``: the newest control request the
     trainer read (see `control.for_trainer`), acknowledged before a finished run's unread
     requests expire."""
     if control_read is not None:
@@ -124,8 +132,36 @@ def update_run(
         values["status"] = body.status
     if body.tags is not None:
         values["tags"] = sorted(set(body.tags))
+    if body.notes is not None:
+        values["notes"] = body.notes.strip() or None
     if values:
         update_stored_run(session, run, values)
     if body.status in ("finished", "failed"):
         control.expire_unread(session, run)
     return describe(session, run, project)
+
+
+MAX_TABLE_NAMES = 1000
+"""Metric names a runs table offers as columns at most."""
+
+
+def metric_stats(
+    session: Session, project: str, run_ids: Sequence[str], names: Sequence[str]
+) -> dict[str, dict[str, SeriesStats]]:
+    """Each of ``names`` that each of the project's runs ``run_ids`` logged, by run id and
+    name: its last value, minimum and maximum over the run (`storage.run_stats`), in a few
+    statements for all of them. A run outside the project, or a name it never logged, is
+    absent."""
+    found = run_keys(session, project, run_ids)
+    ids = {key: run_id for run_id, key, _ in found}
+    stats = run_stats(session, [(key, seg) for _, key, seg in found], names)
+    out: dict[str, dict[str, SeriesStats]] = {}
+    for (key, name), value in stats.items():
+        out.setdefault(ids[key], {})[name] = value
+    return out
+
+
+def project_metric_names(session: Session, project: str, *, runs: int = 200) -> list[str]:
+    """The metric names the project's ``runs`` most recently active runs logged, sorted
+    (at most `MAX_TABLE_NAMES`): what a runs table suggests as columns."""
+    return logged_names(session, project, runs=runs, limit=MAX_TABLE_NAMES)

@@ -350,3 +350,41 @@ def same_event(session: Session, event: Event) -> Event | None:
         .order_by(Event.id)
         .limit(1)
     ).first()
+
+
+def run_keys(session: Session, project: str, run_ids: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(id, key, current segment)`` of those of ``run_ids`` that are the project's runs."""
+    if not run_ids:
+        return []
+    rows = session.execute(
+        select(Run.id, Run.key, Run.segment)
+        .join(Project, Project.id == Run.project_id)
+        .where(Project.name == project, Run.id.in_(list(run_ids)))
+    )
+    return [(run_id, int(key), int(seg)) for run_id, key, seg in rows]
+
+
+def logged_names(session: Session, project: str, *, runs: int, limit: int) -> list[str]:
+    """The metric names that the project's ``runs`` most recently active runs logged,
+    sorted, at most ``limit`` of them (two statements: the metrics table may be sharded by
+    run, apart from the runs)."""
+    keys = list(
+        session.scalars(
+            select(Run.key)
+            .join(Project, Project.id == Run.project_id)
+            .where(Project.name == project)
+            .order_by(Run.last_seen.desc(), Run.key.desc())
+            .limit(runs)
+        )
+    )
+    if not keys:
+        return []
+    return list(
+        session.scalars(
+            select(Metric.name)
+            .where(Metric.run_key.in_(keys))
+            .distinct()
+            .order_by(Metric.name)
+            .limit(limit)
+        )
+    )

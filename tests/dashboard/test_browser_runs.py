@@ -16,6 +16,7 @@ from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
 
 from .browser_page import BrowserProblems
+from .runs_page import ROWS, login, names, pick, query, rows_are
 
 RUNS = [
     # name, tags, optimizer.lr (None: a flat "optimizer.lr" key of 1e-2), state, last step
@@ -26,7 +27,6 @@ RUNS = [
     ("7b-baseline", ["7b"], 3e-4, "running", None),
     ("debug", [], None, "finished", None),
 ]
-ROWS = "tr.run-row a.run-link"
 
 
 def seed(server: ServerProcess, tenant: Tenant) -> dict[str, str]:
@@ -51,40 +51,6 @@ def seed(server: ServerProcess, tenant: Tenant) -> dict[str, str]:
                 assert done.status_code == 200, done.text
             ids[name] = run_id
     return ids
-
-
-def names(page: Page) -> list[str]:
-    found: list[str] = page.locator(ROWS).all_inner_texts()
-    return [n.strip() for n in found]
-
-
-def rows_are(page: Page, expected: list[str]) -> None:
-    """Wait until the table lists exactly ``expected``, in order."""
-    try:
-        page.wait_for_function(
-            "([sel, want]) => JSON.stringify(Array.from(document.querySelectorAll(sel))"
-            ".map(a => a.innerText.trim())) === JSON.stringify(want)",
-            arg=[ROWS, expected],
-            timeout=10_000,
-        )
-    except Exception:
-        assert names(page) == expected
-        raise
-
-
-def query(page: Page) -> dict[str, list[str]]:
-    return parse_qs(urlsplit(page.url).query)
-
-
-def pick(page: Page, dropdown: str, option: str) -> None:
-    page.locator(dropdown).click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.keyboard.press("Escape")
-
-
-def login(page: Page, server: ServerProcess, token: str) -> None:
-    page.goto(f"{server.url}/login?token={token}")
-    page.wait_for_selector("table.runs tr.run-row")
 
 
 def run_tags(server: ServerProcess, tenant: Tenant, run_id: str) -> list[str]:

@@ -98,8 +98,8 @@ def test_runs_table_one_row_a_run() -> None:
     table = runs_table.runs_table(listed, NOW)
     assert tree(table)["props"]["id"] == "runs-table"
     assert rows(table) == [
-        ["32b-exp1295", "running", "2", "81,000", "1 min ago", "2 d ago", "32bep"],
-        ["<b>tiny</b>", "finished", "1", "—", "0 s ago", "0 s ago", ""],
+        ["32b-exp1295", "running", "2", "81,000", "1 min ago", "2 d ago", "32bep", ""],
+        ["<b>tiny</b>", "finished", "1", "—", "0 s ago", "0 s ago", "", ""],
     ]
     assert [(a["children"], a["href"]) for a in find(table, "Link")] == [
         ("32b-exp1295", "/runs/r1"),
@@ -109,7 +109,9 @@ def test_runs_table_one_row_a_run() -> None:
         "status status-running",
         "tag",
         "tag",
+        "run-note",
         "status status-finished",
+        "run-note",
     ]
     titled = [td["title"] for td in find(table, "Td") if "title" in td]
     assert titled == [
@@ -127,7 +129,9 @@ def test_runs_table_gives_admins_tag_controls() -> None:
         {"type": "run-tag-remove", "run": "r1", "tag": "32b"},
         {"type": "run-tag-remove", "run": "r1", "tag": "ep"},
         {"type": "run-tag-edit", "run": "r1"},
+        {"type": "run-note-edit", "run": "r1"},
         {"type": "run-tag-edit", "run": "r2"},
+        {"type": "run-note-edit", "run": "r2"},
     ]
     assert [b["children"] for b in find(table, "Button", className="small tag-edit")] == [
         "edit tags",
@@ -139,7 +143,7 @@ def test_runs_table_without_runs_says_why_in_a_row() -> None:
     for empty in (NO_RUNS, NO_MATCH):
         body = runs_table.runs_table([], empty=empty)
         assert rows(body) == [[empty]]
-        assert find(body, "Td")[0]["colSpan"] == len(runs_table.COLUMNS)
+        assert find(body, "Td")[0]["colSpan"] == len(runs_table.COLUMNS) + 1  # and notes
 
 
 def test_header_sorts_by_its_columns() -> None:
@@ -152,6 +156,7 @@ def test_header_sorts_by_its_columns() -> None:
         "last seen",
         "created",
         "tags",
+        "notes",
     ]
     assert [b["id"] for b in find(row, "Button")] == list(runs.SORT_BUTTONS)
     assert sort_labels("name")[0] == "name ↑"

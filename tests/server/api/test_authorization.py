@@ -281,6 +281,12 @@ CALLBACKS = [
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("runs.tags", "remove a tag from the target's run",
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("runs.columns", "add a metric column to the runs list",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("runs.notes", "open the target's run's note editor",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("runs.notes", "set the target's run's note from the editor",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("run.update_view", "zoom on an event of the view's run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run.draw", "draw the view's run",
@@ -360,6 +366,8 @@ CALLBACK_KEYS = {
     "runs.pick": 'compare-action.children <- {"run":["ALL"],"type":"compare-pick"}.value',
     "runs.update_view": "runs-view.data <- runs-search.value",
     "runs.tags": 'runs-tag-editing.data <- {"run":["ALL"],"type":"run-tag-edit"}.n_clicks',
+    "runs.columns": "runs-view.data <- runs-col-add-metric.n_clicks",
+    "runs.notes": "runs-note-editing.data <- runs-note-click.data",
     "run.update_view": "view.data <- left-metric.value",
     "run.draw": "overlay.figure <- view.data",
     "run.tick": "left-metric.options <- tick.n_intervals",
@@ -954,7 +962,7 @@ def read_state(sessions: sessionmaker[Session]) -> State:
                 AlertRule.updated_at,
             ),
             tokens=rows(ApiToken.id, ApiToken.revoked_at, ApiToken.expires_at),
-            runs=rows(Run.id, Run.status, Run.tags, Run.config, Run.last_step),
+            runs=rows(Run.id, Run.status, Run.tags, Run.config, Run.last_step, Run.notes),
             events=s.scalar(select(func.count()).select_from(Event)) or 0,
             metrics={(key, name): (step, value) for key, name, step, value in metrics},
             silences=rows(Silence.id, Silence.project_id, Silence.expired_at),
@@ -1232,6 +1240,60 @@ def _tag_removal(w: World, t: str, o: Objects) -> Callback:
     )
 
 
+def _note_values(**values: Any) -> dict[str, Any]:
+    """The runs list's note controls as the browser sends them: no button clicked."""
+    return {
+        "runs-note-click.data": None,
+        "runs-note-save.n_clicks": 0,
+        "runs-note-cancel.n_clicks": 0,
+        "runs-note-editing.data": None,
+        "runs-note-input.value": "",
+        "runs-changed.data": 0,
+        **values,
+    }
+
+
+def _note_edit(o: Objects) -> Callback:
+    button = {"run": o.run_id, "type": "run-note-edit"}
+    values = _note_values(**{"runs-note-click.data": {"row": button, "clicks": 1}})
+    return Callback("runs.notes", values, ["runs-note-click.data"], f"Note on {o.run_name}")
+
+
+def _note_save(w: World, o: Objects) -> Callback:
+    note = f"note {w.next()}"
+    values = _note_values(
+        **{
+            "runs-note-save.n_clicks": 1,
+            "runs-note-editing.data": o.run_id,
+            "runs-note-input.value": note,
+        }
+    )
+    return Callback(
+        "runs.notes",
+        values,
+        ["runs-note-save.n_clicks"],
+        f"Saved the note on {o.run_name}.",
+        effect=lambda b, a: a.runs[o.run_id][4] == note,
+    )
+
+
+def _add_column() -> Callback:
+    values = {
+        "runs-col-add-metric.n_clicks": 1,
+        "runs-col-add-config.n_clicks": 0,
+        "runs-group.value": None,
+        '{"col":["ALL"],"type":"runs-col-remove"}.n_clicks': [],
+        '{"col":["ALL"],"type":"runs-sort-col"}.n_clicks': [],
+        "runs-group-click.data": None,
+        "runs-col-metric.value": "grad/norm/total",
+        "runs-col-stat.value": "min",
+        "runs-view.data": {},
+    }
+    return Callback(
+        "runs.columns", values, ["runs-col-add-metric.n_clicks"], '"col":["min:grad/norm/total"]'
+    )
+
+
 CallbackRequest = Callable[[World, str, Objects], Callback]
 CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "open / (the runs list)": lambda w, t, o: _route("/", "", o.run_name),
@@ -1256,6 +1318,9 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     ),
     "replace the target's run's tags from the editor": lambda w, t, o: _tag_save(w, o),
     "remove a tag from the target's run": lambda w, t, o: _tag_removal(w, t, o),
+    "add a metric column to the runs list": lambda w, t, o: _add_column(),
+    "open the target's run's note editor": lambda w, t, o: _note_edit(o),
+    "set the target's run's note from the editor": lambda w, t, o: _note_save(w, o),
     "zoom on an event of the view's run": lambda w, t, o: _zoom(o),
     "draw the view's run": lambda w, t, o: Callback(
         "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text
