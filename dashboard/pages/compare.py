@@ -33,7 +33,8 @@ from ..session import viewer
 from ..wiring import in_thread, or_prevent, triggered_id
 from .compare_controls import controls
 from .compare_js import URL_SYNC_JS, ZOOM_JS
-from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table, swatch
+from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table
+from .compare_title import run_colours, title_runs, titles_of
 from .compare_view import CompareView, chart_options, picker_state, update_view
 from .run_overlay import POINTS
 from .run_view import RUN_ID
@@ -126,14 +127,16 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
         robust=query.get("robust"),
         group=query.get("group"),
     )
-    title = [
-        html.Span([swatch(i), label], className="compared-run")
-        for i, label in enumerate(run_labels(runs))
-    ]
+    labels = run_labels(runs)
+    diff = config_diff([dict(r.config) for r in runs])
+    title = title_runs(labels, run_colours(len(runs), view.group_by, diff))
     return html.Div(
         [
-            html.Div([html.H1("Compare runs"), *title], className="run-title"),
-            *controls(names, view, list(config_diff([dict(r.config) for r in runs]))),
+            html.Div(
+                [html.H1("Compare runs"), html.Span(title, id="compare-title")],
+                className="run-title",
+            ),
+            *controls(names, view, list(diff)),
             dcc.Graph(
                 id="compare-chart",
                 config=ZOOMABLE_GRAPH_CONFIG,
@@ -148,6 +151,7 @@ def layout(data: CompareReads, who: Principal, query: PageQuery) -> html.Div:
             html.H3("Config differences"),
             html.Div(id="compare-diff"),
             dcc.Store(id="compare-view", data=view.to_store()),
+            dcc.Store(id="compare-configs", data={"labels": labels, "diff": diff}),
             html.Div(id="compare-url-sync", hidden=True),
             dcc.Store(id="compare-zoom"),  # the chart's moves of its x axis (`ZOOM_JS`)
         ],
@@ -288,6 +292,15 @@ def register(app: dash.Dash, data: CompareReads) -> None:
     )
     async def on_draw(store: object) -> Drawn:
         return await in_thread(draw, data, viewer(), CompareView.from_store(store))
+
+    @app.callback(
+        Output("compare-title", "children"),
+        Input("compare-view", "data"),
+        State("compare-configs", "data"),
+        prevent_initial_call=True,
+    )
+    def on_title(store: object, configs: object) -> list[html.Span]:
+        return or_prevent(titles_of(store, configs))
 
     app.clientside_callback(
         URL_SYNC_JS, Output("compare-url-sync", "children"), Input("compare-view", "data")

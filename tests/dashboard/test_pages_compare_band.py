@@ -4,17 +4,21 @@ enough to be downsampled keeps its spikes inside the band at every zoom."""
 
 from __future__ import annotations
 
+import doctest
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from normwatch.dashboard import compare_legend, transforms
 from normwatch.dashboard.compare_legend import legend_title
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import RUN_COLORS
+from normwatch.dashboard.pages import compare_title
 from normwatch.dashboard.pages.compare import draw, layout
 from normwatch.dashboard.pages.compare_js import URL_SYNC_JS, ZOOM_JS
+from normwatch.dashboard.pages.compare_title import titles_of
 from normwatch.dashboard.pages.compare_view import MAX_PANELS, CompareView, compare_href
 from normwatch.dashboard.pages.compare_view import update_view as updated
 from normwatch.dashboard.routing import query_of
@@ -34,6 +38,12 @@ def spiky(step: int) -> float:
     """The spiky run's grad norm: 1 to 1.4375 in sixteenths (exact in float32), and two
     spikes."""
     return SPIKES.get(step, 1 + (step % 8) / 16)
+
+
+def test_doctests() -> None:
+    for module in (compare_legend, compare_title, transforms):
+        failed, tried = doctest.testmod(module)
+        assert (failed, tried > 0) == (0, True), module.__name__
 
 
 # --- the view and its URL -------------------------------------------------------------------
@@ -224,3 +234,16 @@ def test_the_page_offers_the_keys_that_differ_and_draws_the_linked_panels(
     assert CompareView.from_store(store["data"]) == CompareView(
         (world.spiky, world.short), LOSS, more_metrics=(TOTAL,), group_by="lr"
     )
+    # The squares beside the names are the colours the chart draws the runs in: by lr,
+    # two values, two colours; ungrouped, each run's own.
+    (configs,) = find(page, "Store", id="compare-configs")
+    assert configs["data"] == {"labels": ["spiky", "short"], "diff": {"lr": [1e-3, 3e-4]}}
+    squares = [s["style"]["background"] for s in find(page, "Span", className="swatch")]
+    assert squares == [RUN_COLORS[0], RUN_COLORS[1]]
+    same = {"labels": ["spiky", "short"], "diff": {}}
+    spans = titles_of(store["data"], same)
+    assert spans is not None
+    assert [s.children[0].style["background"] for s in spans] == [RUN_COLORS[0]] * 2
+    assert titles_of(store["data"], {"labels": ["one"], "diff": {}}) is None
+    assert titles_of(store["data"], {"labels": [1, 2], "diff": {}}) is None
+    assert titles_of(None, configs["data"]) is None
