@@ -328,8 +328,8 @@ def overlay_figure(view: OverlayView) -> Figure:
             "orientation": "h",
             "x": 0,
             "y": -0.18,
-            # The colour rule of this chart, said where the names are: on a comparison
-            # blue is the first run; here it is the right axis.
+            # The colour rule of this chart, said where the names are: red is the left axis
+            # and blue the right one (no compared run is drawn in either).
             "title": {"text": _legend_title(view)},
         },
         "xaxis": xaxis,
