@@ -19,8 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .compare_legend import Group, legend_title, mean_name
-from .figures import RAW_OPACITY, WHITE_TEMPLATE, Figure, Line, log_ticks, plot_text, run_color
-from .transforms import Band, ema, mean_band, outlier_range
+from .compare_traces import band_fill, band_traces, faint_trace, non_finite, run_trace
+from .figures import WHITE_TEMPLATE, Figure, Line, log_ticks, plot_text, run_color
+from .transforms import ema, mean_band, outlier_range
 
 __all__ = ["BAND_BUCKETS", "MEAN_COLOR", "band_fill", "compare_figure", "compare_panels"]
 
@@ -34,16 +35,6 @@ PANEL_HEIGHT = 320
 
 Runs = Sequence[tuple[str, Line]]
 """A panel's lines: each run's label and its line of the panel's metric."""
-
-
-def band_fill(color: str) -> str:
-    """A band's fill: its line's ``#rrggbb`` colour at 15 % opacity.
-
-    >>> band_fill("#333333")
-    'rgba(51, 51, 51, 0.15)'
-    """
-    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r}, {g}, {b}, 0.15)"
 
 
 def compare_figure(
@@ -143,7 +134,11 @@ def compare_panels(
 
 def _axis_names(index: int) -> tuple[str, str, str]:
     """A panel's x axis, y axis and the y axis of its ✕ flags (plotly's names: ``x``,
-    ``y``, ``y2`` for the first panel, ``x2``, ``y3``, ``y4`` for the second...)."""
+    ``y``, ``y2`` for the first panel, ``x2``, ``y3``, ``y4`` for the second...).
+
+    >>> _axis_names(0), _axis_names(1)
+    (('x', 'y', 'y2'), ('x2', 'y3', 'y4'))
+    """
     x = "x" if index == 0 else f"x{index + 1}"
     y = "y" if index == 0 else f"y{2 * index + 1}"
     return x, y, f"y{2 * index + 2}"
@@ -172,11 +167,11 @@ class _Panel:
         for index, (label, line) in enumerate(self.runs):
             values = np.asarray(line.values, dtype=np.float64)
             if groups is not None or smooth:
-                out.append(self._on_axes(_faint(label, line.steps, values, colour[index])))
+                out.append(self._on_axes(faint_trace(label, line.steps, values, colour[index])))
                 self.drawn.append(values)
             if groups is None:
                 drawn = ema(line.steps, values, smooth) if smooth else values
-                trace = _run_trace(label, line.steps, drawn, colour[index])
+                trace = run_trace(label, line.steps, drawn, colour[index])
                 if not self.first:
                     trace["showlegend"] = False
                 out.append(self._on_axes(trace))
@@ -210,10 +205,10 @@ class _Panel:
             name = f"{plot_text(self.runs[0][1].metric)} · {name}"
         color = MEAN_COLOR if groups == 1 and not group.name else run_color(number)
         key = f"group-{number}"
-        return [self._on_axes(t) for t in _band_traces(name, key, color, band, average)]
+        return [self._on_axes(t) for t in band_traces(name, key, color, band, average)]
 
     def _flag_trace(self) -> list[dict[str, Any]]:
-        flagged = [(s, flag, label) for label, line in self.runs for s, flag in _non_finite(line)]
+        flagged = [(s, flag, label) for label, line in self.runs for s, flag in non_finite(line)]
         if not flagged:
             return []
         trace = {
@@ -288,95 +283,3 @@ def _span(line: Line, shown: tuple[int, int]) -> tuple[int, int] | None:
     steps = [s for s, v in zip(line.steps, line.values, strict=True) if np.isfinite(v)]
     inside = [s for s in steps if shown[0] <= s <= shown[1]]
     return (inside[0], inside[-1]) if inside else None
-
-
-def _gaps(values: npt.NDArray[np.float64]) -> list[float | None]:
-    """Plotly draws None as a gap: non-finite values become gaps on the line."""
-    return [float(v) if np.isfinite(v) else None for v in values]
-
-
-def _run_trace(
-    label: str, steps: Sequence[int], values: npt.NDArray[np.float64], color: str
-) -> dict[str, Any]:
-    return {
-        "type": "scatter",
-        "x": list(steps),
-        "y": _gaps(values),
-        "name": plot_text(label),
-        "meta": plot_text(label),
-        "legendgroup": plot_text(label),
-        "mode": "lines",
-        "line": {"color": color, "width": 1.5},
-        "connectgaps": False,
-        "hovertemplate": "step %{x}<br>%{y:.6g}<extra>%{meta}</extra>",
-    }
-
-
-def _faint(
-    label: str, steps: Sequence[int], values: npt.NDArray[np.float64], color: str
-) -> dict[str, Any]:
-    """A run's raw points, faint behind what is drawn of them."""
-    return {
-        "type": "scatter",
-        "x": list(steps),
-        "y": _gaps(values),
-        "name": plot_text(label) + " (raw)",
-        "mode": "lines",
-        "line": {"color": color, "width": 1},
-        "opacity": RAW_OPACITY,
-        "connectgaps": False,
-        "showlegend": False,
-        "hoverinfo": "skip",
-    }
-
-
-def _band_traces(
-    name: str, key: str, color: str, band: Band, average: npt.NDArray[np.float64]
-) -> list[dict[str, Any]]:
-    """The band's lower edge, its upper edge filled down to it, then the mean over it; one
-    legend entry (the mean's) shows and hides all three. Each holds its bucket's value
-    from the bucket's first step to the next bucket's (``hv``), and the last bucket's to
-    the grid's last step, so the band's edge at any step is its bucket's low or high."""
-    xs = [*band.steps.tolist(), band.last]
-
-    def held(values: npt.NDArray[np.float64]) -> list[float | None]:
-        gaps = _gaps(values)
-        return [*gaps, gaps[-1]] if gaps else []
-
-    edge = {
-        "type": "scatter",
-        "x": xs,
-        "mode": "lines",
-        "line": {"width": 0, "color": color, "shape": "hv"},
-        "connectgaps": False,
-        "showlegend": False,
-        "hoverinfo": "skip",
-        "legendgroup": key,
-    }
-    low, high = held(band.low), held(band.high)
-    counts = [*band.count.tolist(), int(band.count[-1]) if len(band.count) else 0]
-    return [
-        {**edge, "y": low, "name": "min"},
-        {**edge, "y": high, "name": "max", "fill": "tonexty", "fillcolor": band_fill(color)},
-        {
-            "type": "scatter",
-            "x": xs,
-            "y": held(average),
-            "name": name,
-            "mode": "lines",
-            "line": {"color": color, "width": 2, "shape": "hv"},
-            "connectgaps": False,
-            "legendgroup": key,
-            "customdata": [[n, lo, hi] for n, lo, hi in zip(counts, low, high, strict=True)],
-            "hovertemplate": "step %{x}<br>mean %{y:.6g} of %{customdata[0]} runs"
-            "<br>min %{customdata[1]:.6g} · max %{customdata[2]:.6g}<extra></extra>",
-        },
-    ]
-
-
-def _non_finite(line: Line) -> list[tuple[int, str]]:
-    return [
-        (s, "NaN" if np.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
-        for s, v in zip(line.steps, line.values, strict=True)
-        if not np.isfinite(v)
-    ]

@@ -25,7 +25,6 @@ from normwatch.server.schemas.analytics import CompareOut
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
 from ..compare_figure import compare_panels
-from ..compare_legend import Group, group_runs
 from ..figures import Line, empty_figure
 from ..graph_config import ZOOMABLE_GRAPH_CONFIG
 from ..refusals import Refusal, RunNotFound, said
@@ -34,7 +33,7 @@ from ..wiring import in_thread, or_prevent, triggered_id
 from .compare_controls import controls
 from .compare_js import URL_SYNC_JS, ZOOM_JS
 from .compare_tables import diff_table, line_of, range_text, run_labels, summary_table
-from .compare_title import run_colours, title_runs, titles_of
+from .compare_title import groups_of, run_colours, title_runs, titles_of
 from .compare_view import CompareView, chart_options, picker_state, update_view
 from .run_overlay import POINTS
 from .run_view import RUN_ID
@@ -206,7 +205,7 @@ def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
             smooth=view.smooth,
             robust=view.robust,
             mean=view.group == "mean",
-            groups=_groups(view.group_by, compared) if view.group_by else None,
+            groups=groups_of(view.group_by, compared) if view.group_by else None,
             group_by=view.group_by,
         )
     else:
@@ -220,16 +219,6 @@ def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
 
 def _panel(labels: Sequence[str], compared: CompareOut) -> list[tuple[str, Line]]:
     return [(label, line_of(r)) for label, r in zip(labels, compared.runs, strict=True)]
-
-
-def _groups(key: str, compared: CompareOut) -> list[Group]:
-    """The compared runs grouped by their value of config key ``key``: the values of a key
-    whose values differ come with the comparison; any other key has one value (or none) in
-    every run, and the runs are one group."""
-    values = compared.config_diff.get(key)
-    if values is None:
-        return [Group(f"{key}: one value in every run", tuple(range(len(compared.runs))))]
-    return group_runs(key, values)
 
 
 def nothing_drawn(message: str) -> Drawn:

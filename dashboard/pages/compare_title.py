@@ -1,7 +1,7 @@
-"""The compared runs' names at the top of the compare page, each after a square of the
-colour its line is drawn in: its own, or its group's while the runs are grouped by a
-config key (`.compare_legend.group_runs`), so the squares never say another colour than
-the chart."""
+"""The compared runs grouped by a config key (`.compare_legend.group_runs`), and their names
+at the top of the compare page, each after a square of the colour its line is drawn in:
+its own, or its group's while the runs are grouped, so the squares never say another
+colour than the chart."""
 
 from __future__ import annotations
 
@@ -10,11 +10,23 @@ from typing import Any
 
 from dash import html
 
-from ..compare_legend import group_runs
+from normwatch.server.schemas.analytics import CompareOut
+
+from ..compare_legend import Group, group_runs
 from ..figures import run_color
 from .compare_view import CompareView
 
-__all__ = ["run_colours", "title_runs", "titles_of"]
+__all__ = ["groups_of", "run_colours", "title_runs", "titles_of"]
+
+
+def groups_of(key: str, compared: CompareOut) -> list[Group]:
+    """The compared runs grouped by their value of config key ``key``: the values of a key
+    whose values differ come with the comparison; any other key has one value (or none) in
+    every run, and the runs are one group."""
+    values = compared.config_diff.get(key)
+    if values is None:
+        return [Group(f"{key}: one value in every run", tuple(range(len(compared.runs))))]
+    return group_runs(key, values)
 
 
 def run_colours(count: int, group_by: str | None, diff: Mapping[str, Sequence[Any]]) -> list[str]:

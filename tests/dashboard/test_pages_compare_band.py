@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from normwatch.dashboard import compare_legend, transforms
+from normwatch.dashboard import compare_legend, compare_traces, transforms
 from normwatch.dashboard.compare_legend import legend_title
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import RUN_COLORS
-from normwatch.dashboard.pages import compare_title
+from normwatch.dashboard.pages import compare_links, compare_title
 from normwatch.dashboard.pages.compare import draw, layout
 from normwatch.dashboard.pages.compare_js import URL_SYNC_JS, ZOOM_JS
 from normwatch.dashboard.pages.compare_title import titles_of
@@ -41,7 +41,7 @@ def spiky(step: int) -> float:
 
 
 def test_doctests() -> None:
-    for module in (compare_legend, compare_title, transforms):
+    for module in (compare_legend, compare_links, compare_title, compare_traces, transforms):
         failed, tried = doctest.testmod(module)
         assert (failed, tried > 0) == (0, True), module.__name__
 
