@@ -15,14 +15,14 @@ from .transforms import Band
 __all__ = ["band_fill", "band_traces", "faint_trace", "gaps", "non_finite", "run_trace"]
 
 
-def band_fill(color: str) -> str:
-    """A band's fill: its line's ``#rrggbb`` colour at 15 % opacity.
+def band_fill(color: str, opacity: float = 0.15) -> str:
+    """A band's fill: its line's ``#rrggbb`` colour at 15 % opacity (its edges: 50 %).
 
-    >>> band_fill("#333333")
-    'rgba(51, 51, 51, 0.15)'
+    >>> band_fill("#333333"), band_fill("#333333", 0.5)
+    ('rgba(51, 51, 51, 0.15)', 'rgba(51, 51, 51, 0.5)')
     """
     r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r}, {g}, {b}, 0.15)"
+    return f"rgba({r}, {g}, {b}, {opacity})"
 
 
 def gaps(values: npt.NDArray[np.float64]) -> list[float | None]:
@@ -82,7 +82,9 @@ def band_traces(
         "type": "scatter",
         "x": xs,
         "mode": "lines",
-        "line": {"width": 0, "color": color, "shape": "hv"},
+        # An edge a pixel wide: a spike whose bucket is a pixel wide shows as the band's
+        # edge rising to it, where a fill alone would be too thin and faint to see.
+        "line": {"width": 1, "color": band_fill(color, 0.5), "shape": "hv"},
         "connectgaps": False,
         "showlegend": False,
         "hoverinfo": "skip",

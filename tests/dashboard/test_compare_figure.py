@@ -134,6 +134,8 @@ def test_the_mean_of_the_runs_with_a_min_max_band_on_one_step_buckets() -> None:
     assert high["y"] == pytest.approx(held(HIGH), rel=1e-12)
     assert (high["fill"], high["fillcolor"]) == ("tonexty", band_fill(MEAN_COLOR))
     assert band_fill(MEAN_COLOR) == "rgba(51, 51, 51, 0.15)"
+    # The edges are drawn a pixel wide, so a spike in a bucket a pixel wide shows.
+    assert high["line"] == {"width": 1, "color": "rgba(51, 51, 51, 0.5)", "shape": "hv"}
     assert len({t["legendgroup"] for t in (low, high, mean)}) == 1
     assert not low["showlegend"] and not high["showlegend"]
     assert fig["layout"]["xaxis"]["range"] == [0, 20]
