@@ -210,10 +210,8 @@ def draw(data: CompareReads, who: Principal, view: CompareView | None) -> Drawn:
         )
     else:
         fig = empty_figure(f"None of these runs logged {view.metric} in this range.")
-    if len(texts) > 1:
-        info: Any = [html.Div(f"{m}: {t}") for m, t in zip(view.metrics, texts, strict=True)]
-    else:
-        info = texts[0]
+    lines = [html.Div(f"{m}: {t}") for m, t in zip(view.metrics, texts, strict=True)]
+    info: Any = lines if len(texts) > 1 else texts[0]
     return fig, info, summary_table(compared, labels), diff_table(compared, labels)
 
 
@@ -230,6 +228,7 @@ def register(app: dash.Dash, data: CompareReads) -> None:
         Output("compare-view", "data"),
         Output("compare-metric", "options"),
         Output("compare-metric", "value"),
+        Output("compare-more", "value"),
         Input("compare-metric", "value"),
         Input("compare-expression", "n_submit"),
         Input("compare-apply", "n_clicks"),
@@ -257,7 +256,7 @@ def register(app: dash.Dash, data: CompareReads) -> None:
         expression: object,
         options: object,
         store: object,
-    ) -> tuple[dict[str, Any], list[Any], str | None]:
+    ) -> tuple[dict[str, Any], list[Any], str | None, list[str]]:
         new = update_view(
             CompareView.from_store(store),
             picked=picked,
@@ -270,7 +269,8 @@ def register(app: dash.Dash, data: CompareReads) -> None:
             group_by=group_by,
         )
         view = or_prevent(new)
-        return (view.to_store(), *picker_state(view, options))
+        # The further metrics' picker follows too: a metric made the first leaves it.
+        return (view.to_store(), *picker_state(view, options), list(view.more_metrics))
 
     @app.callback(
         Output("compare-chart", "figure"),

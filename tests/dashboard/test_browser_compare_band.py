@@ -120,4 +120,16 @@ def test_the_band_keeps_a_spike_counts_the_runs_and_two_metrics_draw_two_panels(
     query = page.evaluate("() => new URLSearchParams(location.search).getAll('metric')")
     assert query == [TOTAL, LOSS]
     page.screenshot(path=str(artifacts / "compare-panels.png"), full_page=True)
+
+    # The loss picked as the first metric leaves the further metrics' picker: one panel.
+    assert LOSS in page.inner_text("#compare-more")
+    page.locator("#compare-metric").click()
+    page.get_by_role("option", name=LOSS, exact=True).click()
+    page.wait_for_function(
+        "() => JSON.stringify(new URLSearchParams(location.search).getAll('metric'))"
+        f" === JSON.stringify([{LOSS!r}])"
+    )
+    alone = chart(page, "c.panels.length === 1")
+    assert [t["name"] for t in alone["data"]] == ["spiky", "short"]
+    assert "pick metrics to draw below" in page.inner_text("#compare-more")
     problems.assert_none()
