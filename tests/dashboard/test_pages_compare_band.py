@@ -35,9 +35,14 @@ SHORT_END = 19_500
 
 
 def spiky(step: int) -> float:
-    """The spiky run's grad norm: 1 to 1.4375 in sixteenths (exact in float32), and two
-    spikes."""
-    return SPIKES.get(step, 1 + (step % 8) / 16)
+    """The spiky run's grad norm: a slow climb from 1 by 1/65,536 a step (exact in float32),
+    and two spikes."""
+    return SPIKES.get(step, 1 + step / 65_536)
+
+
+def short(step: int) -> float:
+    """The short run's grad norm: a slow fall from 2 by 1/65,536 a step."""
+    return 2 - step / 65_536
 
 
 def test_doctests() -> None:
@@ -148,8 +153,13 @@ def world(pg_server: ServerProcess, dashboard_sessions: sessionmaker[Session]) -
         {TOTAL: [spiky(s) for s in steps], LOSS: [4.0] * len(steps)},
     )
     second = create_run(pg_server, tenant, "short", {"lr": 3e-4})
-    short = list(range(SHORT_END + 1))
-    post_points(pg_server, tenant, second, short, {TOTAL: [2.0 + (s % 4) / 8 for s in short]})
+    post_points(
+        pg_server,
+        tenant,
+        second,
+        steps[: SHORT_END + 1],
+        {TOTAL: [short(s) for s in steps[: SHORT_END + 1]]},
+    )
     return World(viewers(dashboard_sessions, tenant), first, second)
 
 
@@ -179,14 +189,15 @@ def test_the_band_keeps_both_spikes_of_a_downsampled_run_at_every_zoom(
     # Buckets of 50 steps, as the run was downsampled: the spikes' buckets reach them.
     assert mean["x"][:3] == [0, 50, 100] and len(mean["x"]) == 1001
     assert [at_step(high, s) for s in SPIKES] == [37.5, 52.25]
-    assert [at_step(low, s) for s in SPIKES] == [1.0, 1.0]
-    # The mean there is the spiky run's alone: its first and last point in the bucket
-    # 29,950-29,999 (1 + 6/16 and 1 + 7/16), not dragged up by the spike.
-    assert at_step(mean, 29_988) == (1.375 + 1.4375) / 2
+    # The least of the buckets 29,950-29,999 and 41,100-41,149: their first steps' values.
+    assert [at_step(low, s) for s in SPIKES] == [spiky(29_950), spiky(41_100)]
+    # The mean there is the spiky run's alone: its first and last point in the bucket, not
+    # dragged up by the spike.
+    assert at_step(mean, 29_988) == (spiky(29_950) + spiky(29_999)) / 2
     counts = [c[0] for c in mean["customdata"]]
     ending = mean["x"].index(SHORT_END)
     assert (counts[0], counts[ending], counts[ending + 1], counts[-1]) == (2, 2, 1, 1)
-    assert (at_step(low, 0), at_step(high, 0)) == (1.0, 2.375)
+    assert (at_step(low, 0), at_step(high, 0)) == (1.0, 2.0)
     assert fig["layout"]["legend"]["title"]["text"] == legend_title(mean=True)
 
     # Zoomed around the first spike: read again over 2,001 steps, the band still reaches it.
@@ -194,7 +205,7 @@ def test_the_band_keeps_both_spikes_of_a_downsampled_run_at_every_zoom(
     fig, *_ = draw(dashboard_data, who, zoomed)
     drawn = traces(fig)
     assert at_step(drawn["max"], 29_988) == 37.5
-    assert at_step(drawn["max"], 29_990) == 1 + 6 / 16
+    assert at_step(drawn["max"], 29_990) == spiky(29_990)  # the bucket 29,989-29,990
     assert list(drawn)[-1] == "mean of 1 run"  # the short run has no point here
 
 
