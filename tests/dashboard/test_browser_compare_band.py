@@ -33,6 +33,12 @@ SPIKE_STEP, SPIKE = 4_501, 37.5
 MEAN = "mean of 2 runs (1 after step 2,500)"
 
 
+def climb(step: int) -> float:
+    """The spiky run's grad norm away from its spike: 1, up by 1/65,536 a step (exact in
+    float32)."""
+    return 1 + step / 65_536
+
+
 def seed(server: ServerProcess, tenant: Any) -> tuple[str, str]:
     """A run of 6,000 steps (more than a chart draws unthinned: downsampled) with one
     spike, and one that ends at step 2,500; only the first logs the loss."""
@@ -45,7 +51,7 @@ def seed(server: ServerProcess, tenant: Any) -> tuple[str, str]:
             steps = list(range(last + 1))
             if name == "spiky":
                 metrics = {
-                    TOTAL: [SPIKE if s == SPIKE_STEP else 1 + (s % 8) / 16 for s in steps],
+                    TOTAL: [SPIKE if s == SPIKE_STEP else climb(s) for s in steps],
                     LOSS: [4.0 - s / 4096 for s in steps],
                 }
             else:
@@ -87,11 +93,11 @@ def test_the_band_keeps_a_spike_counts_the_runs_and_two_metrics_draw_two_panels(
     # The run was downsampled (M4) and kept its spike; the band's upper edge reaches it.
     assert len(raw["x"]) < LAST and raw["y"][raw["x"].index(SPIKE_STEP)] == SPIKE
     assert (high["shape"], held_at(high, SPIKE_STEP)) == ("hv", SPIKE)
-    assert held_at(traces["min"], SPIKE_STEP) == 1.0
-    # Before step 2,500 both runs count (1 to 2), after it the spiky one alone: in the
-    # bucket of steps 3,000-3,005 it reaches 1 + 5/16.
-    assert (held_at(traces["min"], 100), held_at(high, 100)) == (1.0, 2.0)
-    assert held_at(high, 3_004) == 1 + 5 / 16
+    assert held_at(traces["min"], SPIKE_STEP) == climb(4_500)  # the bucket 4,500-4,505
+    # Before step 2,500 both runs count (about 1 to 2), after it the spiky one alone: in
+    # the bucket of steps 3,000-3,005 it reaches its value at 3,005.
+    assert (held_at(traces["min"], 100), held_at(high, 100)) == (climb(96), 2.0)
+    assert held_at(high, 3_004) == climb(3_005)
     assert drawn["legend"] == [MEAN]
     assert drawn["panels"] == ["subplot xy"]
     assert mean["x"][-1] == LAST
