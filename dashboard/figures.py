@@ -330,8 +330,8 @@ def overlay_figure(view: OverlayView) -> Figure:
             "orientation": "h",
             "x": 0,
             "y": -0.18,
-            # The colour rule of this chart, said where the names are: on a comparison
-            # blue is the first run; here it is the right axis.
+            # The colour rule of this chart, said where the names are: red is the left axis
+            # and blue the right one (no compared run is drawn in either).
             "title": {"text": _legend_title(view)},
         },
         "xaxis": xaxis,
@@ -497,16 +497,18 @@ def depth_figure(
 
 
 RUN_COLORS = (
-    "#1f77b4",
-    "#d62728",
     "#2ca02c",
     "#ff7f0e",
     "#9467bd",
     "#8c564b",
     "#e377c2",
     "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
 )
-"""One colour a compared run, in turn (plotly's first eight, far apart from each other)."""
+"""One colour a compared run (or group of runs), in turn: plotly's palette without its
+red and blue, which mean the left and right axis on a run's page (`GRAD_RED`,
+`PARAM_BLUE`), so that no colour means one thing on one page and another on the next."""
 
 
 def run_color(index: int) -> str:

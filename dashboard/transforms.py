@@ -9,6 +9,7 @@ its step whatever is done to its value.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,8 @@ import numpy.typing as npt
 __all__ = [
     "DEFAULT_NORMALIZE",
     "MAX_SMOOTHING",
+    "Band",
+    "bucket_firsts",
     "NORMALIZE_MODES",
     "Floats",
     "ema",
@@ -166,52 +169,140 @@ def outlier_range(
     return round(low - pad, 12), round(high + pad, 12)
 
 
-def mean_band(
-    lines: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]], *, points: int = 4000
-) -> tuple[npt.NDArray[np.int64], Floats, Floats, Floats, npt.NDArray[np.int64]]:
-    """The mean of several lines (each a pair of integer steps and values, such as seeds
-    of one experiment) at each step of a common grid, with their minimum and maximum there
-    and how many of them count: ``(steps, mean, low, high, count)``.
+@dataclass(frozen=True)
+class Band:
+    """Several lines on one grid of step buckets: per bucket, its first step, the mean of
+    the lines' values, the least and greatest value any line reaches in it, and how many
+    lines count there (the arrays are the buckets', in step order)."""
 
-    The lines were downsampled apart, so their points lie at different steps. The grid is
-    the union of their steps (an evenly spaced ``points`` of them where the union is
-    longer); each line is interpolated linearly onto it between its own first and last
-    step, and counts nowhere else. Where no line counts, the mean and the band are NaN (a
-    gap). A non-finite value counts as a step the line did not log (the chart flags it on
-    its own).
+    steps: npt.NDArray[np.int64]
+    """Each bucket's first step."""
+    last: int
+    """The grid's last step (the last bucket ends there)."""
+    mean: Floats
+    low: Floats
+    high: Floats
+    count: npt.NDArray[np.int64]
 
-    >>> steps, mean, low, high, count = mean_band(
-    ...     [([0, 10, 20], [1.0, 2.0, 3.0]), ([5, 15], [4.0, 6.0])])
-    >>> steps.tolist(), mean.tolist(), count.tolist()
-    ([0, 5, 10, 15, 20], [1.0, 2.75, 3.5, 4.25, 3.0], [1, 2, 2, 2, 1])
-    >>> low.tolist(), high.tolist()
-    ([1.0, 1.5, 2.0, 2.5, 3.0], [1.0, 4.0, 5.0, 6.0, 3.0])
+
+def bucket_firsts(start: int, end: int, buckets: int) -> list[int]:
+    """The first step of each of ``buckets`` equal buckets of ``[start, end]``, as M4 cuts
+    a chart's range into pixels (`storage.m4.bucket_of`): bucket ``k`` starts at
+    ``start + ⌈k · (end − start + 1) / buckets⌉``; at most one bucket a step. Python
+    integers, so steps near 2**63 do not overflow.
+
+    >>> bucket_firsts(0, 9, 4), bucket_firsts(0, 2, 10)
+    ([0, 3, 5, 8], [0, 1, 2])
     """
-    if points < 2:
-        raise ValueError(f"mean_band needs a grid of at least 2 points, got points={points}")
-    kept: list[tuple[Floats, Floats]] = []
-    for steps, values in lines:
-        xs = np.asarray(steps, dtype=np.float64)
-        ys = np.asarray(values, dtype=np.float64)
-        finite = np.isfinite(xs) & np.isfinite(ys)
-        order = np.argsort(xs[finite], kind="stable")
-        kept.append((xs[finite][order], ys[finite][order]))
-    logged = [xs for xs, _ in kept if len(xs)]
-    grid = np.unique(np.concatenate(logged)) if logged else np.empty(0)
-    if len(grid) > points:
-        grid = grid[np.unique(np.linspace(0, len(grid) - 1, points).round().astype(np.int64))]
-    stacked = np.full((len(kept), len(grid)), np.nan)
-    for row, (xs, ys) in zip(stacked, kept, strict=True):
+    span = end - start + 1
+    count = max(1, min(buckets, span))
+    return [start + -(-k * span // count) for k in range(count)]
+
+
+def mean_band(
+    lines: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]],
+    *,
+    start: int,
+    end: int,
+    buckets: int,
+    downsampled: Sequence[bool] = (),
+) -> Band:
+    """The mean of several lines (each a pair of integer steps and values, such as seeds
+    of one experiment) on ``buckets`` equal buckets of ``[start, end]``
+    (`bucket_firsts`), with a band from the least to the greatest value of any line in
+    each bucket.
+
+    A line counts in the buckets between its own first and last finite point, where it is
+    drawn as straight segments between its points. In each of them:
+
+    * its low and high are the least and greatest of its points in the bucket and of its
+      line where it crosses the bucket's edges: the extremes of what is drawn of it there.
+      The band of a bucket goes from the least low of the lines to the greatest high, so
+      every point of every line, a one-step spike included, lies within the band at its
+      step. Lines read with M4 downsampling keep each pixel's lowest and highest point, so
+      with pixels of the same width the band holds every stored extreme.
+    * its value is the mean of its points in the bucket; for a line ``downsampled`` (M4:
+      the bucket holds its first, last, lowest and highest point) the mean of its first
+      and last, so that a spike widens the band instead of dragging the mean by a quarter
+      of its height; with no point in the bucket, its line at the bucket's middle.
+
+    The mean is over the lines that count; where none does, mean and band are NaN (a
+    gap). A non-finite value counts as a step the line did not log (the chart flags it
+    on its own).
+
+    >>> band = mean_band([([0, 1, 2, 3], [1.0, 9.0, 1.0, 1.0]), ([0, 3], [3.0, 3.0])],
+    ...                  start=0, end=3, buckets=2)
+    >>> band.steps.tolist(), band.mean.tolist(), band.count.tolist()
+    ([0, 2], [4.0, 2.0], [2, 2])
+    >>> band.low.tolist(), band.high.tolist()
+    ([1.0, 1.0], [9.0, 3.0])
+    """
+    if buckets < 1:
+        raise ValueError(f"mean_band needs at least 1 bucket, got buckets={buckets}")
+    if end < start:
+        raise ValueError(f"mean_band's end ({end}) is below its start ({start})")
+    firsts = bucket_firsts(start, end, buckets)
+    grid = np.asarray(firsts, dtype=np.float64)
+    lasts = np.append(grid[1:] - 1, float(end))
+    n = len(firsts)
+    values = np.full((len(lines), n), np.nan)
+    lows = np.full((len(lines), n), np.inf)
+    highs = np.full((len(lines), n), -np.inf)
+    for row, (steps, ys) in enumerate(lines):
+        xs, vs = _finite_sorted(steps, ys)
         if len(xs):
-            inside = (grid >= xs[0]) & (grid <= xs[-1])
-            row[inside] = np.interp(grid[inside], xs, ys)
-    counted = np.isfinite(stacked)
+            thin = row < len(downsampled) and downsampled[row]
+            _bucket_line(xs, vs, grid, lasts, thin, values[row], lows[row], highs[row])
+    counted = np.isfinite(values)
     count = counted.sum(axis=0).astype(np.int64)
     some = count > 0
-    total = np.where(counted, stacked, 0.0).sum(axis=0)
-    mean = np.full(len(grid), np.nan)
-    mean[some] = total[some] / count[some]
-    low = np.where(counted, stacked, np.inf).min(axis=0, initial=np.inf)
-    high = np.where(counted, stacked, -np.inf).max(axis=0, initial=-np.inf)
+    mean = np.full(n, np.nan)
+    mean[some] = np.where(counted, values, 0.0).sum(axis=0)[some] / count[some]
+    low = lows.min(axis=0, initial=np.inf)
+    high = highs.max(axis=0, initial=-np.inf)
     low[~some] = high[~some] = np.nan
-    return grid.round().astype(np.int64), mean, low, high, count
+    return Band(np.asarray(firsts, dtype=np.int64), int(end), mean, low, high, count)
+
+
+def _finite_sorted(steps: npt.ArrayLike, values: npt.ArrayLike) -> tuple[Floats, Floats]:
+    xs = np.asarray(steps, dtype=np.float64)
+    ys = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(xs) & np.isfinite(ys)
+    order = np.argsort(xs[finite], kind="stable")
+    return xs[finite][order], ys[finite][order]
+
+
+def _bucket_line(
+    xs: Floats,
+    ys: Floats,
+    firsts: Floats,
+    lasts: Floats,
+    thin: bool,
+    value: Floats,
+    low: Floats,
+    high: Floats,
+) -> None:
+    """One line's value, low and high in each bucket it spans, written into ``value``,
+    ``low`` and ``high`` (see `mean_band`)."""
+    spans = (lasts >= xs[0]) & (firsts <= xs[-1])
+    # Where the line crosses each bucket's edges (clipped to the line's own ends).
+    left = np.interp(np.clip(firsts, xs[0], xs[-1]), xs, ys)
+    right = np.interp(np.clip(lasts, xs[0], xs[-1]), xs, ys)
+    middle = np.interp(np.clip((firsts + lasts) / 2, xs[0], xs[-1]), xs, ys)
+    low[spans] = np.minimum(left, right)[spans]
+    high[spans] = np.maximum(left, right)[spans]
+    value[spans] = middle[spans]
+    owner = np.searchsorted(firsts, xs, side="right") - 1
+    inside = (owner >= 0) & (xs <= lasts[np.maximum(owner, 0)])
+    owner, py = owner[inside], ys[inside]
+    if not len(owner):
+        return
+    np.minimum.at(low, owner, py)
+    np.maximum.at(high, owner, py)
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    ends = np.r_[starts[1:], len(owner)] - 1
+    held = owner[starts]
+    if thin:
+        value[held] = (py[starts] + py[ends]) / 2
+    else:
+        value[held] = np.add.reduceat(py, starts) / (ends - starts + 1)

@@ -1,7 +1,8 @@
-"""The compare page's controls: what is compared (the metric picker, a typed expression, the
-step range) and how the chart draws it (log scale, outliers ignored, the runs' mean,
-smoothing). Each is set from a :class:`~.compare_view.CompareView`; what a change does to
-the view is :func:`~.compare_view.update_view`'s."""
+"""The compare page's controls: what is compared (the metric picker, a typed expression,
+further metrics a panel each, the step range) and how the chart draws it (log scale,
+outliers ignored, the runs' mean, runs grouped by a config key, smoothing). Each is set
+from a :class:`~.compare_view.CompareView`; what a change does to the view is
+:func:`~.compare_view.update_view`'s."""
 
 from __future__ import annotations
 
@@ -9,17 +10,28 @@ from collections.abc import Sequence
 
 from dash import dcc, html
 
-from .compare_view import CHART_OPTIONS, MAX_SMOOTHING, CompareView, chart_options, metric_options
+from .compare_view import (
+    CHART_OPTIONS,
+    MAX_PANELS,
+    MAX_SMOOTHING,
+    CompareView,
+    chart_options,
+    metric_options,
+)
 
 __all__ = ["EXPRESSION_HINT", "controls"]
 
 EXPRESSION_HINT = "share(grad/norm/lm_head*, grad/norm/total)"
 
 
-def controls(names: Sequence[Sequence[str]], view: CompareView) -> list[html.Div]:
-    """Two rows: the metric (picked among ``names``, each run's metrics, or typed) and the
-    range; then the chart's toggles and its smoothing slider."""
+def controls(
+    names: Sequence[Sequence[str]], view: CompareView, keys: Sequence[str] = ()
+) -> list[html.Div]:
+    """Two rows: the metric (picked among ``names``, each run's metrics, or typed), further
+    metrics and the range; then the chart's toggles, the config key to group the runs by
+    (among ``keys``, those whose values differ between them) and the smoothing slider."""
     logged = set().union(*names)
+    group_keys = [*keys, *([view.group_by] if view.group_by and view.group_by not in keys else [])]
     what = [
         html.Label(
             [
@@ -47,6 +59,19 @@ def controls(names: Sequence[Sequence[str]], view: CompareView) -> list[html.Div
             className="picker",
         ),
         html.Button("draw", id="compare-apply", n_clicks=0),
+        html.Label(
+            [
+                f"more metrics, a panel each (up to {MAX_PANELS - 1})",
+                dcc.Dropdown(
+                    id="compare-more",
+                    options=metric_options(names, None),
+                    value=list(view.more_metrics),
+                    multi=True,
+                    placeholder="pick metrics to draw below",
+                ),
+            ],
+            className="picker",
+        ),
         html.Button("full range", id="compare-reset", n_clicks=0),
     ]
     how = [
@@ -56,6 +81,19 @@ def controls(names: Sequence[Sequence[str]], view: CompareView) -> list[html.Div
             value=chart_options(view),
             inline=True,
             className="toggle",
+        ),
+        html.Label(
+            [
+                "group runs by",
+                dcc.Dropdown(
+                    id="compare-group-by",
+                    options=[{"label": key, "value": key} for key in group_keys],
+                    value=view.group_by,
+                    placeholder="a config key" if group_keys else "no config key differs",
+                    clearable=True,
+                ),
+            ],
+            className="picker",
         ),
         html.Label(
             [

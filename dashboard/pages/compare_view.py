@@ -1,8 +1,9 @@
 """What the compare page shows: :class:`CompareView` and how its controls change it. Pure.
 
 The view lives in the page's ``dcc.Store`` (id ``compare-view``) as JSON, and in the URL as
-``?run=&run=&metric=&start=&end=&log=1&smooth=0.9&robust=1&group=mean``, so that a link
-reproduces it; a parameter left out or malformed takes its default.
+``?run=&run=&metric=&metric=&start=&end=&log=1&smooth=0.9&robust=1&group=mean&group_by=lr``
+(``metric`` repeated: a panel each), so that a link reproduces it; a parameter left out or
+malformed takes its default.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlencode
 
 from normwatch.server.services.analytics import MAX_COMPARED_RUNS
 
 from ..wiring import TriggerId
+from .compare_js import URL_SYNC_JS
+from .compare_links import compare_href, default_metric, metric_options
 from .run_view import (
-    DEFAULT_LEFT,
     MAX_SMOOTHING,
     RUN_ID,
     RunView,
@@ -28,7 +29,9 @@ from .run_view import (
 __all__ = [
     "CHART_OPTIONS",
     "GROUPS",
+    "MAX_KEY",
     "MAX_METRIC",
+    "MAX_PANELS",
     "MAX_SMOOTHING",
     "URL_SYNC_JS",
     "CompareView",
@@ -52,28 +55,10 @@ CHART_OPTIONS = [
 """The chart's toggles: a log y axis; a y axis fitted to the lines without their most
 extreme 2 % of points; the runs' mean with a band from their minimum to their maximum."""
 _TRUE = ("1", "true", "yes")
-URL_SYNC_JS = """
-function(view) {
-    if (!view) { return window.dash_clientside.no_update; }
-    const params = new URLSearchParams();
-    for (const run of view.runs) { params.append("run", run); }
-    for (const key of ["metric", "start", "end"]) {
-        const v = view[key];
-        if (v !== null && v !== undefined && v !== "") { params.set(key, String(v)); }
-    }
-    if (view.log) { params.set("log", "1"); }
-    if (view.smooth) { params.set("smooth", String(view.smooth)); }
-    if (view.robust) { params.set("robust", "1"); }
-    if (view.group) { params.set("group", view.group); }
-    const target = window.location.pathname + "?" + params.toString();
-    if (target !== window.location.pathname + window.location.search) {
-        window.history.replaceState(window.history.state, "", target);
-    }
-    return window.dash_clientside.no_update;
-}
-"""
-"""The browser side of :meth:`CompareView.from_query`: the page's address follows the view
-(without a reload), so that it is always a deep link to what is shown."""
+MAX_PANELS = 4
+"""Metrics drawn at once, a panel each: each is a read of every run."""
+MAX_KEY = 200
+"""The longest config key the runs can be grouped by."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +67,10 @@ class CompareView:
     expression; None: the runs share none to start with), which steps (None: all), and how
     the chart draws them: ``log`` y axis, ``smooth`` (the EMA weight, 0 to `MAX_SMOOTHING`;
     0: raw), ``robust`` (a y range that ignores the extremes), ``group`` (one of `GROUPS`:
-    the runs drawn as one; None: a line a run)."""
+    the runs drawn as one; None: a line a run), ``more_metrics`` (further metrics, each in
+    a panel of its own below the first, up to `MAX_PANELS` in all) and ``group_by`` (a
+    config key: the runs that share its value drawn as one line each; it takes the place
+    of ``group``)."""
 
     runs: tuple[str, ...]
     metric: str | None = None
@@ -92,6 +80,17 @@ class CompareView:
     smooth: float = 0.0
     robust: bool = False
     group: str | None = None
+    more_metrics: tuple[str, ...] = ()
+    group_by: str | None = None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Every metric drawn, a panel each, in order.
+
+        >>> CompareView(("a",), "m", more_metrics=("n",)).metrics
+        ('m', 'n')
+        """
+        return () if self.metric is None else (self.metric, *self.more_metrics)
 
     @property
     def x_range(self) -> tuple[int, int] | None:
@@ -114,6 +113,8 @@ class CompareView:
             "smooth": self.smooth,
             "robust": self.robust,
             "group": self.group,
+            "more_metrics": list(self.more_metrics),
+            "group_by": self.group_by,
         }
 
     @classmethod
@@ -153,7 +154,27 @@ class CompareView:
             return None
         if not (group is None or group in GROUPS):
             return None
-        return cls(tuple(runs), metric, start, end, log, float(smooth), robust, group)
+        more, group_by = data.get("more_metrics", []), data.get("group_by")
+        if not (isinstance(more, list) and len(more) < MAX_PANELS):
+            return None
+        if not all(isinstance(m, str) and 0 < len(m) <= MAX_METRIC for m in more):
+            return None
+        if len(set(more)) < len(more) or (more and (metric is None or metric in more)):
+            return None
+        if not (group_by is None or (isinstance(group_by, str) and 0 < len(group_by) <= MAX_KEY)):
+            return None
+        return cls(
+            tuple(runs),
+            metric,
+            start,
+            end,
+            log,
+            float(smooth),
+            robust,
+            group,
+            tuple(more),
+            group_by,
+        )
 
     @classmethod
     def from_query(
@@ -168,15 +189,20 @@ class CompareView:
         smooth: str | None = None,
         robust: str | None = None,
         group: str | None = None,
+        more: Sequence[str] = (),
+        group_by: str | None = None,
     ) -> CompareView:
         """The view of a page URL's query; ``names`` are each run's metrics, for the
         default of :func:`default_metric`. ``start``, ``end``, ``log``, ``smooth`` and
         ``robust`` read as on the run page (:meth:`RunView.from_query`): a step that is no
         step is left out, a range that ends before it starts is dropped whole, ``log`` and
         ``robust`` are on for ``1``, ``true`` or ``yes``, ``smooth`` is a weight from 0 to
-        `MAX_SMOOTHING`. ``group`` is one of `GROUPS`. Anything else takes the default."""
+        `MAX_SMOOTHING`. ``group`` is one of `GROUPS`. ``more`` are the further values of a
+        repeated ``metric`` (a repeat and the first's own name are dropped, and those past
+        `MAX_PANELS`); ``group_by`` a config key. Anything else takes the default."""
         read = RunView.from_query("", [], start=start, end=end, smooth=smooth)
         picked = (metric or "")[:MAX_METRIC] or default_metric(names)
+        extra = tuple(m for m in dict.fromkeys(m[:MAX_METRIC] for m in more) if m and m != picked)
         return cls(
             tuple(runs),
             picked,
@@ -186,45 +212,9 @@ class CompareView:
             smooth=read.smooth,
             robust=robust in _TRUE,
             group=group if group in GROUPS else None,
+            more_metrics=extra[: MAX_PANELS - 1] if picked else (),
+            group_by=group_by if group_by and len(group_by) <= MAX_KEY else None,
         )
-
-
-def compare_href(run_ids: Sequence[str], metric: str | None = None) -> str:
-    """The page comparing ``run_ids`` on ``metric``.
-
-    >>> compare_href(["a", "b"], "grad/norm/total")
-    '/compare?run=a&run=b&metric=grad%2Fnorm%2Ftotal'
-    """
-    params = [("run", run_id) for run_id in run_ids] + ([("metric", metric)] if metric else [])
-    return "/compare?" + urlencode(params)
-
-
-def default_metric(names: Sequence[Sequence[str]]) -> str | None:
-    """`DEFAULT_LEFT` when every run logs it, else the first (in the first run's order) that
-    every run logs; None when they share none.
-
-    >>> default_metric([["a", "b", "c"], ["c", "b"]]), default_metric([["a"], ["b"]])
-    ('b', None)
-    """
-    if not names:
-        return None
-    common = set(names[0]).intersection(*names[1:])
-    if DEFAULT_LEFT in common:
-        return DEFAULT_LEFT
-    return next((name for name in names[0] if name in common), None)
-
-
-def metric_options(names: Sequence[Sequence[str]], metric: str | None) -> list[dict[str, str]]:
-    """Every metric any of the runs logs, sorted, then ``metric`` when it is none of them
-    (an expression, or a name no run logs), so that the picker shows what is drawn.
-
-    >>> [o["value"] for o in metric_options([["b", "a"], ["c", "a"]], "rss(a*)")]
-    ['a', 'b', 'c', 'rss(a*)']
-    """
-    union = sorted(set().union(*names)) if names else []
-    if metric and metric not in union:
-        union.append(metric)
-    return [{"label": name, "value": name} for name in union]
 
 
 def update_view(
@@ -236,6 +226,8 @@ def update_view(
     trigger: TriggerId,
     flags: object = None,
     smooth: object = None,
+    more: object = None,
+    group_by: object = None,
 ) -> CompareView | None:
     """The view after a change of the page's controls; None when it stays as it is.
 
@@ -244,17 +236,23 @@ def update_view(
     chart (``"compare-zoom"``, with ``relayout`` a zoom or pan, read as on the run page by
     :func:`view_from_relayout`), the "full range" button, the chart's toggles
     (``"compare-options"``, ``flags`` the values of `CHART_OPTIONS` ticked) or the smoothing
-    slider (``smooth``, read by :func:`.run_view.smoothing`). ``view`` None (a store that
-    holds no view) changes nothing.
+    slider (``smooth``, read by :func:`.run_view.smoothing`), the picker of further metrics
+    (``"compare-more"``, ``more`` the metrics picked: a panel each, the first metric and
+    those past `MAX_PANELS` left out) or the group-by picker (``"compare-group-by"``,
+    ``group_by`` a config key or None). ``view`` None (a store that holds no view) changes
+    nothing.
     """
     if view is None:
         return None
     new = view
     if trigger == "compare-metric" and isinstance(picked, str) and picked:
-        new = replace(view, metric=picked[:MAX_METRIC])
+        metric = picked[:MAX_METRIC]
+        others = tuple(m for m in view.more_metrics if m != metric)
+        new = replace(view, metric=metric, more_metrics=others)
     elif trigger in ("compare-expression", "compare-apply") and isinstance(expression, str):
         text = expression.strip()[:MAX_METRIC]
-        new = replace(view, metric=text) if text else view
+        others = tuple(m for m in view.more_metrics if m != text)
+        new = replace(view, metric=text, more_metrics=others) if text else view
     elif trigger == "compare-zoom":
         moved = view_from_relayout(RunView("", start=view.start, end=view.end), relayout)
         new = replace(view, start=moved.start, end=moved.end)
@@ -266,6 +264,12 @@ def update_view(
         new = replace(view, log="log" in ticked, robust="robust" in ticked, group=group)
     elif trigger == "compare-smoothing":
         new = replace(view, smooth=smoothing(smooth))
+    elif trigger == "compare-more" and isinstance(more, list) and view.metric is not None:
+        picked_more = (m[:MAX_METRIC] for m in more if isinstance(m, str) and m)
+        others = tuple(m for m in dict.fromkeys(picked_more) if m != view.metric)
+        new = replace(view, more_metrics=others[: MAX_PANELS - 1])
+    elif trigger == "compare-group-by" and (group_by is None or isinstance(group_by, str)):
+        new = replace(view, group_by=group_by[:MAX_KEY] if group_by else None)
     return None if new == view else new
 
 

@@ -33,8 +33,9 @@ CHART_JS = f"""() => {{
 }}"""
 STEPS = list(range(200))
 SPIKE_STEP, SPIKE = 150, 300.0
-MEAN = "mean of 3 runs (band: min–max)"
-BLUE, RED, GREEN = "#1f77b4", "#d62728", "#2ca02c"
+MEAN = "mean of 3 runs (2 before step 50; 2 after step 198)"
+# The runs' colours: none is the run page's axis red or blue.
+GREEN, ORANGE, PURPLE = "#2ca02c", "#ff7f0e", "#9467bd"
 
 
 def seed_values(seed: int, step: int) -> float:
@@ -108,14 +109,15 @@ def test_log_scale_outliers_mean_band_and_smoothing_carried_by_the_url(
     page.wait_for_selector("table.runs")
     page.goto(f"{pg_server.url}/compare?" + "&".join(f"run={i}" for i in ids))
 
-    # A line a run, blue first (the legend says so), the x axis on the data's own ends.
+    # A line a run, in colours the legend says are not the run page's axes, the x axis on
+    # the data's own ends.
     plain = chart(page, "c.data.length === 3")
     assert [(t["name"], t["color"]) for t in plain["data"]] == [
-        ("seed-1", BLUE),
-        ("seed-2", RED),
-        ("seed-3", GREEN),
+        ("seed-1", GREEN),
+        ("seed-2", ORANGE),
+        ("seed-3", PURPLE),
     ]
-    assert "blue first" in plain["legend"]
+    assert "red and blue stay the run page’s axes" in plain["legend"]
     assert plain["xrange"] == [0, 199]
     assert plain["ytype"] == "linear"
 
@@ -137,14 +139,15 @@ def test_log_scale_outliers_mean_band_and_smoothing_carried_by_the_url(
     assert names == ["seed-1 (raw)", "seed-2 (raw)", "seed-3 (raw)", "min", "max", MEAN]
     faint = grouped["data"][:3]
     assert [(t["color"], t["opacity"], t["showlegend"], t["hoverinfo"]) for t in faint] == [
-        (color, 0.25, False, "skip") for color in (BLUE, RED, GREEN)
+        (color, 0.25, False, "skip") for color in (GREEN, ORANGE, PURPLE)
     ]
     assert grouped["data"][4]["fill"] == "tonexty"
     mean = grouped["data"][5]
-    assert mean["x"] == STEPS  # the union of the seeds' steps
+    # Buckets of one step over 0-199, the last held to step 199.
+    assert mean["x"] == [*STEPS, 199]
     want = [hand_mean(s) for s in STEPS]
-    assert mean["y"] == [m for m, _ in want]
-    assert mean["counts"] == [n for _, n in want]
+    assert mean["y"][:-1] == [m for m, _ in want]
+    assert mean["counts"][:-1] == [n for _, n in want]
     assert (mean["y"][SPIKE_STEP], mean["counts"][SPIKE_STEP]) == (
         (1 + 2 + SPIKE + 2 * SPIKE_STEP / 128) / 3,
         3,
@@ -160,8 +163,10 @@ def test_log_scale_outliers_mean_band_and_smoothing_carried_by_the_url(
     reference = smoothed([m for m, _ in want], 0.9)
     assert all(
         math.isclose(got, ref, rel_tol=1e-9)
-        for got, ref in zip(smooth["data"][5]["y"], reference, strict=True)
+        for got, ref in zip(smooth["data"][5]["y"][:-1], reference, strict=True)
     )
+    # The band is not smoothed: seed 3's spike stays inside it.
+    assert smooth["data"][4]["y"][SPIKE_STEP] == SPIKE
     assert smooth["data"][0]["y"] == grouped["data"][0]["y"]
     assert smooth["ytype"] == "log"
     page.screenshot(path=str(artifacts / "compare-shaping.png"), full_page=True)
@@ -193,12 +198,12 @@ def test_log_scale_outliers_mean_band_and_smoothing_carried_by_the_url(
     page.click("#compare-options input[value='mean']")
     lines = chart(page, "c.data.length === 6 && !c.data.some(t => t.name.startsWith('mean'))")
     assert [(t["name"], t["color"], t["opacity"]) for t in lines["data"]] == [
-        ("seed-1 (raw)", BLUE, 0.25),
-        ("seed-1", BLUE, 1),
-        ("seed-2 (raw)", RED, 0.25),
-        ("seed-2", RED, 1),
-        ("seed-3 (raw)", GREEN, 0.25),
-        ("seed-3", GREEN, 1),
+        ("seed-1 (raw)", GREEN, 0.25),
+        ("seed-1", GREEN, 1),
+        ("seed-2 (raw)", ORANGE, 0.25),
+        ("seed-2", ORANGE, 1),
+        ("seed-3 (raw)", PURPLE, 0.25),
+        ("seed-3", PURPLE, 1),
     ]
     assert lines["data"][4]["y"][SPIKE_STEP - 50] == SPIKE
     assert lines["data"][5]["y"][SPIKE_STEP - 50] < 50

@@ -52,7 +52,7 @@ NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 WHO = Principal(token_id=1, project_id=1, project="marin", scope="read")
 TOTAL, LOSS, HEAD = "grad/norm/total", "train/loss", "grad/norm/lm_head"
 SHARE = f"share({HEAD}, {TOTAL})"
-MEAN = "mean of 2 runs (band: min–max)"
+MEAN = "mean of 2 runs (1 after step 2)"
 
 
 def run_out(run_id: str, name: str) -> RunOut:
@@ -257,6 +257,8 @@ def test_view_store_round_trip() -> None:
         "smooth": 0.0,
         "robust": False,
         "group": None,
+        "more_metrics": [],
+        "group_by": None,
     }
     assert CompareView.from_store(view.to_store()) == view
     assert CompareView.from_store({"runs": ["r1"]}) == CompareView(("r1",))
@@ -505,17 +507,18 @@ def test_draw_a_line_a_run_and_the_tables() -> None:
 
 
 def test_draw_of_a_shaped_view_draws_the_mean_smoothed_on_a_log_axis() -> None:
-    view = replace(VIEW, log=True, smooth=0.5, robust=True, group="mean")
+    view = replace(VIEW, start=None, end=None, log=True, smooth=0.5, robust=True, group="mean")
     fig, info, *_ = draw(fake(), WHO, view)
     names = [t["name"] for t in fig["data"]]
     assert names == ["qk-off (raw)", "qk-on (raw)", "min", "max", MEAN, "non-finite"]
     assert fig["layout"]["uirevision"] == f"r1|r2|{TOTAL}|log|robust|mean"
     assert fig["layout"]["yaxis"]["type"] == "log"
     assert fig["layout"]["yaxis"]["autorange"] is False
-    # The grid is the union of steps 0-3; qk-off's NaN at 2 counts as not logged.
+    # One-step buckets over steps 0-3 (the last held to step 3); qk-off's NaN at 2 counts
+    # as not logged, and qk-on ends at step 2.
     mean = fig["data"][4]
-    assert mean["x"] == [0, 1, 2, 3]
-    assert [c[0] for c in mean["customdata"]] == [2, 2, 2, 1]
+    assert mean["x"] == [0, 1, 2, 3, 3]
+    assert [c[0] for c in mean["customdata"]] == [2, 2, 2, 1, 1]
     assert "qk-off: 4 points" in info
 
 

@@ -9,7 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from normwatch.dashboard.transforms import ema, interpolate_x, mean_band, normalize, outlier_range
+from normwatch.dashboard.transforms import (
+    bucket_firsts,
+    ema,
+    interpolate_x,
+    mean_band,
+    normalize,
+    outlier_range,
+)
+from normwatch.server.storage.m4 import bucket_of
 
 
 def tensorboard_smoothing(values: list[float], weight: float) -> list[float]:
@@ -77,31 +85,51 @@ def test_outlier_range_ignores_a_spike_and_reads_log_axes_in_decades() -> None:
 
 
 def mean_band_reference(
-    lines: list[tuple[list[int], list[float]]],
+    lines: list[tuple[list[int], list[float]]], start: int, end: int, buckets: int
 ) -> list[tuple[int, float, float, float, int]]:
-    """At each step any line logged a finite value: the lines that span it (linear between
-    their two nearest finite points, exact at their own), their mean, least, greatest and
-    count, written out point by point."""
-    finite = [[(s, v) for s, v in zip(xs, ys, strict=True) if math.isfinite(v)] for xs, ys in lines]
-    grid = sorted({s for points in finite for s, _ in points})
+    """Bucket by bucket, written out step by step: each line counts between its first and
+    last finite point, drawn straight between them; its low and high are the least and
+    greatest it reaches at any step of the bucket, its value the mean of its points there
+    (its line at the bucket's middle when it has none). Then the mean, least low, greatest
+    high and count of the lines that count."""
+    span = end - start + 1
+    n = min(buckets, span)
+    firsts = [start + math.ceil(k * span / n) for k in range(n)]
+    lasts = [f - 1 for f in firsts[1:]] + [end]
+    finite = [
+        sorted((s, v) for s, v in zip(xs, ys, strict=True) if math.isfinite(v)) for xs, ys in lines
+    ]
+
+    def at(points: list[tuple[int, float]], step: float) -> float:
+        (s0, v0) = max((p for p in points if p[0] <= step), default=points[0])
+        (s1, v1) = min((p for p in points if p[0] >= step), default=points[-1])
+        return v0 if s1 == s0 else v0 + (v1 - v0) * (step - s0) / (s1 - s0)
+
     out = []
-    for step in grid:
-        at = []
+    for first, last in zip(firsts, lasts, strict=True):
+        values, lows, highs = [], [], []
         for points in finite:
-            before = [(s, v) for s, v in points if s <= step]
-            after = [(s, v) for s, v in points if s >= step]
-            if before and after:
-                (s0, v0), (s1, v1) = before[-1], after[0]
-                at.append(v0 if s1 == s0 else v0 + (v1 - v0) * (step - s0) / (s1 - s0))
-        out.append((step, sum(at) / len(at), min(at), max(at), len(at)))
+            if not points or points[-1][0] < first or points[0][0] > last:
+                continue
+            lo, hi = max(first, points[0][0]), min(last, points[-1][0])
+            reached = [at(points, s) for s in range(lo, hi + 1)]
+            inside = [v for s, v in points if first <= s <= last]
+            lows.append(min(reached))
+            highs.append(max(reached))
+            values.append(sum(inside) / len(inside) if inside else at(points, (first + last) / 2))
+        if values:
+            out.append((first, sum(values) / len(values), min(lows), max(highs), len(values)))
+        else:
+            out.append((first, math.nan, math.nan, math.nan, 0))
     return out
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("runs", [1, 3, 8])
-def test_mean_band_against_a_point_by_point_reference(seed: int, runs: int) -> None:
+@pytest.mark.parametrize("buckets", [7, 60, 1000])
+def test_mean_band_against_a_step_by_step_reference(seed: int, runs: int, buckets: int) -> None:
     """Seeds downsampled apart: each line logs a random subset of its own span of steps,
-    with a NaN now and then."""
+    with a NaN now and then; buckets wider than a step, and one a step."""
     rng = np.random.default_rng(seed)
     lines = []
     for _ in range(runs):
@@ -110,33 +138,72 @@ def test_mean_band_against_a_point_by_point_reference(seed: int, runs: int) -> N
         values = rng.lognormal(size=len(steps))
         values[rng.random(len(steps)) < 0.05] = math.nan
         lines.append((steps, values.tolist()))
-    steps, mean, low, high, count = mean_band(lines)
-    want = mean_band_reference(lines)
-    assert steps.tolist() == [w[0] for w in want]
-    assert count.tolist() == [w[4] for w in want]
-    np.testing.assert_allclose(mean, [w[1] for w in want], rtol=1e-12)
-    np.testing.assert_allclose(low, [w[2] for w in want], rtol=1e-12)
-    np.testing.assert_allclose(high, [w[3] for w in want], rtol=1e-12)
+    band = mean_band(lines, start=0, end=499, buckets=buckets)
+    want = mean_band_reference(lines, 0, 499, buckets)
+    assert band.steps.tolist() == [w[0] for w in want]
+    assert band.last == 499
+    assert band.count.tolist() == [w[4] for w in want]
+    np.testing.assert_allclose(band.mean, [w[1] for w in want], rtol=1e-12)
+    np.testing.assert_allclose(band.low, [w[2] for w in want], rtol=1e-12)
+    np.testing.assert_allclose(band.high, [w[3] for w in want], rtol=1e-12)
+
+
+def test_every_point_of_every_line_lies_within_the_band_at_its_step() -> None:
+    rng = np.random.default_rng(7)
+    lines = []
+    for _ in range(4):
+        steps = np.unique(rng.integers(0, 100_000, size=3000))
+        values = rng.lognormal(size=len(steps))
+        values[rng.integers(0, len(steps), size=5)] = rng.uniform(50, 500, size=5)  # spikes
+        lines.append((steps.tolist(), values.tolist()))
+    band = mean_band(lines, start=0, end=99_999, buckets=1000)
+    for steps, values in lines:
+        bucket = np.searchsorted(band.steps, steps, side="right") - 1
+        assert (band.low[bucket] <= values).all() and (
+            np.asarray(values) <= band.high[bucket]
+        ).all()
+    assert band.high.max() == max(max(v) for _, v in lines)
 
 
 def test_mean_band_of_lines_logged_at_the_same_steps_is_their_plain_mean() -> None:
-    steps, mean, low, high, count = mean_band(
-        [([0, 1, 2], [1.0, 2.0, 3.0]), ([0, 1, 2], [3.0, 2.0, 7.0]), ([0, 1, 2], [2.0, 5.0, 2.0])]
+    band = mean_band(
+        [([0, 1, 2], [1.0, 2.0, 3.0]), ([0, 1, 2], [3.0, 2.0, 7.0]), ([0, 1, 2], [2.0, 5.0, 2.0])],
+        start=0,
+        end=2,
+        buckets=1000,
     )
-    assert steps.tolist() == [0, 1, 2]
-    assert mean.tolist() == [2.0, 3.0, 4.0]
-    assert (low.tolist(), high.tolist(), count.tolist()) == ([1, 2, 2], [3, 5, 7], [3, 3, 3])
+    assert band.steps.tolist() == [0, 1, 2]
+    assert band.mean.tolist() == [2.0, 3.0, 4.0]
+    assert (band.low.tolist(), band.high.tolist(), band.count.tolist()) == (
+        [1, 2, 2],
+        [3, 5, 7],
+        [3, 3, 3],
+    )
 
 
-def test_mean_band_thins_a_long_grid_evenly_and_keeps_its_ends() -> None:
-    steps, mean, *_ = mean_band([(list(range(0, 10_001, 2)), [1.0] * 5001)], points=11)
-    assert steps.tolist() == list(range(0, 10_001, 1000))
-    assert mean.tolist() == [1.0] * 11
+def test_a_downsampled_line_counts_by_its_first_and_last_point_in_a_bucket() -> None:
+    # M4's points of one bucket: first 1, lowest 0, highest 9, last 3.
+    line = ([0, 1, 2, 3], [1.0, 0.0, 9.0, 3.0])
+    thin = mean_band([line], start=0, end=3, buckets=1, downsampled=[True])
+    whole = mean_band([line], start=0, end=3, buckets=1)
+    assert (thin.mean.tolist(), whole.mean.tolist()) == ([2.0], [13.0 / 4])
+    assert (thin.low.tolist(), thin.high.tolist()) == ([0.0], [9.0])
+
+
+def test_bucket_firsts_cut_as_m4_cuts_a_range_into_pixels() -> None:
+    steps = np.arange(1_000, 60_001, dtype=np.int64)
+    pixels = bucket_of(steps, 37, 1_000, 60_000)
+    firsts = bucket_firsts(1_000, 60_000, 37)
+    assert firsts == steps[np.flatnonzero(np.r_[True, np.diff(pixels) != 0])].tolist()
+    assert bucket_firsts(2**63 - 10, 2**63 - 1, 4) == [2**63 - 10, 2**63 - 7, 2**63 - 5, 2**63 - 2]
 
 
 def test_mean_band_of_nothing_and_of_no_finite_value() -> None:
     for lines in ([], [([], [])], [([0, 1], [math.nan, math.inf])]):
-        steps, mean, low, high, count = mean_band(lines)
-        assert [len(a) for a in (steps, mean, low, high, count)] == [0] * 5
-    with pytest.raises(ValueError, match="at least 2 points"):
-        mean_band([([0], [1.0])], points=1)
+        band = mean_band(lines, start=0, end=1, buckets=10)
+        assert band.steps.tolist() == [0, 1] and band.count.tolist() == [0, 0]
+        assert np.isnan(band.mean).all() and np.isnan(band.low).all() and np.isnan(band.high).all()
+    with pytest.raises(ValueError, match="at least 1 bucket"):
+        mean_band([([0], [1.0])], start=0, end=1, buckets=0)
+    with pytest.raises(ValueError, match="below its start"):
+        mean_band([([0], [1.0])], start=5, end=1, buckets=10)
