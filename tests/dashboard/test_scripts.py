@@ -1,10 +1,12 @@
 """Dash's scripts from memory: gzip for a browser that takes it, the file as it is for one
-that does not, 304 for an ETag that still matches, each file read from Dash once; and on the
-real server, plotly.js compressed."""
+that does not, 304 for an ETag that still matches, each file read from Dash once, a year's
+cache for a URL that names its version; and on the real server, plotly.js compressed and the
+page's every script, stylesheet and icon kept for a year."""
 
 from __future__ import annotations
 
 import gzip
+import re
 
 import httpx
 from starlette.applications import Starlette
@@ -36,7 +38,11 @@ def dash_like() -> tuple[Starlette, list[str]]:
         seen.append(request.url.path)
         return PlainTextResponse("page " * 400)
 
-    routes = [Route(SCRIPTS_PREFIX + "dash/{name}", script), Route("/runs", other)]
+    routes = [
+        Route(SCRIPTS_PREFIX + "dash/{name}", script),
+        Route("/assets/{name}", script),
+        Route("/runs", other),
+    ]
     return Starlette(routes=routes), seen
 
 
@@ -97,3 +103,52 @@ def test_the_servers_plotly_js_comes_compressed(pg_server: ServerProcess) -> Non
         assert gzip.decompress(body) == raw.content
         # The security headers still come with it.
         assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_url_that_names_its_version_is_kept_a_year() -> None:
+    app, seen = dash_like()
+
+    async def call() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=ScriptCache(app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return [
+                await client.get(SCRIPTS_PREFIX + "dash/graph.v4_4_1m1796655650.js"),
+                await client.get("/assets/site.css", params={"m": "1796655723.70"}),
+                await client.get("/assets/site.css"),
+                await client.get(SCRIPTS_PREFIX + "dash/graph.js"),
+            ]
+
+    fingerprinted, queried, plain_asset, plain_script = run_async(call())
+    for answer in (fingerprinted, queried):
+        assert answer.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert answer.headers["content-encoding"] == "gzip"
+    for answer in (plain_asset, plain_script):
+        assert "cache-control" not in answer.headers
+        assert answer.headers["etag"] == '"abc"'
+    assert seen == [
+        SCRIPTS_PREFIX + "dash/graph.v4_4_1m1796655650.js",
+        "/assets/site.css",
+        "/assets/site.css",
+        SCRIPTS_PREFIX + "dash/graph.js",
+    ]
+
+
+def test_every_file_of_a_page_is_compressed_and_kept_a_year(pg_server: ServerProcess) -> None:
+    """What a returning browser asks again on a page load: the page itself only."""
+    tenant = make_tenant(pg_server.database_url)
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+        page = browser.get("/")
+        files = re.findall(r'(?:src|href)="(/[^"]+)"', page.text)
+        assert any("normwatch.dashboard.vendor/plotly-cartesian.v4_1_1m" in f for f in files)
+        assert not any("plotly.min" in f for f in files)
+        for path in files:
+            with browser.stream("GET", path, headers={"Accept-Encoding": "gzip"}) as answer:
+                sent = len(b"".join(answer.iter_raw()))
+                assert answer.status_code == 200, path
+                assert answer.headers["cache-control"] == "public, max-age=31536000, immutable"
+                if sent > 1024:
+                    assert answer.headers["content-encoding"] == "gzip", path
+        bundle = next(f for f in files if "plotly-cartesian" in f)
+        raw = browser.get(bundle, headers={"Accept-Encoding": "identity"}).content
+        assert raw.startswith(b"/**\n* plotly.js (cartesian - minified) v4.1.1\n")
