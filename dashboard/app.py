@@ -18,9 +18,8 @@ from normwatch.server.api.context import context_of
 from normwatch.server.auth import instance_secret
 from normwatch.server.config import Settings
 
-from . import routing
+from . import routing, vendor
 from .callback_check import CallbackCheck, CallbackErrors
-from . import vendor
 from .dash_internals import callback_map, disable_catchall, render_index
 from .data import DashboardData
 from .live import install_live
