@@ -16,6 +16,9 @@ The NumPy fit rounds differently from the exact one by about ``n · ε`` of the 
 scale (``sqrt(Σdy² / Σdx²)`` for the slope): ~1e-13 relative for a window of 500, far inside
 the millionth kept as a margin.
 
+Threshold and non-finite rules judge each value alone: the steps that do not satisfy them
+while they are ok change nothing but a zero streak, and are passed over.
+
 Spike rules keep their window's values sorted as well (insert and remove by bisection), so
 that each step reads the median instead of sorting the window again.
 """
@@ -33,10 +36,12 @@ import numpy.typing as npt
 
 from .conditions import (
     ForecastCondition,
+    NonFiniteCondition,
     SlopeCondition,
     SpikeCondition,
     StaleCondition,
     StepCondition,
+    ThresholdCondition,
 )
 from .evaluation import _advance, _judge, _recovery_bar, _Verdict, preview
 from .state import RuleState, Transition
@@ -71,7 +76,44 @@ def replay(
         return _replay_fitted(condition, steps, values, repeat_every_steps)
     if isinstance(condition, SpikeCondition):
         return _replay_spike(condition, steps, values, repeat_every_steps)
+    if isinstance(condition, (ThresholdCondition, NonFiniteCondition)):
+        return _replay_pointwise(condition, steps, values, repeat_every_steps)
     return preview(condition, steps, values, repeat_every_steps=repeat_every_steps)
+
+
+def _replay_pointwise(
+    condition: ThresholdCondition | NonFiniteCondition,
+    steps: Sequence[int],
+    values: Sequence[float],
+    repeat_every_steps: int | None,
+) -> list[Transition]:
+    """A rule that judges each value alone: every step `_judge` and `_advance` as
+    `evaluate` takes them, except the run of steps between satisfying ones while the rule
+    is ok, which only keep its streak at zero and are passed over."""
+    step_list, value_list = _checked(steps, values)
+    y = np.asarray(value_list, dtype=np.float64)
+    if isinstance(condition, ThresholdCondition):
+        with np.errstate(invalid="ignore"):
+            satisfied = _COMPARE[condition.op](y, condition.value)
+    else:
+        satisfied = ~np.isfinite(y)
+    waking = np.flatnonzero(satisfied).tolist()
+    state, transitions, i, next_waking = RuleState(), [], 0, 0
+    while i < len(step_list):
+        if state.status == "ok":
+            next_waking = bisect.bisect_left(waking, i, lo=next_waking)
+            if next_waking == len(waking):
+                break
+            if waking[next_waking] > i:
+                state.streak = 0
+                i = waking[next_waking]
+        step, value = step_list[i], value_list[i]
+        verdict = _judge(condition, state, step, value)
+        transition = _advance(condition, state, step, value, verdict, repeat_every_steps, None)
+        if transition is not None:
+            transitions.append(transition)
+        i += 1
+    return transitions
 
 
 def _checked(steps: Sequence[int], values: Sequence[float]) -> tuple[list[int], list[float]]:
