@@ -1,7 +1,7 @@
 """A trainer streaming into the server while a benchmark measures it, as on a busy server.
 
-`LiveTrainer` starts a process that logs the demo's simulation (48 layers, about 150
-metrics a step) through the real client, `normwatch.client.Run`, at a steady number of
+`LiveTrainer` starts a process that logs the demo's simulation (48 layers, all its 162
+metrics at every step) through the real client, `normwatch.client.Run`, at a steady number of
 steps a second, into a run of its own, until it is stopped or its time runs out (it stops
 by itself). What it logged is counted, so a report can say what load the numbers were
 measured under.

@@ -779,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         "--trainer-steps-per-s",
         type=float,
         default=5.0,
-        help="steps a second the background trainer logs (every metric, 155 a step); 0: none",
+        help="steps a second the background trainer logs (every metric, 162 a step); 0: none",
     )
     parser.add_argument(
         "--step-timeout", type=float, default=30.0, help="seconds one step of a measure may take"
