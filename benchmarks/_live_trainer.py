@@ -62,7 +62,7 @@ class LiveTrainer:
         token: str,
         project: str,
         *,
-        name: str = "live-trainer",
+        name: str | None = None,
         steps_per_s: float = 5.0,
         limit_s: float = 3600.0,
     ) -> None:
@@ -71,7 +71,9 @@ class LiveTrainer:
         self.steps_per_s = steps_per_s
         self._process = context.Process(
             target=_train,
-            args=(base, token, project, name, steps_per_s, limit_s, self._logged),
+            # A run of its own each time: a kept database may hold the last one's steps.
+            args=(base, token, project, name or f"live-trainer-{int(time.time())}")
+            + (steps_per_s, limit_s, self._logged),
             daemon=True,
         )
         self._started = 0.0
