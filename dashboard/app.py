@@ -18,7 +18,7 @@ from normwatch.server.api.context import context_of
 from normwatch.server.auth import instance_secret
 from normwatch.server.config import Settings
 
-from . import routing, vendor
+from . import routing
 from .callback_check import CallbackCheck, CallbackErrors
 from .dash_internals import callback_map, disable_catchall, render_index
 from .data import DashboardData
@@ -56,14 +56,6 @@ def attach_dashboard(server: FastAPI, settings: Settings) -> dash.Dash:
         serve_locally=True,
         # The login page serves its own script; Dash pages need not load it.
         assets_ignore=r"^login\.js$",
-    )
-    # plotly.js's cartesian bundle (every trace type the dashboard draws) among the page's
-    # scripts: a third of the full bundle to download and compile, fetched beside Dash's
-    # own scripts under a versioned URL a browser keeps for a year. Dash's graphs take the
-    # `window.Plotly` it defines and never ask for the full bundle, which they would load
-    # only once the first graph rendered.
-    app.scripts.append_script(
-        {"relative_package_path": vendor.BUNDLE, "namespace": vendor.__name__}
     )
     app.layout = routing.frame()
     routing.register(app, data)

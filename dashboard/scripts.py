@@ -21,19 +21,26 @@ API answer too, and plotly.js again for each new visitor.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import re
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import vendor
 
 __all__ = ["KEPT_PREFIXES", "SCRIPTS_PREFIX", "ScriptCache"]
 
 SCRIPTS_PREFIX = "/_dash-component-suites/"
 KEPT_PREFIXES = (SCRIPTS_PREFIX, "/assets/", "/_favicon.ico")
 """Paths answered from memory: Dash's scripts, the app's assets, the icon."""
+FULL_PLOTLY = SCRIPTS_PREFIX + "plotly/package_data/plotly.min.js"
+"""Where Dash's graphs load plotly.js from (a path fixed in Dash's renderer)."""
+PARTIAL_PLOTLY = Path(vendor.__file__).resolve().parent / vendor.BUNDLE
 LONG_CACHE = "public, max-age=31536000, immutable"
 VERSIONED = re.compile(r"\.v[0-9a-z_]+m[0-9]+\.|[?&][mv]=[^&]+")
 """A fingerprinted file name (``graph.v4_4_1m1796655650.js``) or a version query."""
@@ -94,6 +101,9 @@ class ScriptCache:
             await send(start)
             await send({"type": "http.response.body", "body": body})
             return None
+        if key.startswith(FULL_PLOTLY + "?"):
+            body = PARTIAL_PLOTLY.read_bytes()
+            response["etag"] = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         gzipped = None
         if len(body) >= MIN_BYTES:
             gzipped = await anyio.to_thread.run_sync(gzip.compress, body, 9)

@@ -1,4 +1,5 @@
-"""plotly.js's official cartesian bundle, served in place of the full plotly.js.
+"""plotly.js's official cartesian bundle, served in place of the full plotly.js
+(`..scripts`).
 
 ``plotly-cartesian.min.js`` is the file of the npm package ``plotly.js-cartesian-dist-min``
 at the version below, unchanged: the distributed build of plotly.js (github.com/plotly/plotly.js)
@@ -10,9 +11,6 @@ The version is the one of the full bundle Dash's graphs are built against (the `
 package's ``plotly.min.js``); ``tests/dashboard/test_plotly_bundle.py`` fails when an
 upgrade moves it. To update: ``npm pack plotly.js-cartesian-dist-min@<version>`` and copy
 its ``plotly-cartesian.min.js`` and ``LICENSE`` here.
-
-Dash names a package's scripts by the package's ``__version__``: the bundle's URL changes
-with it, so browsers keep the file for a year and never use a stale one.
 """
 
 from __future__ import annotations
