@@ -288,13 +288,14 @@ def _replay_spike(
     ordered: list[float] = []
     needed, factor = condition.history_needed, condition.factor
     state, transitions = RuleState(), []
-    bar: tuple[float, str] | None | bool = False  # False: not computed this firing
+    bar: tuple[float, str] | None = None
+    bar_known = False  # whether `bar` is this firing's
     for step, value in zip(step_list, value_list, strict=True):
         finite = math.isfinite(value)
         if state.status == "firing":
             # The window stays as it was while the spike fires: its bar is computed once.
-            if bar is False:
-                bar = _recovery_bar(condition, ordered)
+            if not bar_known:
+                bar, bar_known = _recovery_bar(condition, ordered), True
             if bar is None or math.isnan(value):
                 verdict = _Verdict(None, None, value, "")
             else:
@@ -318,7 +319,7 @@ def _replay_spike(
         if transition is not None:
             transitions.append(transition)
         if state.status != "firing":
-            bar = False
+            bar_known = False
     return transitions
 
 
