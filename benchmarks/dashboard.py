@@ -7,23 +7,33 @@ same simulation at 80 layers, every one of its 251 metrics logged at every step,
 HTTP and then compacted. A server (one worker, as ``normwatch serve`` starts) serves them, and
 Chromium (the flags the browser tests use) drives the dashboard as a user does:
 
-* **first visit** of the demo run's page with an empty browser cache (Dash's and Plotly's
-  scripts downloaded and compiled), and **run page load** of each run with the cache a
-  returning user has: navigation until every callback of the page has answered and drawn;
-* **zoom** the overlay to a tenth of the run (a drag on the chart: ``Plotly.relayout``);
+* **first visit**: a new, empty browser profile (no cookies, no cache) opens the login link
+  of the demo run's page (``/login?token=..&next=/runs/..``), timed from the moment the
+  browser is told to go there until the chart is drawn; **run page load** of each run with
+  the cache a returning user has;
+* **zoom by drag** over the middle tenth of the large run's chart, timed until the chart is
+  drawn anew and until every section has settled;
 * **transition click** and **spike click**: a row of each table, which zooms and focuses;
 * **layer family**: the per-layer section switched to another family of norms;
 * **compare** the two runs: ticked on the runs page, then its "compare 2 runs" link;
 * **alerts** and **rules** pages, reached through the top bar;
-* **rule preview** of the demo's first rule on the demo run.
+* **rule preview** of a rule of every kind (the demo's threshold, forecast, spike and
+  non-finite rules, and a slope rule added here) on the demo run.
 
-Each interaction is timed in the page, from just before the action to the moment the last
-callback it set off has answered and been drawn (its response received, then two animation
-frames). The page's 1 s refresh tick is left running, as a user has it; callbacks the tick
-alone set off are not counted. ``--repeat`` times each (7), after one warm-up; the report
-gives p50 and p95, and the warm-up's time apart ("1st try"): the server keeps what it
-answered for a run whose data has not changed since (`normwatch.server.services.kept`), so
-the tries after the first are a returning user's, the first one a new question's.
+All the while a trainer (`_live_trainer.LiveTrainer`, in a process of its own) streams the
+simulation's metrics through the real client into a run of its own on the same server.
+
+A load ends once every callback the page set off has answered and been drawn (its response
+received, then two animation frames) **and** plotly.js has drawn the chart's lines (a trace's
+SVG path with points), whichever is later; an interaction once its callbacks have, and the
+chart where it has one. Each wait gives up after ``--step-timeout`` seconds (30): the try is
+a failure, reported with what it waited for, and the run goes on. The page's 1 s refresh
+tick is left running, as a user has it; callbacks the tick alone set off are not counted.
+``--repeat`` times each (7), after one warm-up; the report gives p50 and p95 against each
+target (1.5 s a load, 500 ms an interaction, 1 s a preview), and the warm-up's time apart
+("1st try"): the server keeps what it answered for a run whose data has not changed since
+(`normwatch.server.services.kept`), so the tries after the first are a returning user's, the
+first one a new question's.
 
 Then one run page is left open on the large run for 10 s: the requests its refresh tick
 sends each second and the server CPU they cost, what every open tab adds.
