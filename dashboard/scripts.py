@@ -9,7 +9,11 @@ again, and the server read and hashed 4.8 MB to answer 304.
 
 `ScriptCache` answers those requests from memory: each file as Dash first served it, its
 gzip form (made once, 1.4 MB for plotly.js) for a browser that accepts it, and 304 for an
-ETag that still matches, without reading the file. The packages do not change while the
+ETag that still matches, without reading the file. The same goes for the page's stylesheet
+and icon (``/assets/...?m=<mtime>``, ``/_favicon.ico?v=<version>``), which Dash sends with
+an ETag only: a URL that names its version (Dash's fingerprinted script names, an ``m=`` or
+``v=`` query) is kept by the browser for a year, so a returning page load asks for none
+of them again. The packages do not change while the
 server runs, so nothing is ever stale; Starlette's ``GZipMiddleware`` would compress every
 API answer too, and plotly.js again for each new visitor.
 """
@@ -17,16 +21,29 @@ API answer too, and plotly.js again for each new visitor.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import re
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["SCRIPTS_PREFIX", "ScriptCache"]
+from . import vendor
+
+__all__ = ["KEPT_PREFIXES", "SCRIPTS_PREFIX", "ScriptCache"]
 
 SCRIPTS_PREFIX = "/_dash-component-suites/"
+KEPT_PREFIXES = (SCRIPTS_PREFIX, "/assets/", "/_favicon.ico")
+"""Paths answered from memory: Dash's scripts, the app's assets, the icon."""
+FULL_PLOTLY = SCRIPTS_PREFIX + "plotly/package_data/plotly.min.js"
+"""Where Dash's graphs load plotly.js from (a path fixed in Dash's renderer)."""
+PARTIAL_PLOTLY = Path(vendor.__file__).resolve().parent / vendor.BUNDLE
+LONG_CACHE = "public, max-age=31536000, immutable"
+VERSIONED = re.compile(r"\.v[0-9a-z_]+m[0-9]+\.|[?&][mv]=[^&]+")
+"""A fingerprinted file name (``graph.v4_4_1m1796655650.js``) or a version query."""
 MIN_BYTES = 1024
 """Smaller files go as they are: gzip would save little."""
 MAX_KEPT = 128
@@ -42,7 +59,7 @@ class _Kept:
 
 
 class ScriptCache:
-    """ASGI middleware: GET requests under `SCRIPTS_PREFIX` answered from memory (see the
+    """ASGI middleware: GET requests under `KEPT_PREFIXES` answered from memory (see the
     module notes); everything else passes through."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -52,7 +69,7 @@ class ScriptCache:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if scope.get("method") != "GET" or not path.startswith(SCRIPTS_PREFIX):
+        if scope.get("method") != "GET" or not path.startswith(KEPT_PREFIXES):
             await self.app(scope, receive, send)
             return
         key = path + "?" + scope.get("query_string", b"").decode("latin-1")
@@ -84,12 +101,17 @@ class ScriptCache:
             await send(start)
             await send({"type": "http.response.body", "body": body})
             return None
+        if key.startswith(FULL_PLOTLY + "?"):
+            body = PARTIAL_PLOTLY.read_bytes()
+            response["etag"] = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         gzipped = None
         if len(body) >= MIN_BYTES:
             gzipped = await anyio.to_thread.run_sync(gzip.compress, body, 9)
             if len(gzipped) >= len(body):
                 gzipped = None
         del response["content-length"]
+        if VERSIONED.search(key):
+            response["cache-control"] = LONG_CACHE
         kept = _Kept(response.raw, body, gzipped, response.get("etag"))
         with self._lock:
             if len(self._kept) < MAX_KEPT:

@@ -158,6 +158,12 @@ def send_test_text(results: list[TestDelivery]) -> str:
     )
 
 
+PREVIEW_LISTED = 50
+"""Transitions a preview lists; the rest are only marked on its chart. Dash renders each
+list item as components of their own: a rule that fired 560 times on the demo run took the
+browser 11 s to draw as a list, and no one reads that far."""
+
+
 def preview_summary(result: RulePreview) -> html.P:
     return html.P(
         f"{len(result.transitions)} transition(s) over {result.metrics} matching metric(s).",
@@ -187,8 +193,16 @@ def preview_result(result: RulePreview, line: Line | None) -> Any:
                 f" step {t.step:,} · {t.metric} = {number_text(t.value)} · {t.reason}",
             ]
         )
-        for t in transitions
+        for t in transitions[:PREVIEW_LISTED]
     ]
+    if len(transitions) > PREVIEW_LISTED:
+        more = len(transitions) - PREVIEW_LISTED
+        items.append(
+            html.Li(
+                f"… and {more:,} more, each marked on the chart (the API lists them all)",
+                className="muted",
+            )
+        )
     return html.Div(
         [
             preview_summary(result),

@@ -425,15 +425,24 @@ def _spike_recovery(condition: SpikeCondition, history: list[float], value: floa
     """A firing spike is over once the value is back within one noise SD of the window's
     median: ``value ≤ median + max(1.4826 · MAD, median / 100)`` (the floor lets a series
     too smooth to have a spread come back), for ``resolve_steps`` steps in a row."""
-    if math.isnan(value) or len(history) < condition.history_needed:
+    bar = None if math.isnan(value) else _recovery_bar(condition, history)
+    if bar is None:
         return _Verdict(None, None, value, "")
+    level, context = bar
+    return _Verdict(value > level, level, value, context)
+
+
+def _recovery_bar(condition: SpikeCondition, history: list[float]) -> tuple[float, str] | None:
+    """The level a firing spike must come back under, and the reason's words for it; None
+    where the window cannot judge (too few values, a median not above zero). A firing
+    spike's window stays as it was, so a replay computes this once a firing."""
+    if len(history) < condition.history_needed:
+        return None
     median = statistics.median(history)
     if not median > 0:
-        return _Verdict(None, None, value, "")
+        return None
     noise = max(1.4826 * statistics.median(abs(v - median) for v in history), median / 100)
-    level = median + noise
-    context = f" (median {_num(median)} + one noise SD {_num(noise)})"
-    return _Verdict(value > level, level, value, context)
+    return median + noise, f" (median {_num(median)} + one noise SD {_num(noise)})"
 
 
 def _push(window: list[tuple[int, float]], step: int, value: float, size: int) -> None:

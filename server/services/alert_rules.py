@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from .. import errors
 from ..alerts import channels, delivery, payloads
 from ..alerts.conditions import StaleCondition, parse_condition
-from ..alerts.evaluation import preview
+from ..alerts.replay import replay
 from ..alerts.selectors import GLOB_CHARS, NameIndex, check_glob
 from ..analytics import derived
 from ..auth import Principal
@@ -247,7 +247,7 @@ def preview_rule(session: Session, who: Principal, rule_id: int, run_id: str) ->
     for name, steps_list, values_list in series:
         count += 1
         repeat = rule.repeat_every_steps
-        for t in preview(condition, steps_list, values_list, repeat_every_steps=repeat):
+        for t in replay(condition, steps_list, values_list, repeat_every_steps=repeat):
             transitions.append(
                 PreviewTransition(
                     metric=name,

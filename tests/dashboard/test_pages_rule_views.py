@@ -262,6 +262,18 @@ def test_preview_result_lists_transitions_and_marks_the_first_metrics() -> None:
     )
 
 
+def test_a_long_preview_lists_its_first_transitions_and_marks_them_all() -> None:
+    fired = [transition("grad/norm/a", "firing", 1_000 + i, 6.0) for i in range(53)]
+    shown = preview_result(preview(*fired, metrics=1), None)
+    assert text(find(shown, "P")[0]["children"]) == "53 transition(s) over 1 matching metric(s)."
+    items = [text(li["children"]) for li in find(shown, "Li")]
+    assert len(items) == 51
+    assert items[49] == "firing step 1,049 · grad/norm/a = 6 · firing reason"
+    assert items[50] == "… and 3 more, each marked on the chart (the API lists them all)"
+    (graph,) = find(shown, "Graph", id="preview-chart")
+    assert graph["figure"]["data"][0]["x"] == list(range(1_000, 1_053))
+
+
 def test_preview_result_of_a_metric_without_points_still_marks_it() -> None:
     shown = preview_result(preview(transition("grad/norm/a", "firing", 5, 9.0)), None)
     (graph,) = find(shown, "Graph")

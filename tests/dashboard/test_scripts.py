@@ -1,10 +1,13 @@
 """Dash's scripts from memory: gzip for a browser that takes it, the file as it is for one
-that does not, 304 for an ETag that still matches, each file read from Dash once; and on the
-real server, plotly.js compressed."""
+that does not, 304 for an ETag that still matches, each file read from Dash once, a year's
+cache for a URL that names its version; and on the real server, plotly.js as its cartesian
+bundle, compressed, and the page's every script, stylesheet and icon kept for a year."""
 
 from __future__ import annotations
 
 import gzip
+import re
+from pathlib import Path
 
 import httpx
 from starlette.applications import Starlette
@@ -12,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from normwatch.dashboard import vendor
 from normwatch.dashboard.scripts import SCRIPTS_PREFIX, ScriptCache
 from normwatch.testing import ServerProcess
 from tests.helpers.coroutines import run_async
@@ -36,7 +40,11 @@ def dash_like() -> tuple[Starlette, list[str]]:
         seen.append(request.url.path)
         return PlainTextResponse("page " * 400)
 
-    routes = [Route(SCRIPTS_PREFIX + "dash/{name}", script), Route("/runs", other)]
+    routes = [
+        Route(SCRIPTS_PREFIX + "dash/{name}", script),
+        Route("/assets/{name}", script),
+        Route("/runs", other),
+    ]
     return Starlette(routes=routes), seen
 
 
@@ -82,7 +90,9 @@ def test_scripts_are_compressed_once_and_answered_from_memory() -> None:
     ]
 
 
-def test_the_servers_plotly_js_comes_compressed(pg_server: ServerProcess) -> None:
+def test_the_servers_plotly_js_is_the_cartesian_bundle_compressed(
+    pg_server: ServerProcess,
+) -> None:
     tenant = make_tenant(pg_server.database_url)
     with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
         assert browser.get("/login", params={"token": tenant.read}).status_code == 303
@@ -92,8 +102,59 @@ def test_the_servers_plotly_js_comes_compressed(pg_server: ServerProcess) -> Non
         with packed as answer:
             body = b"".join(answer.iter_raw())
             assert answer.headers["content-encoding"] == "gzip"
-        assert raw.status_code == 200 and len(raw.content) > 3_000_000
+        assert raw.status_code == 200
+        assert raw.content == (Path(vendor.__file__).parent / vendor.BUNDLE).read_bytes()
+        assert raw.content.startswith(b"/**\n* plotly.js (cartesian - minified) v4.1.1\n")
         assert len(body) < len(raw.content) // 2
         assert gzip.decompress(body) == raw.content
+        etag = raw.headers["etag"]
+        assert etag == '"' + vendor.SHA256[:32] + '"'
+        again = browser.get(path, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.content == b""
         # The security headers still come with it.
         assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_url_that_names_its_version_is_kept_a_year() -> None:
+    app, seen = dash_like()
+
+    async def call() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=ScriptCache(app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return [
+                await client.get(SCRIPTS_PREFIX + "dash/graph.v4_4_1m1796655650.js"),
+                await client.get("/assets/site.css", params={"m": "1796655723.70"}),
+                await client.get("/assets/site.css"),
+                await client.get(SCRIPTS_PREFIX + "dash/graph.js"),
+            ]
+
+    fingerprinted, queried, plain_asset, plain_script = run_async(call())
+    for answer in (fingerprinted, queried):
+        assert answer.headers["cache-control"] == "public, max-age=31536000, immutable"
+        assert answer.headers["content-encoding"] == "gzip"
+    for answer in (plain_asset, plain_script):
+        assert "cache-control" not in answer.headers
+        assert answer.headers["etag"] == '"abc"'
+    assert seen == [
+        SCRIPTS_PREFIX + "dash/graph.v4_4_1m1796655650.js",
+        "/assets/site.css",
+        "/assets/site.css",
+        SCRIPTS_PREFIX + "dash/graph.js",
+    ]
+
+
+def test_every_file_of_a_page_is_compressed_and_kept_a_year(pg_server: ServerProcess) -> None:
+    """What a returning browser asks again on a page load: the page itself only."""
+    tenant = make_tenant(pg_server.database_url)
+    with httpx.Client(base_url=pg_server.url, timeout=30) as browser:
+        assert browser.get("/login", params={"token": tenant.read}).status_code == 303
+        page = browser.get("/")
+        files = re.findall(r'(?:src|href)="(/[^"]+)"', page.text)
+        assert len(files) == 11
+        for path in files:
+            with browser.stream("GET", path, headers={"Accept-Encoding": "gzip"}) as answer:
+                sent = len(b"".join(answer.iter_raw()))
+                assert answer.status_code == 200, path
+                assert answer.headers["cache-control"] == "public, max-age=31536000, immutable"
+                if sent > 1024:
+                    assert answer.headers["content-encoding"] == "gzip", path
