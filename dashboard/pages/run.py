@@ -37,6 +37,7 @@ from . import (
     run_layers,
     run_layers_draw,
     run_live,
+    run_note,
     run_series,
     run_shaping,
     run_spikes,
@@ -84,6 +85,7 @@ class RunReads(
     run_series.SeriesReads,
     run_download.ExportReads,
     run_shaping.AxisReads,
+    run_note.NoteEditing,
     Protocol,
 ):
     """What the run page reads, each for the viewer (`RunNotFound` outside its project)."""
@@ -137,7 +139,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
         robust=query.get("robust"),
     )
     options = run_series.options_with(names, view)
-    state, config = header_parts(run)
+    state, config, _ = header_parts(run)
     title = [
         html.H1(run.name),
         # The status, segment and config follow the run while the page is open (`tick`).
@@ -168,6 +170,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
     return html.Div(
         [
             html.Div(title, className="run-title"),
+            run_note.note_section(run, who),
             html.Details(config, id="run-config", className="run-config"),
             html.Div(controls, className="controls"),
             run_shaping.controls(names, view),
@@ -386,6 +389,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_series.register(app, data)
     run_download.register(app)
     run_live.register(app)
+    run_note.register(app, data)
 
     @app.callback(
         Output("view", "data"),
@@ -487,6 +491,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Output("x-axis", "options"),
         Output("run-state", "children"),
         Output("run-config", "children"),
+        Output("run-note", "children"),
         Input("tick", "n_intervals"),
         Input("live-poke", "data"),
         State("view", "data"),

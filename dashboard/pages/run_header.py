@@ -1,10 +1,11 @@
-"""The run page's header: the run's status, its segment and restarts, its config. Pure.
+"""The run page's header: the run's status, its segment and restarts, its note, its config.
+Pure.
 
 The page builds it once from the run it read (`header_parts`); then its tick
 (`.run_tick.tick`) reads the run again only when the run may have changed (`header_due`) and
 sends the parts back only when what they show changed (`header_key`): a run resumed while
-its page is open says "running" and its new segment, one finished says so, and config keys
-the trainer posted since appear, without a reload.
+its page is open says "running" and its new segment, one finished says so, a note edited
+elsewhere shows, and config keys the trainer posted since appear, without a reload.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from normwatch.server.schemas import RunOut
 
 from .run_config import config_parts
 
-__all__ = ["HEADER_EVERY", "header_due", "header_key", "header_parts", "restarts_text", "state_of"]
+__all__ = [
+    "HEADER_EVERY",
+    "header_due",
+    "header_key",
+    "header_parts",
+    "note_of",
+    "restarts_text",
+    "state_of",
+]
 
 HEADER_EVERY = 5
 """Without the live channel, the run is read for its header every this many beats: a run
@@ -41,21 +50,27 @@ def state_of(run: RunOut) -> list[Any]:
     ]
 
 
-def header_parts(run: RunOut) -> tuple[list[Any], list[Any]]:
-    """The header's live parts for ``run``: the status and segment (`state_of`), and what
-    the config section holds (`.run_config.config_parts`)."""
-    return state_of(run), config_parts(run.config)
+def note_of(run: RunOut) -> list[Any]:
+    """The header's note: the run's note as plain text, nothing for a run without one."""
+    return [html.P(run.notes, className="run-note-text")] if run.notes else []
+
+
+def header_parts(run: RunOut) -> tuple[list[Any], list[Any], list[Any]]:
+    """The header's live parts for ``run``: the status and segment (`state_of`), what the
+    config section holds (`.run_config.config_parts`), and the note (`note_of`)."""
+    return state_of(run), config_parts(run.config), note_of(run)
 
 
 def header_key(run: RunOut) -> int:
     """A number that changes when what the header shows of ``run`` does: its status, its
-    segment and the steps its segments began at, its config. CRC-32, the same on every
+    segment and the steps its segments began at, its note, its config. CRC-32, the same on every
     worker (it travels in the page's store)."""
     shown = {
         "status": run.status,
         "segment": run.segment,
         "starts": [(s.segment, s.start_step) for s in run.segments or []],
         "config": run.config,
+        "notes": run.notes,
     }
     return zlib.crc32(json.dumps(shown, sort_keys=True, default=str).encode())
 

@@ -2,7 +2,7 @@
 
 The pickers' options, the chart's redraw and each section's refresh, each only when due
 (`.run_live.Pace`) and, for what reads the run's points, only when the run logged something
-since it last did (`data_version`); and the header's status, segment and config, from a read
+since it last did (`data_version`); and the header's status, segment, config and note, from a read
 of the run only when it may have changed (`.run_header.header_due`), sent only when they did.
 """
 
@@ -88,11 +88,11 @@ def data_version(metrics: list[MetricOut]) -> int:
 
 TICK_PARTS = ("draw", "transitions", "attribution", "grid", "profile", "spikes")
 """What `tick` sets off only when the run changed since it last did."""
-TICK_OUTPUTS = 17
+TICK_OUTPUTS = 18
 """What `tick` answers: the pickers' options, the last step, the pickers' values, the chart's
 draw tick, the versions seen, the sections' six ticks, the interval of the next tick, the x
 axis choices (tokens offered once the run logs a tokens metric), and the header's status
-and segment and its config section (`.run_header`)."""
+and segment, its config section and its note (`.run_header`)."""
 
 
 def first_seen(metrics: list[MetricOut], run: RunOut | None = None) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def first_seen(metrics: list[MetricOut], run: RunOut | None = None) -> dict[str,
 
 def refresh_header(
     data: TickReads, who: Principal, run_id: str, given: dict[str, Any], version: int
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any, Any]:
     """The header's parts (`.run_header.header_parts`) read afresh, or ``no_update`` for
     both when what they show is what ``given`` (the ``ticks-seen`` store, updated here) says
     the page shows, or when the run is gone from the viewer's project."""
@@ -117,10 +117,10 @@ def refresh_header(
     try:
         run = data.run(who, run_id)
     except RunNotFound:
-        return skip, skip
+        return skip, skip, skip
     key = header_key(run)
     if given.get("header-key") == key:
-        return skip, skip
+        return skip, skip, skip
     given["header-key"] = key
     return header_parts(run)
 
@@ -149,9 +149,9 @@ def tick(
     redraws the chart (events come without new points); in a hidden tab the callback reads
     nothing, and when it shows again the chart is redrawn and every section reads what it
     missed. A page left open on a quiet run then reads its metrics every few seconds,
-    redraws its chart as often, and nothing else. The header (status, segment, config) is
-    read with the run when `.run_header.header_due` says so and sent only when it changed
-    (`refresh_header`); its two parts come last.
+    redraws its chart as often, and nothing else. The header (status, segment, config,
+    note) is read with the run when `.run_header.header_due` says so and sent only when it
+    changed (`refresh_header`); its three parts come last.
     """
     skip = dash.no_update
     if view is None:
@@ -163,7 +163,7 @@ def tick(
     given["pace"] = replace(turn.pace, every=interval).to_store()
     new_interval = skip if interval == turn.pace.every else interval
     if told.hidden:  # the tab rests until it shows
-        return (*[skip] * 6, given, *[skip] * 6, new_interval, skip, skip, skip)
+        return (*[skip] * 6, given, *[skip] * 6, new_interval, *[skip] * 4)
     try:
         metrics = data.metrics(who, view.run)
     except RunNotFound:
@@ -193,7 +193,7 @@ def tick(
     )
     # The x axis choices change with the metrics, so they come with the pickers' options.
     x_choices = skip if pickers[0] is skip else run_shaping.x_options([m.name for m in metrics])
-    header: tuple[Any, Any] = (skip, skip)
+    header: tuple[Any, Any, Any] = (skip, skip, skip)
     if header_due(
         told=turn.redraw or shown,
         version_seen=given.get("header") == version,

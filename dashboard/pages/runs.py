@@ -145,6 +145,7 @@ def layout(data: RunsReader, who: Principal, query: Mapping[str, str]) -> html.D
             dcc.Store(id="runs-changed", data=0),
             dcc.Store(id="runs-tag-editing", data=None),
             dcc.Store(id="runs-note-editing", data=None),
+            dcc.Store(id="runs-tag-click"),  # a real click on a tag's × or edit (`ROW_CLICK_JS`)
             dcc.Store(id="runs-note-click"),  # a real click on a note's edit (`ROW_CLICK_JS`)
             dcc.Store(id="runs-group-click"),  # a real click on a group's ▸ or ▾
             html.Div(id="runs-url-sync", hidden=True),
@@ -406,8 +407,7 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         Output("runs-tag-editor", "hidden"),
         Output("runs-tag-input", "value"),
         Output("runs-tag-title", "children"),
-        Input({"type": "run-tag-edit", "run": ALL}, "n_clicks"),
-        Input({"type": "run-tag-remove", "run": ALL, "tag": ALL}, "n_clicks"),
+        Input("runs-tag-click", "data"),
         Input("runs-tag-save", "n_clicks"),
         Input("runs-tag-input", "n_submit"),
         Input("runs-tag-cancel", "n_clicks"),
@@ -416,12 +416,13 @@ def register(app: dash.Dash, data: RunsReader) -> None:
         State("runs-changed", "data"),
         prevent_initial_call=True,
     )
-    async def on_tags(*values: object) -> TagChange:
+    async def on_tags(tag_click: object, *values: object) -> TagChange:
         editing, typed, changed = values[-3:]
+        trigger, click = triggered_id(), clicked()
+        if trigger == "runs-tag-click":
+            trigger, click = clicked_row(tag_click)
         return or_prevent(
-            await in_thread(
-                change_tags, data, viewer(), triggered_id(), clicked(), editing, typed, changed
-            )
+            await in_thread(change_tags, data, viewer(), trigger, click, editing, typed, changed)
         )
 
     @app.callback(
@@ -481,9 +482,15 @@ def register(app: dash.Dash, data: RunsReader) -> None:
             await in_thread(change_note, data, viewer(), trigger, click, editing, typed, changed)
         )
 
-    # The table's note and group buttons reach their callbacks through click stores, filled
-    # only by a real click: on their own n_clicks, each refresh of the table ran the
+    # The table's tag, note and group buttons reach their callbacks through click stores,
+    # filled only by a real click: on their own n_clicks, each refresh of the table ran the
     # callbacks again, and Dash dropped the answer of a save or an add still on its way.
+    app.clientside_callback(
+        ROW_CLICK_JS,
+        Output("runs-tag-click", "data"),
+        Input({"type": "run-tag-edit", "run": ALL}, "n_clicks"),
+        Input({"type": "run-tag-remove", "run": ALL, "tag": ALL}, "n_clicks"),
+    )
     app.clientside_callback(
         ROW_CLICK_JS,
         Output("runs-note-click", "data"),

@@ -17,7 +17,14 @@ from ..refusals import Refusal, RunNotFound, said
 from ..wiring import TriggerId
 from .run_view import RUN_ID
 
-__all__ = ["NOTES_ADMIN_ONLY", "NoteChange", "NoteEditing", "change_note", "note_editor"]
+__all__ = [
+    "NOTES_ADMIN_ONLY",
+    "NoteChange",
+    "NoteEditing",
+    "change_note",
+    "note_editor",
+    "write_note",
+]
 
 NOTES_ADMIN_ONLY = "Changing notes needs an admin token."
 NoteChange = tuple[Any, Any, Any, Any, Any, Any]
@@ -34,22 +41,24 @@ class NoteEditing(Protocol):
     def set_notes(self, who: Principal, run_id: str, notes: str) -> RunOut: ...
 
 
-def note_editor() -> html.Div:
-    """An admin's editor of one run's note, opened by the run's "edit note" button."""
+def note_editor(prefix: str = "runs-note") -> html.Div:
+    """An admin's editor of one run's note, opened by the run's "edit note" button. Its
+    parts' ids begin with ``prefix`` (``-title``, ``-input``, ``-save``, ``-cancel``,
+    ``-editor``): the runs list and the run page each have one."""
     return html.Div(
         [
-            html.Span(id="runs-note-title", className="tag-title"),
+            html.Span(id=f"{prefix}-title", className="tag-title"),
             dcc.Textarea(
-                id="runs-note-input",
+                id=f"{prefix}-input",
                 value="",
                 maxLength=MAX_NOTES,
                 placeholder=f"a note on the run (at most {MAX_NOTES:,} characters)",
                 className="note-input",
             ),
-            html.Button("save note", id="runs-note-save", n_clicks=0, className="small"),
-            html.Button("cancel", id="runs-note-cancel", n_clicks=0, className="small"),
+            html.Button("save note", id=f"{prefix}-save", n_clicks=0, className="small"),
+            html.Button("cancel", id=f"{prefix}-cancel", n_clicks=0, className="small"),
         ],
-        id="runs-note-editor",
+        id=f"{prefix}-editor",
         className="controls tag-editor",
         hidden=True,
     )
@@ -81,19 +90,37 @@ def change_note(
     run_id = trigger.get("run") if isinstance(trigger, Mapping) else editing
     if not isinstance(run_id, str) or not RUN_ID.match(run_id):
         return keep, _error("Pick a run's note to edit first."), keep, keep, keep, keep
-    try:
-        if kind == "run-note-edit":
+    if kind == "runs-note-save":
+        run, message = write_note(data, who, run_id, typed)
+        if run is None:
+            return keep, message, keep, keep, keep, keep
+        return None, message, _next(changed), True, "", ""
+    if kind == "run-note-edit":
+        try:
             run = data.run(who, run_id)
-            return run.id, None, keep, False, run.notes or "", f"Note on {run.name}"
-        if kind == "runs-note-save":
-            run = data.set_notes(who, run_id, typed if isinstance(typed, str) else "")
-            message = f"Saved the note on {run.name}." if run.notes else f"No note on {run.name}."
-            return None, _ok(message), _next(changed), True, "", ""
-    except RunNotFound:
-        return keep, _error(f"No run {run_id} in your project."), keep, keep, keep, keep
-    except Refusal as exc:
-        return keep, _error(f"{said(exc)}."), keep, keep, keep, keep
+        except RunNotFound:
+            return keep, _error(f"No run {run_id} in your project."), keep, keep, keep, keep
+        return run.id, None, keep, False, run.notes or "", f"Note on {run.name}"
     return None
+
+
+def write_note(
+    data: NoteEditing, who: Principal, run_id: str, typed: object
+) -> tuple[RunOut | None, html.Span]:
+    """Replace the note of the viewer's run ``run_id`` with ``typed`` (empty: removes it),
+    through the validation of ``PATCH /api/v1/runs/{id}``: the run as saved and the message
+    saying so, or None and the reason it was refused (a viewer without an admin token, a
+    run outside the project, a note too long or not plain text). The one write of a note
+    from every page that edits one."""
+    if not who.can("admin"):
+        return None, _error(NOTES_ADMIN_ONLY)
+    try:
+        run = data.set_notes(who, run_id, typed if isinstance(typed, str) else "")
+    except RunNotFound:
+        return None, _error(f"No run {run_id} in your project.")
+    except Refusal as exc:
+        return None, _error(f"{said(exc)}.")
+    return run, _ok(f"Saved the note on {run.name}." if run.notes else f"No note on {run.name}.")
 
 
 def _error(message: str) -> html.Span:

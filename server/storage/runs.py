@@ -202,14 +202,14 @@ def event_count(session: Session, run_key: int) -> int:
 
 def run_marks(session: Session, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
     """What moves whenever a run logs anything, by run id, for those of ``run_ids`` that
-    exist: its last step, segment and status, when a batch last came, and how many events
-    it has."""
+    exist: its last step, segment and status, when a batch last came, how many events it
+    has, and its note's MD5 (a note edited shows on the run's open pages)."""
     if not run_ids:
         return {}
     rows = session.connection().execute(
         text(
             "SELECT r.id, r.last_step, r.segment, r.status, r.last_seen, "
-            "(SELECT count(*) FROM events e WHERE e.run_key = r.key) "
+            "(SELECT count(*) FROM events e WHERE e.run_key = r.key), md5(r.notes) "
             "FROM runs r WHERE r.id IN :ids"
         ).bindparams(bindparam("ids", expanding=True)),
         {"ids": list(run_ids)},

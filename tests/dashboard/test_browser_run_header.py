@@ -1,19 +1,24 @@
 """A run page's header follows its run with no reload, in real Chromium against a real
 server fed by the real trainer client: a finished run resumed from a checkpoint reads
 "running" and its new segment, the config keys the trainer posted appear, the last step
-moves, and the run finished again reads "finished"."""
+moves, and the run finished again reads "finished". An admin edits the run's note under
+its title; a reader reads it there."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import httpx
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, Page
 
 from normwatch.client import Run
+from normwatch.server.schemas import MAX_NOTES
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import make_tenant
+
+from .browser_page import BrowserProblems
 
 CHANNEL_OPEN_JS = """() => window.normwatchLive && window.normwatchLive.socket
   && window.normwatchLive.socket.readyState === WebSocket.OPEN"""
@@ -95,3 +100,56 @@ def test_the_header_follows_a_resume_new_config_and_the_finish(
     assert page.get_attribute("#run-config", "open") == ""
     page.screenshot(path=str(artifacts / "run-header-live.png"))
     assert errors == []
+
+
+@pytest.mark.slow
+def test_an_admin_edits_the_note_under_the_title_and_a_reader_reads_it(
+    page: Page, browser: Browser, pg_server: ServerProcess
+) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    with Run(pg_server.url, token=tenant.ingest, name="noted-in-view", start_step=0) as run:
+        run_id = started(run)
+        run.log({"grad/norm/total": 1.0}, step=0)
+    problems = BrowserProblems(page)
+    page.goto(f"{pg_server.url}/login?token={tenant.admin}")
+    page.wait_for_selector("main .card h1")
+    page.goto(f"{pg_server.url}/runs/{run_id}")
+    page.wait_for_selector("#run-note-edit")
+    assert page.inner_text("#run-note") == ""
+    page.click("#run-note-edit")
+    page.wait_for_selector("#run-note-editor:not([hidden])")
+    page.fill("#run-note-input", "x" * (MAX_NOTES + 1))  # past the box's own limit
+    assert page.input_value("#run-note-input") == "x" * MAX_NOTES
+    page.fill("#run-note-input", "diverged at 4k; rerun with warmup")
+    page.click("#run-note-save")
+    page.wait_for_selector("#run-note-message .ok")
+    assert page.inner_text("#run-note-message") == "Saved the note on noted-in-view."
+    assert page.inner_text("#run-note") == "diverged at 4k; rerun with warmup"
+    page.wait_for_selector("#run-note-editor[hidden]", state="attached")
+    page.reload()
+    page.wait_for_selector("#run-note p.run-note-text")
+    assert page.inner_text("#run-note") == "diverged at 4k; rerun with warmup"
+    problems.assert_none()
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    reader = context.new_page()
+    reader.set_default_timeout(15_000)
+    reader.goto(f"{pg_server.url}/login?token={tenant.read}")
+    reader.wait_for_selector("main .card h1")
+    reader.goto(f"{pg_server.url}/runs/{run_id}")
+    reader.wait_for_selector("#run-note p.run-note-text")
+    assert reader.inner_text("#run-note") == "diverged at 4k; rerun with warmup"
+    assert reader.locator("#run-note-edit, #run-note-editor").count() == 0
+    # Edited elsewhere (the API), the note changes on the open page without a reload.
+    edited = httpx.patch(
+        f"{pg_server.url}/api/v1/runs/{run_id}",
+        json={"notes": "lr halved at 4k"},
+        headers=tenant.headers("admin"),
+        timeout=30,
+    )
+    assert edited.status_code == 200, edited.text
+    reader.wait_for_function(
+        "() => document.querySelector('#run-note').innerText === 'lr halved at 4k'",
+        timeout=10_000,
+    )
+    context.close()

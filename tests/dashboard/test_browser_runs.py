@@ -5,12 +5,13 @@ edits, read back through the API; a reader's list without them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, Request, Route
 
 from normwatch.testing import ServerProcess
 from tests.helpers.tenants import Tenant, make_tenant
@@ -60,6 +61,48 @@ def run_tags(server: ServerProcess, tenant: Tenant, run_id: str) -> list[str]:
     assert got.status_code == 200, got.text
     tags: list[str] = got.json()["tags"]
     return tags
+
+
+CALLBACKS = "**/_dash-update-component?*"
+
+
+def callback_kind(request: Request) -> str | None:
+    """``"tag"`` for the tag callback's request set off by a tag's × (however it is wired:
+    the button itself or the table's click store), ``"refresh"`` for the table's refresh,
+    else None."""
+    body = json.loads(request.post_data or "{}")
+    output = body.get("output", "")
+    changed = " ".join(body.get("changedPropIds", []))
+    if "runs-tag-editing.data" in output and ("run-tag-remove" in changed or "runs-tag" in changed):
+        return "tag"
+    return "refresh" if "runs-table.children" in output else None
+
+
+class HeldRequests:
+    """Routes the page's callback requests: the first of each kind (`callback_kind`) is held
+    in the browser until `go`, the others go on."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.held: dict[str, Route] = {}
+
+    def __call__(self, route: Route) -> None:
+        kind = callback_kind(route.request)
+        if kind is not None and kind not in self.held:
+            self.held[kind] = route
+        else:
+            route.continue_()
+
+    def wait(self, kind: str) -> None:
+        """Wait (10 s at most) until a request of ``kind`` is held."""
+        for _ in range(200):
+            if kind in self.held:
+                return
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"no {kind} request was sent")
+
+    def go(self, kind: str) -> None:
+        self.held[kind].continue_()
 
 
 def test_search_filter_sort_in_the_url_and_tags_edited_by_an_admin(
@@ -157,10 +200,22 @@ def test_search_filter_sort_in_the_url_and_tags_edited_by_an_admin(
         "() => Array.from(document.querySelectorAll('tr.run-row'))"
         ".some(r => r.innerText.includes('lr-sweep'))"
     )
+    # The × is clicked while a refresh of the table is on its way, which redraws the rows
+    # before the ×'s answer comes: the answer still comes through, and says so.
+    held = HeldRequests(page)
+    page.route(CALLBACKS, held)
+    held.wait("refresh")
     row.locator("button[title='remove tag ablation']").click()
+    held.wait("tag")
+    with page.expect_response(lambda r: callback_kind(r.request) == "refresh"):
+        held.go("refresh")
+    page.wait_for_timeout(500)  # the rows drawn anew, and whatever listens to their buttons
+    held.go("tag")
+    page.unroute(CALLBACKS, held)
     page.wait_for_function(
         "() => document.querySelector('#runs-tag-message').innerText.includes('Removed tag')"
     )
+    assert page.inner_text("#runs-tag-message") == "Removed tag ablation from 32b-lr1e-3."
     assert run_tags(pg_server, tenant, target) == ["32b", "lr-sweep"]
     # The new tag is offered by the tag filter.
     pick(page, "#runs-tag", "lr-sweep")

@@ -75,6 +75,7 @@ TICK_OUTPUTS = [
     "x-axis.options",
     "run-state.children",
     "run-config.children",
+    "run-note.children",
 ]
 ZOOM = {"type": "event-zoom", "step": 1000}
 

@@ -50,10 +50,10 @@ def test_the_tick_sends_the_header_when_the_run_resumes_takes_config_and_finishe
 
     # The channel opens; nothing changed since the page was built: the header stays.
     out = tick(dashboard_data, who, view, 0, None, seen_store["data"], poke(1, changed=False))
-    assert out[15:] == (SKIP, SKIP)
+    assert out[15:] == (SKIP, SKIP, SKIP)
     # Told the run changed, but the header shows the same: it is read and not sent.
     out = tick(dashboard_data, who, view, 0, None, out[6], poke(2, changed=True))
-    assert out[15:] == (SKIP, SKIP)
+    assert out[15:] == (SKIP, SKIP, SKIP)
 
     # The trainer resumes from step 2 with two config keys, then finishes the run.
     with api(pg_server, tenant) as client:
@@ -64,7 +64,7 @@ def test_the_tick_sends_the_header_when_the_run_resumes_takes_config_and_finishe
         assert resumed.status_code == 200, resumed.text
     post_points(pg_server, tenant, run, [2, 3, 4], {LEFT: [3.5, 4.0, 5.0]})
     out = tick(dashboard_data, who, view, 0, None, out[6], poke(3, changed=True))
-    state_now, config_now = out[15:]
+    state_now, config_now, _ = out[15:]
     assert text(state_now) == "runningsegment 2 · restarted at 2"
     assert find(state_now, "Span", id="run-status")[0]["className"] == "status status-running"
     assert text(config_now[0]) == "Config (2 keys)"
@@ -75,7 +75,7 @@ def test_the_tick_sends_the_header_when_the_run_resumes_takes_config_and_finishe
         finished = client.patch(f"/api/v1/runs/{run}", json={"status": "finished"})
         assert finished.status_code == 200, finished.text
     out = tick(dashboard_data, who, view, 0, None, out[6], poke(4, changed=True))
-    state_now, config_now = out[15:]
+    state_now, config_now, _ = out[15:]
     assert text(state_now) == "finishedsegment 2 · restarted at 2"
     assert find(state_now, "Span", id="run-status")[0]["className"] == "status status-finished"
     assert config_now[0].children == "Config (2 keys)"
@@ -83,7 +83,7 @@ def test_the_tick_sends_the_header_when_the_run_resumes_takes_config_and_finishe
     # The channel open and quiet: five-second ticks read no run and send no header.
     for n in (1, 2, 3):
         out = tick(dashboard_data, who, view, n, None, out[6], poke(4, changed=True))
-        assert out[15:] == (SKIP, SKIP)
+        assert out[15:] == (SKIP, SKIP, SKIP)
 
 
 def test_without_the_channel_the_header_is_looked_at_every_few_beats() -> None:

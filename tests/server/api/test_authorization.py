@@ -287,6 +287,10 @@ CALLBACKS = [
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("runs.notes", "set the target's run's note from the editor",
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("run_note.edit", "open the note editor on the view's run",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
+    Row("run_note.edit", "set the view's run's note from the run page",
+        own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("run.update_view", "zoom on an event of the view's run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("run.draw", "draw the view's run",
@@ -365,9 +369,10 @@ CALLBACK_KEYS = {
     "runs.refresh": "runs-table.children <- runs-refresh.n_intervals",
     "runs.pick": 'compare-action.children <- {"run":["ALL"],"type":"compare-pick"}.value',
     "runs.update_view": "runs-view.data <- runs-search.value",
-    "runs.tags": 'runs-tag-editing.data <- {"run":["ALL"],"type":"run-tag-edit"}.n_clicks',
+    "runs.tags": "runs-tag-editing.data <- runs-tag-click.data",
     "runs.columns": "runs-view.data <- runs-col-add-metric.n_clicks",
     "runs.notes": "runs-note-editing.data <- runs-note-click.data",
+    "run_note.edit": "run-note-message.children <- run-note-edit.n_clicks",
     "run.update_view": "view.data <- left-metric.value",
     "run.draw": "overlay.figure <- view.data",
     "run.tick": "left-metric.options <- tick.n_intervals",
@@ -1183,8 +1188,7 @@ def _pick(o: Objects) -> Callback:
 def _tag_values(**values: Any) -> dict[str, Any]:
     """The runs list's tag controls as the browser sends them: no button clicked."""
     return {
-        '{"run":["ALL"],"type":"run-tag-edit"}.n_clicks': [],
-        '{"run":["ALL"],"tag":["ALL"],"type":"run-tag-remove"}.n_clicks': [],
+        "runs-tag-click.data": None,
         "runs-tag-save.n_clicks": 0,
         "runs-tag-input.n_submit": None,
         "runs-tag-cancel.n_clicks": 0,
@@ -1198,11 +1202,9 @@ def _tag_values(**values: Any) -> dict[str, Any]:
 def _tag_click(
     component: dict[str, Any], ok: str, effect: Callable[[State, State], bool] | None = None
 ) -> Callback:
-    """A click on a run's "edit tags" button or on a tag's ×, in a table of that run alone."""
-    kind = component["type"]
-    pattern = _pattern_key({k: ["ALL"] if k != "type" else kind for k in component}, "n_clicks")
-    values = _tag_values(**{pattern: [(component, 1)]})
-    return Callback("runs.tags", values, [_pattern_key(component, "n_clicks")], ok, effect=effect)
+    """A click on a run's "edit tags" button or on a tag's ×, as its click store says it."""
+    values = _tag_values(**{"runs-tag-click.data": {"row": component, "clicks": 1}})
+    return Callback("runs.tags", values, ["runs-tag-click.data"], ok, effect=effect)
 
 
 def _tag_save(w: World, o: Objects) -> Callback:
@@ -1277,6 +1279,35 @@ def _note_save(w: World, o: Objects) -> Callback:
     )
 
 
+def _run_note_values(o: Objects, **values: Any) -> dict[str, Any]:
+    """The run page's note controls as the browser sends them: no button clicked."""
+    return {
+        "run-note-edit.n_clicks": 0,
+        "run-note-save.n_clicks": 0,
+        "run-note-cancel.n_clicks": 0,
+        "run-note-input.value": "",
+        "view.data": _view(o.run_id),
+        **values,
+    }
+
+
+def _run_note_edit(o: Objects) -> Callback:
+    values = _run_note_values(o, **{"run-note-edit.n_clicks": 1})
+    return Callback("run_note.edit", values, ["run-note-edit.n_clicks"], '"hidden":false')
+
+
+def _run_note_save(w: World, o: Objects) -> Callback:
+    note = f"page note {w.next()}"
+    values = _run_note_values(o, **{"run-note-save.n_clicks": 1, "run-note-input.value": note})
+    return Callback(
+        "run_note.edit",
+        values,
+        ["run-note-save.n_clicks"],
+        f"Saved the note on {o.run_name}.",
+        effect=lambda b, a: a.runs[o.run_id][4] == note,
+    )
+
+
 def _add_column() -> Callback:
     values = {
         "runs-col-add-metric.n_clicks": 1,
@@ -1321,6 +1352,8 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "add a metric column to the runs list": lambda w, t, o: _add_column(),
     "open the target's run's note editor": lambda w, t, o: _note_edit(o),
     "set the target's run's note from the editor": lambda w, t, o: _note_save(w, o),
+    "open the note editor on the view's run": lambda w, t, o: _run_note_edit(o),
+    "set the view's run's note from the run page": lambda w, t, o: _run_note_save(w, o),
     "zoom on an event of the view's run": lambda w, t, o: _zoom(o),
     "draw the view's run": lambda w, t, o: Callback(
         "run.draw", {"view.data": _view(o.run_id)}, [], o.event_text

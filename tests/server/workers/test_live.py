@@ -70,10 +70,13 @@ def test_no_more_watches_than_allowed(sessions: sessionmaker[Session]) -> None:
 
 
 def test_the_poll_sees_what_another_process_stored(pg_server: ServerProcess) -> None:
-    """The server process stores batches and events; this process's watches learn of them
-    from the poll alone (no route of this process was called)."""
+    """The server process stores batches, events and notes; this process's watches learn of
+    them from the poll alone (no route of this process was called)."""
     tenant = make_tenant(pg_server.database_url)
-    with client_for(pg_server, tenant, "ingest") as api:
+    with (
+        client_for(pg_server, tenant, "ingest") as api,
+        client_for(pg_server, tenant, "admin") as admin,
+    ):
         run = create_run(api, name="polled", start_step=0)
         quiet = create_run(api, name="quiet", start_step=0)
         post_metrics(api, run, [0], loss=[1.0])
@@ -91,6 +94,11 @@ def test_the_poll_sees_what_another_process_stored(pg_server: ServerProcess) -> 
                 )
                 assert answer.status_code == 201
                 assert await woken(watch, 3)
+                noted = await anyio.to_thread.run_sync(
+                    lambda: admin.patch(f"/api/v1/runs/{run}", json={"notes": "lr halved"})
+                )
+                assert noted.status_code == 200, noted.text
+                assert await woken(watch, 3)  # an open page shows the note
                 assert not await woken(idle, 0.3)
 
         try:
