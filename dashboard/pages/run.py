@@ -37,6 +37,7 @@ from . import (
     run_layers,
     run_layers_draw,
     run_live,
+    run_panels,
     run_series,
     run_shaping,
     run_spikes,
@@ -76,6 +77,7 @@ Drawn = tuple[Any, Any, str, Any]
 
 class RunReads(
     run_control.ControlAccess,
+    run_panels.WorkspaceReads,
     run_layers_draw.LayerReads,
     run_spikes.SpikeReads,
     run_transitions.TransitionReads,
@@ -184,6 +186,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="range-info", className="muted"),
+            run_panels.section(data, who, names),
             run_transitions.section(),
             run_spikes.section(query.get("threshold")),
             run_layers.section(names, query.get("at")),
@@ -392,6 +395,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_series.register(app, data)
     run_download.register(app)
     run_live.register(app)
+    run_panels.register(app, data)
 
     @app.callback(
         Output("view", "data"),

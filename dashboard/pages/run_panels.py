@@ -1,0 +1,304 @@
+"""The run page's "Panels" section: one small chart per metric the run logged, grouped by
+name prefix (`..panels.arrange`), drawn as they scroll into view (`.run_panels_draw`).
+
+Each panel can be moved up or down in its group, pinned (the pinned group comes first) or
+hidden (listed under "hidden (n)" to show again); an expression panel
+(``ratio(grad/norm/total, params/norm/total)``) can be added. The layout is the project's,
+saved on the server (`..workspace.WorkspaceData`, ``/api/v1/projects/{project}/workspace``)
+so that everyone who views its runs sees it; a viewer whose token may not save it (saving
+needs an admin token) keeps the change on this page until it is reloaded, and is told so.
+Every panel follows the page's view: zooming or panning one sets the view's range (as the
+overlay's zoom does), and the overlay and every drawn panel follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import dash
+from dash import ALL, Input, Output, State, dcc, html
+from pydantic import ValidationError
+
+from normwatch.server.auth import Principal
+from normwatch.server.errors import Forbidden
+
+from ..panels import PINNED, Group, Layout, arrange, layout_of, moved, pinned, with_expression
+from ..panels import with_hidden as hidden_in
+from ..refusals import Refusal, said
+from ..session import viewer
+from ..wiring import ROW_CLICK_JS, clicked_row, in_thread, or_prevent, triggered_id
+from .run_panels_draw import PanelReads, draw_panels
+from .run_view import RunView
+
+__all__ = ["WorkspaceReads", "change_layout", "groups_view", "register", "section"]
+
+NOT_SAVED = "Shown on this page until it is reloaded: {why}."
+OBSERVE_JS = """
+function(_groups) {
+    const dc = window.dash_clientside;
+    const state = window.normwatchPanels = window.normwatchPanels || {};
+    if (state.observer) { state.observer.disconnect(); }
+    clearTimeout(state.timer);
+    const near = new Set();
+    const send = () => {
+        state.timer = null;
+        dc.set_props("panels-seen", {data: Array.from(near).sort()});
+    };
+    state.observer = new IntersectionObserver((entries) => {
+        for (const entry of entries) {
+            const key = entry.target.dataset.key;
+            if (entry.isIntersecting) { near.add(key); } else { near.delete(key); }
+        }
+        if (!state.timer) { state.timer = setTimeout(send, 60); }
+    }, {rootMargin: "200px 0px"});
+    for (const panel of document.querySelectorAll("#panel-groups .panel[data-key]")) {
+        state.observer.observe(panel);
+    }
+    return dc.no_update;
+}
+"""
+"""The browser side of lazy drawing: the keys of the panels within 200 px of the window
+go into the ``panels-seen`` store as the page scrolls (or a group opens), at most every
+60 ms; the server draws those not drawn yet for the view (`.run_panels_draw.draw_panels`).
+A folded group's panels have no box, so they are never in view."""
+PANEL_ZOOM_JS = """
+function(_relayouts) {
+    const dc = window.dash_clientside;
+    const state = window.normwatchPanels = window.normwatchPanels || {};
+    const sent = state.zooms = state.zooms || new WeakSet();
+    for (const hit of dc.callback_context.triggered || []) {
+        const relayout = hit.value;
+        if (!relayout || typeof relayout !== "object" || sent.has(relayout)) { continue; }
+        sent.add(relayout);
+        const moved = Object.keys(relayout).some(
+            key => key.startsWith("xaxis.range") || key === "xaxis.autorange");
+        if (moved) { dc.set_props("overlay-zoom", {data: relayout}); }
+    }
+    return dc.no_update;
+}
+"""
+"""A panel's zoom, pan or autoscale goes where the overlay's goes (``overlay-zoom``, the
+view's input), so that the view's range follows it; a ``relayoutData`` already sent (a
+panel that did not move, listed again as panels are drawn) is not sent twice."""
+
+
+class WorkspaceReads(PanelReads, Protocol):
+    """What the panels section reads and saves."""
+
+    def workspace(self, who: Principal) -> Layout: ...
+
+    def save_workspace(self, who: Principal, layout: Layout) -> Layout: ...
+
+
+def section(data: WorkspaceReads, who: Principal, names: Sequence[str]) -> html.Div:
+    """The section for a run that logged ``names``, in the project's saved layout."""
+    layout = data.workspace(who)
+    return html.Div(
+        [
+            html.H3("Panels"),
+            html.Div(
+                [
+                    dcc.Input(
+                        id="panel-expression",
+                        type="text",
+                        debounce=True,
+                        placeholder="add a panel: share(grad/norm/lm_head*, grad/norm/total)",
+                        className="expression",
+                    ),
+                    html.Button("add panel", id="panel-add", n_clicks=0),
+                ],
+                className="controls",
+            ),
+            html.Div(id="panel-note", className="muted"),
+            html.Div(groups_view(names, layout), id="panel-groups"),
+            dcc.Store(id="panel-layout", data=layout.model_dump()),
+            dcc.Store(id="panel-names", data=list(names)),
+            dcc.Store(id="panel-click"),
+            dcc.Store(id="panels-seen", data=[]),
+            dcc.Store(id="panels-drawn", data={}),
+            html.Div(id="panels-observe-sync", hidden=True),
+            html.Div(id="panels-zoom-sync", hidden=True),
+        ],
+        className="panels-section",
+    )
+
+
+def _button(text: str, act: str, key: str, tip: str) -> html.Button:
+    return html.Button(
+        text,
+        id={"type": "panel-act", "act": act, "key": key},
+        n_clicks=0,
+        title=tip,
+        className="small",
+    )
+
+
+def _panel(key: str, pinned_now: bool) -> html.Div:
+    head = [
+        html.Span(key, className="panel-name", title=key),
+        _button("↑", "up", key, "move up"),
+        _button("↓", "down", key, "move down"),
+        _button("unpin" if pinned_now else "pin", "unpin" if pinned_now else "pin", key, ""),
+        _button("hide", "hide", key, "hide this panel"),
+    ]
+    return html.Div(
+        [
+            html.Div(head, className="panel-head"),
+            html.Div("…", id={"type": "panel-body", "key": key}, className="panel-body"),
+        ],
+        className="panel",
+        **_data(key=key),
+    )
+
+
+def _data(**attributes: str) -> dict[str, Any]:
+    """``data-*`` attributes of an element, for the page's script (``data-key``...)."""
+    return {f"data-{name}": value for name, value in attributes.items()}
+
+
+def groups_view(names: Sequence[str], layout: Layout) -> list[Any]:
+    """The groups of panels, each folded under its name and count, and the hidden list."""
+    groups, hidden = arrange(names, layout)
+    if not groups and not hidden:
+        return [html.P("This run has no metrics yet.", className="muted")]
+    shown: list[Any] = [_group(g, g.name in layout.collapsed) for g in groups]
+    if hidden:
+        rows = [html.Li([_button("show", "show", k, "show again"), " ", k]) for k in hidden]
+        shown.append(
+            html.Details(
+                [html.Summary(f"hidden ({len(hidden)})"), html.Ul(rows)],
+                id="panel-hidden",
+                className="panel-group",
+            )
+        )
+    return shown
+
+
+def _group(group: Group, folded: bool) -> html.Details:
+    return html.Details(
+        [
+            html.Summary(f"{group.name} ({len(group.keys)})"),
+            html.Div([_panel(k, group.name == PINNED) for k in group.keys], className="panel-grid"),
+        ],
+        open=not folded,
+        className="panel-group",
+        **_data(group=group.name),
+    )
+
+
+def change_layout(
+    data: WorkspaceReads,
+    who: Principal,
+    store: object,
+    names: object,
+    *,
+    act: str | None,
+    key: object,
+    expression: object = None,
+) -> tuple[dict[str, Any], str] | None:
+    """The layout after a panel's button (``act`` on ``key``: up, down, pin, unpin, hide,
+    show) or an expression added (``act`` "add"), saved for the project, and the note
+    beside the panels; None when nothing changes. A layout the viewer may not save, or
+    one the service refuses, is kept on the page with the note saying why."""
+    layout = layout_of(store)
+    run_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    if act == "add":
+        if not isinstance(expression, str) or not expression.strip():
+            return None
+        try:
+            new = with_expression(layout, expression.strip())
+        except ValidationError as exc:
+            return layout.model_dump(), f"Not added: {exc.errors()[0]['msg']}"
+    elif isinstance(key, str) and act in ("up", "down"):
+        groups, _ = arrange(run_names, layout)
+        new = moved(layout, groups, key, -1 if act == "up" else 1)
+    elif isinstance(key, str) and act in ("pin", "unpin"):
+        new = pinned(layout, key, act == "pin")
+    elif isinstance(key, str) and act in ("hide", "show"):
+        new = hidden_in(layout, key, act == "hide")
+    else:
+        return None
+    if new == layout:
+        return None
+    try:
+        saved = data.save_workspace(who, new)
+    except Forbidden as exc:
+        return new.model_dump(), NOT_SAVED.format(why=said(exc))
+    except Refusal as exc:
+        return layout.model_dump(), f"Not saved: {said(exc)}"
+    return saved.model_dump(), ""
+
+
+def register(app: dash.Dash, data: WorkspaceReads) -> None:
+    app.clientside_callback(
+        OBSERVE_JS, Output("panels-observe-sync", "children"), Input("panel-groups", "children")
+    )
+    app.clientside_callback(
+        PANEL_ZOOM_JS,
+        Output("panels-zoom-sync", "children"),
+        Input({"type": "panel-graph", "key": ALL}, "relayoutData"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ROW_CLICK_JS,
+        Output("panel-click", "data"),
+        Input({"type": "panel-act", "act": ALL, "key": ALL}, "n_clicks"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output("panel-layout", "data"),
+        Output("panel-note", "children"),
+        Output("panel-expression", "value"),
+        Input("panel-click", "data"),
+        Input("panel-add", "n_clicks"),
+        Input("panel-expression", "n_submit"),
+        State("panel-expression", "value"),
+        State("panel-layout", "data"),
+        State("panel-names", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_change(
+        click: object, _add: object, _submit: object, text: object, store: object, names: object
+    ) -> tuple[Any, str, Any]:
+        trigger, real = clicked_row(click)
+        adding = triggered_id() in ("panel-add", "panel-expression")
+        act = "add" if adding else (trigger.get("act") if isinstance(trigger, Mapping) else None)
+        if not adding and not real:
+            act = None
+        key = trigger.get("key") if isinstance(trigger, Mapping) else None
+        changed = await in_thread(
+            change_layout, data, viewer(), store, names, act=act, key=key, expression=text
+        )
+        new, note = or_prevent(changed)
+        return new, note, "" if adding and not note.startswith("Not added") else dash.no_update
+
+    @app.callback(
+        Output("panel-groups", "children"),
+        Output("panels-drawn", "data"),
+        Input("panel-layout", "data"),
+        State("panel-names", "data"),
+        prevent_initial_call=True,
+    )
+    def on_layout(store: object, names: object) -> tuple[list[Any], dict[str, str]]:
+        run_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+        return groups_view(run_names, layout_of(store)), {}
+
+    @app.callback(
+        Output({"type": "panel-body", "key": ALL}, "children"),
+        Output("panels-drawn", "data", allow_duplicate=True),
+        Input("panels-seen", "data"),
+        Input("view-drawn", "data"),
+        Input("draw-tick", "data"),
+        State({"type": "panel-body", "key": ALL}, "id"),
+        State("panels-drawn", "data"),
+        State("ticks-seen", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_draw(
+        seen: object, store: object, _tick: object, ids: object, drawn: object, ticks: object
+    ) -> tuple[list[Any], dict[str, str]]:
+        view = RunView.from_store(store)
+        drawn_now = await in_thread(draw_panels, data, viewer(), view, ids, seen, drawn, ticks)
+        return or_prevent(drawn_now)
