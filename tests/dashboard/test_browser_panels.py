@@ -91,7 +91,8 @@ def test_pin_hide_and_move_are_saved_for_the_project(
     page.wait_for_function(
         """() => { const keys = Array.from(document.querySelectorAll(
             '[data-group="grad/norm"] .panel')).map(p => p.dataset.key);
-            return keys.indexOf('grad/norm/layers.1') === keys.indexOf('grad/norm/layers.2') + 1; }"""
+            const at = k => keys.indexOf('grad/norm/layers.' + k);
+            return at(1) === at(2) + 1; }"""
     )
     layout_js = """() => Array.from(document.querySelectorAll('#panel-groups details'))
         .map(d => [d.querySelector('summary').textContent,
