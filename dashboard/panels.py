@@ -36,6 +36,7 @@ __all__ = [
     "natural_key",
     "pinned",
     "with_expression",
+    "with_folded",
     "with_hidden",
 ]
 
@@ -184,3 +185,16 @@ def with_expression(layout: Layout, expression: str) -> Layout:
     return Layout.model_validate(
         {**layout.model_dump(), "expressions": [*layout.expressions, expression]}
     )
+
+
+def with_folded(layout: Layout, group: str) -> Layout:
+    """``layout`` with ``group`` folded if it was open, open if it was folded.
+
+    >>> with_folded(with_folded(Layout(), "train"), "optim").collapsed
+    ['train', 'optim']
+    >>> with_folded(Layout(collapsed=["train"]), "train").collapsed
+    []
+    """
+    if group in layout.collapsed:
+        return layout.model_copy(update={"collapsed": [g for g in layout.collapsed if g != group]})
+    return layout.model_copy(update={"collapsed": [*layout.collapsed, group]})

@@ -13,74 +13,40 @@ overlay's zoom does), and the overlay and every drawn panel follow.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import dash
 from dash import ALL, Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 from pydantic import ValidationError
 
 from normwatch.server.auth import Principal
 from normwatch.server.errors import Forbidden
 
-from ..panels import PINNED, Group, Layout, arrange, layout_of, moved, pinned, with_expression
+from ..panels import (
+    PINNED,
+    Group,
+    Layout,
+    arrange,
+    layout_of,
+    moved,
+    pinned,
+    with_expression,
+    with_folded,
+)
 from ..panels import with_hidden as hidden_in
 from ..refusals import Refusal, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, clicked_row, in_thread, or_prevent, triggered_id
 from .run_panels_draw import PanelReads, draw_panels
+from .run_panels_scripts import OBSERVE_JS, PANEL_ZOOM_JS
 from .run_view import RunView
 
-__all__ = ["WorkspaceReads", "change_layout", "groups_view", "register", "section"]
+__all__ = ["WorkspaceReads", "arranged", "change_layout", "groups_view", "register", "section"]
 
 NOT_SAVED = "Shown on this page until it is reloaded: {why}."
-OBSERVE_JS = """
-function(_groups) {
-    const dc = window.dash_clientside;
-    const state = window.normwatchPanels = window.normwatchPanels || {};
-    if (state.observer) { state.observer.disconnect(); }
-    clearTimeout(state.timer);
-    const near = new Set();
-    const send = () => {
-        state.timer = null;
-        dc.set_props("panels-seen", {data: Array.from(near).sort()});
-    };
-    state.observer = new IntersectionObserver((entries) => {
-        for (const entry of entries) {
-            const key = entry.target.dataset.key;
-            if (entry.isIntersecting) { near.add(key); } else { near.delete(key); }
-        }
-        if (!state.timer) { state.timer = setTimeout(send, 60); }
-    }, {rootMargin: "200px 0px"});
-    for (const panel of document.querySelectorAll("#panel-groups .panel[data-key]")) {
-        state.observer.observe(panel);
-    }
-    return dc.no_update;
-}
-"""
-"""The browser side of lazy drawing: the keys of the panels within 200 px of the window
-go into the ``panels-seen`` store as the page scrolls (or a group opens), at most every
-60 ms; the server draws those not drawn yet for the view (`.run_panels_draw.draw_panels`).
-A folded group's panels have no box, so they are never in view."""
-PANEL_ZOOM_JS = """
-function(_relayouts) {
-    const dc = window.dash_clientside;
-    const state = window.normwatchPanels = window.normwatchPanels || {};
-    const sent = state.zooms = state.zooms || new WeakSet();
-    for (const hit of dc.callback_context.triggered || []) {
-        const relayout = hit.value;
-        if (!relayout || typeof relayout !== "object" || sent.has(relayout)) { continue; }
-        sent.add(relayout);
-        const moved = Object.keys(relayout).some(
-            key => key.startsWith("xaxis.range") || key === "xaxis.autorange");
-        if (moved) { dc.set_props("overlay-zoom", {data: relayout}); }
-    }
-    return dc.no_update;
-}
-"""
-"""A panel's zoom, pan or autoscale goes where the overlay's goes (``overlay-zoom``, the
-view's input), so that the view's range follows it; a ``relayoutData`` already sent (a
-panel that did not move, listed again as panels are drawn) is not sent twice."""
 
 
 class WorkspaceReads(PanelReads, Protocol):
@@ -114,6 +80,7 @@ def section(data: WorkspaceReads, who: Principal, names: Sequence[str]) -> html.
             html.Div(groups_view(names, layout), id="panel-groups"),
             dcc.Store(id="panel-layout", data=layout.model_dump()),
             dcc.Store(id="panel-names", data=list(names)),
+            dcc.Store(id="panel-arranged", data=arranged(names, layout)),
             dcc.Store(id="panel-click"),
             dcc.Store(id="panels-seen", data=[]),
             dcc.Store(id="panels-drawn", data={}),
@@ -157,6 +124,13 @@ def _data(**attributes: str) -> dict[str, Any]:
     return {f"data-{name}": value for name, value in attributes.items()}
 
 
+def arranged(names: Sequence[str], layout: Layout) -> str:
+    """What the panels shown depend on (groups, their panels, the hidden ones), as text:
+    a change of the layout that leaves it as it is (a group folded) redraws nothing."""
+    groups, hidden = arrange(names, layout)
+    return json.dumps([[[g.name, *g.keys] for g in groups], hidden])
+
+
 def groups_view(names: Sequence[str], layout: Layout) -> list[Any]:
     """The groups of panels, each folded under its name and count, and the hidden list."""
     groups, hidden = arrange(names, layout)
@@ -178,7 +152,12 @@ def groups_view(names: Sequence[str], layout: Layout) -> list[Any]:
 def _group(group: Group, folded: bool) -> html.Details:
     return html.Details(
         [
-            html.Summary(f"{group.name} ({len(group.keys)})"),
+            # A click folds or opens the group (the browser's own toggle) and saves it.
+            html.Summary(
+                f"{group.name} ({len(group.keys)})",
+                id={"type": "panel-act", "act": "fold", "key": group.name},
+                n_clicks=0,
+            ),
             html.Div([_panel(k, group.name == PINNED) for k in group.keys], className="panel-grid"),
         ],
         open=not folded,
@@ -198,9 +177,10 @@ def change_layout(
     expression: object = None,
 ) -> tuple[dict[str, Any], str] | None:
     """The layout after a panel's button (``act`` on ``key``: up, down, pin, unpin, hide,
-    show) or an expression added (``act`` "add"), saved for the project, and the note
-    beside the panels; None when nothing changes. A layout the viewer may not save, or
-    one the service refuses, is kept on the page with the note saying why."""
+    show), a group folded or opened (``fold`` on the group's name) or an expression added
+    (``act`` "add"), saved for the project, and the note beside the panels; None when
+    nothing changes. A layout the viewer may not save is kept on the page with the note
+    saying why; one the service refuses is dropped, and the note says why."""
     layout = layout_of(store)
     run_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
     if act == "add":
@@ -217,6 +197,8 @@ def change_layout(
         new = pinned(layout, key, act == "pin")
     elif isinstance(key, str) and act in ("hide", "show"):
         new = hidden_in(layout, key, act == "hide")
+    elif isinstance(key, str) and act == "fold":
+        new = with_folded(layout, key)
     else:
         return None
     if new == layout:
@@ -277,13 +259,19 @@ def register(app: dash.Dash, data: WorkspaceReads) -> None:
     @app.callback(
         Output("panel-groups", "children"),
         Output("panels-drawn", "data"),
+        Output("panel-arranged", "data"),
         Input("panel-layout", "data"),
         State("panel-names", "data"),
+        State("panel-arranged", "data"),
         prevent_initial_call=True,
     )
-    def on_layout(store: object, names: object) -> tuple[list[Any], dict[str, str]]:
+    def on_layout(store: object, names: object, shown: object) -> tuple[Any, Any, str]:
         run_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-        return groups_view(run_names, layout_of(store)), {}
+        layout = layout_of(store)
+        now = arranged(run_names, layout)
+        if now == shown:  # a group folded: the browser has already folded it
+            raise PreventUpdate
+        return groups_view(run_names, layout), {}, now
 
     @app.callback(
         Output({"type": "panel-body", "key": ALL}, "children"),

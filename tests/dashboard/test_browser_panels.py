@@ -105,9 +105,21 @@ def test_pin_hide_and_move_are_saved_for_the_project(
         ["grad/norm/layers.0", "grad/norm/layers.2", "grad/norm/layers.1", "grad/norm/layers.4"],
     ]
     assert page.text_content("#panel-note") == ""
+    # The parameter norms folded: saved as the browser folds them.
+    folded = '[data-group="params/norm"]'
+    page.click(f"{folded} > summary")
+    assert page.evaluate(f"() => document.querySelector('{folded}').open") is False
+    with httpx.Client(base_url=pg_server.url, headers=tenant.headers("read"), timeout=30) as api:
+        for _ in range(100):
+            layout = api.get(f"/api/v1/projects/{tenant.project}/workspace").json()["layout"]
+            if layout["collapsed"]:
+                break
+            page.wait_for_timeout(100)
+    assert layout["collapsed"] == ["params/norm"]
     page.reload()
     page.wait_for_selector("#panel-hidden")
     assert page.evaluate(layout_js) == shown
+    assert page.evaluate(f"() => document.querySelector('{folded}').open") is False
 
     other = browser.new_context(viewport={"width": 1400, "height": 900})
     try:
@@ -128,7 +140,7 @@ def test_pin_hide_and_move_are_saved_for_the_project(
         saved = api.get(f"/api/v1/projects/{tenant.project}/workspace").json()
     assert saved["layout"]["pinned"] == ["grad/norm/layers.3"]
     assert saved["layout"]["hidden"] == ["train/loss"]
-    assert saved["revision"] == 3
+    assert saved["revision"] == 4
 
 
 def test_zooming_one_panel_moves_the_overlay_and_the_others(
