@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import dash
 from dash import ALL, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
-from pydantic import ValidationError
 
 from normwatch.server.auth import Principal
-from normwatch.server.errors import Forbidden
 
 from ..panels import (
     PINNED,
@@ -31,30 +29,15 @@ from ..panels import (
     Layout,
     arrange,
     layout_of,
-    moved,
-    pinned,
-    with_expression,
-    with_folded,
 )
-from ..panels import with_hidden as hidden_in
-from ..refusals import Refusal, said
 from ..session import viewer
 from ..wiring import ROW_CLICK_JS, clicked_row, in_thread, or_prevent, triggered_id
-from .run_panels_draw import PanelReads, draw_panels
+from .run_panels_draw import draw_panels
+from .run_panels_layout import WorkspaceReads, change_layout, names_of, new_names
 from .run_panels_scripts import OBSERVE_JS, PANEL_ZOOM_JS
 from .run_view import RunView
 
 __all__ = ["WorkspaceReads", "arranged", "change_layout", "groups_view", "register", "section"]
-
-NOT_SAVED = "Shown on this page until it is reloaded: {why}."
-
-
-class WorkspaceReads(PanelReads, Protocol):
-    """What the panels section reads and saves."""
-
-    def workspace(self, who: Principal) -> Layout: ...
-
-    def save_workspace(self, who: Principal, layout: Layout) -> Layout: ...
 
 
 def section(data: WorkspaceReads, who: Principal, names: Sequence[str]) -> html.Div:
@@ -79,7 +62,7 @@ def section(data: WorkspaceReads, who: Principal, names: Sequence[str]) -> html.
             html.Div(id="panel-note", className="muted"),
             html.Div(groups_view(names, layout), id="panel-groups"),
             dcc.Store(id="panel-layout", data=layout.model_dump()),
-            dcc.Store(id="panel-names", data=list(names)),
+            dcc.Store(id="panel-names", data={"names": list(names), "version": None}),
             dcc.Store(id="panel-arranged", data=arranged(names, layout)),
             dcc.Store(id="panel-click"),
             dcc.Store(id="panels-seen", data=[]),
@@ -166,52 +149,6 @@ def _group(group: Group, folded: bool) -> html.Details:
     )
 
 
-def change_layout(
-    data: WorkspaceReads,
-    who: Principal,
-    store: object,
-    names: object,
-    *,
-    act: str | None,
-    key: object,
-    expression: object = None,
-) -> tuple[dict[str, Any], str] | None:
-    """The layout after a panel's button (``act`` on ``key``: up, down, pin, unpin, hide,
-    show), a group folded or opened (``fold`` on the group's name) or an expression added
-    (``act`` "add"), saved for the project, and the note beside the panels; None when
-    nothing changes. A layout the viewer may not save is kept on the page with the note
-    saying why; one the service refuses is dropped, and the note says why."""
-    layout = layout_of(store)
-    run_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-    if act == "add":
-        if not isinstance(expression, str) or not expression.strip():
-            return None
-        try:
-            new = with_expression(layout, expression.strip())
-        except ValidationError as exc:
-            return layout.model_dump(), f"Not added: {exc.errors()[0]['msg']}"
-    elif isinstance(key, str) and act in ("up", "down"):
-        groups, _ = arrange(run_names, layout)
-        new = moved(layout, groups, key, -1 if act == "up" else 1)
-    elif isinstance(key, str) and act in ("pin", "unpin"):
-        new = pinned(layout, key, act == "pin")
-    elif isinstance(key, str) and act in ("hide", "show"):
-        new = hidden_in(layout, key, act == "hide")
-    elif isinstance(key, str) and act == "fold":
-        new = with_folded(layout, key)
-    else:
-        return None
-    if new == layout:
-        return None
-    try:
-        saved = data.save_workspace(who, new)
-    except Forbidden as exc:
-        return new.model_dump(), NOT_SAVED.format(why=said(exc))
-    except Refusal as exc:
-        return layout.model_dump(), f"Not saved: {said(exc)}"
-    return saved.model_dump(), ""
-
-
 def register(app: dash.Dash, data: WorkspaceReads) -> None:
     app.clientside_callback(
         OBSERVE_JS, Output("panels-observe-sync", "children"), Input("panel-groups", "children")
@@ -261,17 +198,31 @@ def register(app: dash.Dash, data: WorkspaceReads) -> None:
         Output("panels-drawn", "data"),
         Output("panel-arranged", "data"),
         Input("panel-layout", "data"),
-        State("panel-names", "data"),
+        Input("panel-names", "data"),
         State("panel-arranged", "data"),
         prevent_initial_call=True,
     )
     def on_layout(store: object, names: object, shown: object) -> tuple[Any, Any, str]:
-        run_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+        run_names = names_of(names)
         layout = layout_of(store)
         now = arranged(run_names, layout)
-        if now == shown:  # a group folded: the browser has already folded it
+        # A group folded (the browser has already folded it), or no new metric.
+        if now == shown:
             raise PreventUpdate
         return groups_view(run_names, layout), {}, now
+
+    @app.callback(
+        Output("panel-names", "data"),
+        Input("draw-tick", "data"),
+        State("ticks-seen", "data"),
+        State("panel-names", "data"),
+        State("view", "data"),
+        prevent_initial_call=True,
+    )
+    async def on_new_metrics(_tick: object, ticks: object, names: object, store: object) -> Any:
+        view = RunView.from_store(store)
+        found = await in_thread(new_names, data, viewer(), view, ticks, names)
+        return or_prevent(found)
 
     @app.callback(
         Output({"type": "panel-body", "key": ALL}, "children"),

@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from normwatch.dashboard.data import DashboardData
 from normwatch.dashboard.figures import from_typed
-from normwatch.dashboard.pages.run_panels import NOT_SAVED, change_layout, section
+from normwatch.dashboard.pages.run_panels import change_layout, section
 from normwatch.dashboard.pages.run_panels_draw import draw_panels, drawn_for
+from normwatch.dashboard.pages.run_panels_layout import NOT_SAVED, new_names
 from normwatch.dashboard.pages.run_view import RunView
 from normwatch.dashboard.panels import Layout
 from normwatch.testing import ServerProcess
@@ -124,3 +125,29 @@ def test_a_layout_is_saved_by_an_admin_and_kept_on_the_page_for_a_reader(
         "grad/norm/lm_head",
         "grad/norm/total",
     ]
+
+
+def test_a_metric_logged_later_gets_its_panel_once_the_tick_sees_new_data(
+    pg_server: ServerProcess,
+    dashboard_sessions: sessionmaker[Session],
+    dashboard_data: DashboardData,
+) -> None:
+    tenant = make_tenant(pg_server.database_url)
+    run = create_run(pg_server, tenant, "panels")
+    post_points(pg_server, tenant, run, STEPS, {"train/loss": METRICS["train/loss"]})
+    who = viewers(dashboard_sessions, tenant).read
+    view = RunView(run, "train/loss")
+    store = {"names": ["train/loss"], "version": None}
+    # Nothing new: the same names, with the version seen.
+    assert new_names(dashboard_data, who, view, {"draw": 1}, store) == {
+        "names": ["train/loss"],
+        "version": 1,
+    }
+    post_points(pg_server, tenant, run, [50], {"optim/lr": [1e-3]})
+    seen = {"names": ["train/loss"], "version": 1}
+    assert new_names(dashboard_data, who, view, {"draw": 1}, seen) is None  # not read
+    assert new_names(dashboard_data, who, view, {"draw": 2}, seen) == {
+        "names": ["optim/lr", "train/loss"],
+        "version": 2,
+    }
+    assert new_names(dashboard_data, who, None, {"draw": 2}, seen) is None
