@@ -78,6 +78,11 @@ def test_only_panels_in_view_are_drawn_once_per_view_and_data_version(
     )
     message = tree(bodies[5])["props"]["figure"]["layout"]["annotations"][0]["text"]
     assert message.startswith("never/logged: no metric 'never/logged' in this run")
+    # A key a crafted request names that is no expression: the panel says why.
+    bad = "ratio(train/loss"
+    bodies, _ = draw_panels(dashboard_data, who, view, ids(bad), [bad], {}, None) or ([], {})
+    message = tree(bodies[0])["props"]["figure"]["layout"]["annotations"][0]["text"]
+    assert message.startswith("ratio(train/loss: ")
 
 
 def test_a_layout_is_saved_by_an_admin_and_kept_on_the_page_for_a_reader(
