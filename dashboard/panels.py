@@ -25,6 +25,7 @@ from normwatch.server.schemas.workspace import WorkspaceLayout
 __all__ = [
     "EXPRESSIONS",
     "OTHER",
+    "PAGE",
     "PINNED",
     "PREFIX_GROUPS",
     "Group",
@@ -34,6 +35,8 @@ __all__ = [
     "layout_of",
     "moved",
     "natural_key",
+    "page_of",
+    "paged",
     "pinned",
     "with_expression",
     "with_folded",
@@ -44,6 +47,10 @@ Layout = WorkspaceLayout
 PREFIX_GROUPS = ("train/", "grad/norm/", "params/norm/", "updates/", "optim/")
 """The groups of the product's own names, in the order they are shown."""
 PINNED = "pinned"
+PAGE = 12
+"""Panels a group shows before its "show more": a page's components stay few whatever
+the run logged (300 panels in full were 15,000 elements the browser re-rendered on
+every callback)."""
 EXPRESSIONS = "expressions"
 OTHER = "other"
 _DIGITS = re.compile(r"(\d+)")
@@ -198,3 +205,22 @@ def with_folded(layout: Layout, group: str) -> Layout:
     if group in layout.collapsed:
         return layout.model_copy(update={"collapsed": [g for g in layout.collapsed if g != group]})
     return layout.model_copy(update={"collapsed": [*layout.collapsed, group]})
+
+
+def paged(group: Group, pages: object) -> tuple[str, ...]:
+    """The panels of ``group`` shown: `PAGE` for each page ``pages`` (the page's store of
+    pages shown a group, ``{"grad/norm": 2}``) says, one page by default.
+
+    >>> paged(Group("g", tuple("abcdefghijklmnop")), {"g": 1})
+    ('a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l')
+    >>> len(paged(Group("g", tuple("abcdefghijklmnop")), {"g": 2}))
+    16
+    """
+    return group.keys[: PAGE * page_of(pages, group.name)]
+
+
+def page_of(pages: object, group: str) -> int:
+    """The pages of ``group`` shown, from the page's store (1 for anything else)."""
+    count = pages.get(group) if isinstance(pages, dict) else None
+    ok = isinstance(count, int) and not isinstance(count, bool) and count >= 1
+    return min(count, 1000) if ok and isinstance(count, int) else 1

@@ -24,17 +24,20 @@ from dash.exceptions import PreventUpdate
 from normwatch.server.auth import Principal
 
 from ..panels import (
+    PAGE,
     PINNED,
     Group,
     Layout,
     arrange,
     layout_of,
+    page_of,
+    paged,
 )
 from ..session import viewer
-from ..wiring import ROW_CLICK_JS, clicked_row, in_thread, or_prevent, triggered_id
+from ..wiring import clicked_row, in_thread, or_prevent, triggered_id
 from .run_panels_draw import draw_panels
 from .run_panels_layout import WorkspaceReads, change_layout, names_of, new_names
-from .run_panels_scripts import OBSERVE_JS, PANEL_ZOOM_JS
+from .run_panels_scripts import OBSERVE_JS, PANEL_ZOOM_JS, PANELS_TICK_JS
 from .run_view import RunView
 
 __all__ = ["WorkspaceReads", "arranged", "change_layout", "groups_view", "register", "section"]
@@ -64,9 +67,12 @@ def section(data: WorkspaceReads, who: Principal, names: Sequence[str]) -> html.
             dcc.Store(id="panel-layout", data=layout.model_dump()),
             dcc.Store(id="panel-names", data={"names": list(names), "version": None}),
             dcc.Store(id="panel-arranged", data=arranged(names, layout)),
+            dcc.Store(id="panel-pages", data={}),
             dcc.Store(id="panel-click"),
             dcc.Store(id="panels-seen", data=[]),
             dcc.Store(id="panels-drawn", data={}),
+            dcc.Store(id="panels-tick"),
+            html.Div(id="panels-tick-sync", hidden=True),
             html.Div(id="panels-observe-sync", hidden=True),
             html.Div(id="panels-zoom-sync", hidden=True),
         ],
@@ -75,13 +81,9 @@ def section(data: WorkspaceReads, who: Principal, names: Sequence[str]) -> html.
 
 
 def _button(text: str, act: str, key: str, tip: str) -> html.Button:
-    return html.Button(
-        text,
-        id={"type": "panel-act", "act": act, "key": key},
-        n_clicks=0,
-        title=tip,
-        className="small",
-    )
+    """A panel's button: no Dash id of its own (`CLICKS_JS` hears every click of the
+    section), so that 300 panels are not 1,200 components a callback listens to."""
+    return html.Button(text, title=tip, className="small", **_data(act=act, key=key))
 
 
 def _panel(key: str, pinned_now: bool) -> html.Div:
@@ -107,19 +109,20 @@ def _data(**attributes: str) -> dict[str, Any]:
     return {f"data-{name}": value for name, value in attributes.items()}
 
 
-def arranged(names: Sequence[str], layout: Layout) -> str:
-    """What the panels shown depend on (groups, their panels, the hidden ones), as text:
-    a change of the layout that leaves it as it is (a group folded) redraws nothing."""
+def arranged(names: Sequence[str], layout: Layout, pages: object = None) -> str:
+    """What the panels shown depend on (groups, their panels shown, the hidden ones), as
+    text: a change of the layout that leaves it as it is (a group folded) redraws nothing."""
     groups, hidden = arrange(names, layout)
-    return json.dumps([[[g.name, *g.keys] for g in groups], hidden])
+    return json.dumps([[[g.name, len(g.keys), *paged(g, pages)] for g in groups], hidden])
 
 
-def groups_view(names: Sequence[str], layout: Layout) -> list[Any]:
-    """The groups of panels, each folded under its name and count, and the hidden list."""
+def groups_view(names: Sequence[str], layout: Layout, pages: object = None) -> list[Any]:
+    """The groups of panels, each folded under its name and count and showing the pages
+    ``pages`` says (`..panels.paged`), and the hidden list."""
     groups, hidden = arrange(names, layout)
     if not groups and not hidden:
         return [html.P("This run has no metrics yet.", className="muted")]
-    shown: list[Any] = [_group(g, g.name in layout.collapsed) for g in groups]
+    shown: list[Any] = [_group(g, g.name in layout.collapsed, pages) for g in groups]
     if hidden:
         rows = [html.Li([_button("show", "show", k, "show again"), " ", k]) for k in hidden]
         shown.append(
@@ -132,16 +135,24 @@ def groups_view(names: Sequence[str], layout: Layout) -> list[Any]:
     return shown
 
 
-def _group(group: Group, folded: bool) -> html.Details:
+def _group(group: Group, folded: bool, pages: object) -> html.Details:
+    keys = paged(group, pages)
+    more: list[Any] = []
+    if len(keys) < len(group.keys):
+        left = min(PAGE, len(group.keys) - len(keys))
+        more = [
+            html.Button(
+                f"show {left} more ({len(keys)} of {len(group.keys)} shown)",
+                className="small panel-more",
+                **_data(act="more", key=group.name),
+            )
+        ]
     return html.Details(
         [
             # A click folds or opens the group (the browser's own toggle) and saves it.
-            html.Summary(
-                f"{group.name} ({len(group.keys)})",
-                id={"type": "panel-act", "act": "fold", "key": group.name},
-                n_clicks=0,
-            ),
-            html.Div([_panel(k, group.name == PINNED) for k in group.keys], className="panel-grid"),
+            html.Summary(f"{group.name} ({len(group.keys)})", **_data(act="fold", key=group.name)),
+            html.Div([_panel(k, group.name == PINNED) for k in keys], className="panel-grid"),
+            *more,
         ],
         open=not folded,
         className="panel-group",
@@ -154,15 +165,15 @@ def register(app: dash.Dash, data: WorkspaceReads) -> None:
         OBSERVE_JS, Output("panels-observe-sync", "children"), Input("panel-groups", "children")
     )
     app.clientside_callback(
-        PANEL_ZOOM_JS,
-        Output("panels-zoom-sync", "children"),
-        Input({"type": "panel-graph", "key": ALL}, "relayoutData"),
+        PANELS_TICK_JS,
+        Output("panels-tick-sync", "children"),
+        Input("draw-tick", "data"),
         prevent_initial_call=True,
     )
     app.clientside_callback(
-        ROW_CLICK_JS,
-        Output("panel-click", "data"),
-        Input({"type": "panel-act", "act": ALL, "key": ALL}, "n_clicks"),
+        PANEL_ZOOM_JS,
+        Output("panels-zoom-sync", "children"),
+        Input({"type": "panel-graph", "key": ALL}, "relayoutData"),
         prevent_initial_call=True,
     )
 
@@ -199,17 +210,38 @@ def register(app: dash.Dash, data: WorkspaceReads) -> None:
         Output("panel-arranged", "data"),
         Input("panel-layout", "data"),
         Input("panel-names", "data"),
+        Input("panel-pages", "data"),
         State("panel-arranged", "data"),
         prevent_initial_call=True,
     )
-    def on_layout(store: object, names: object, shown: object) -> tuple[Any, Any, str]:
+    def on_layout(store: object, names: object, pages: object, shown: object) -> tuple[Any, ...]:
         run_names = names_of(names)
         layout = layout_of(store)
-        now = arranged(run_names, layout)
+        now = arranged(run_names, layout, pages)
         # A group folded (the browser has already folded it), or no new metric.
         if now == shown:
             raise PreventUpdate
-        return groups_view(run_names, layout), {}, now
+        return groups_view(run_names, layout, pages), {}, now
+
+    @app.callback(
+        Output("panel-pages", "data"),
+        Input("panel-click", "data"),
+        State("panel-pages", "data"),
+        prevent_initial_call=True,
+    )
+    def on_more(click: object, pages: object) -> dict[str, int]:
+        trigger, real = clicked_row(click)
+        if not (real and isinstance(trigger, Mapping) and trigger.get("act") == "more"):
+            raise PreventUpdate
+        group = trigger.get("key")
+        if not isinstance(group, str) or len(group) > 128:
+            raise PreventUpdate
+        now = (
+            {k: v for k, v in pages.items() if isinstance(k, str)}
+            if isinstance(pages, dict)
+            else {}
+        )
+        return {**now, group: page_of(pages, group) + 1}
 
     @app.callback(
         Output("panel-names", "data"),
@@ -229,7 +261,7 @@ def register(app: dash.Dash, data: WorkspaceReads) -> None:
         Output("panels-drawn", "data", allow_duplicate=True),
         Input("panels-seen", "data"),
         Input("view-drawn", "data"),
-        Input("draw-tick", "data"),
+        Input("panels-tick", "data"),
         State({"type": "panel-body", "key": ALL}, "id"),
         State("panels-drawn", "data"),
         State("ticks-seen", "data"),

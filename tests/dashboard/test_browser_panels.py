@@ -63,17 +63,26 @@ def test_a_panel_is_drawn_only_once_it_scrolls_into_view(
     open_run(page, pg_server, tenant.read, run_id)
     page.evaluate(f"() => document.querySelector('{panel('train/loss')}').scrollIntoView()")
     page.wait_for_selector(f"{panel('train/loss')} .js-plotly-plot")
-    last = "grad/norm/layers.29"  # the last of the grad/norm group, far below
-    assert page.locator("#panel-groups .panel").count() == LAYERS + 3
-    assert page.locator(f"{panel(last)} .js-plotly-plot").count() == 0
+    # A group shows 12 panels, and more on asking.
+    assert page.locator("#panel-groups .panel").count() == 1 + 12 + 1
+    more = '[data-group="grad/norm"] button.panel-more'
+    assert page.text_content(more) == "show 12 more (12 of 31 shown)"
+    page.click(more)
+    page.wait_for_function("() => document.querySelectorAll('#panel-groups .panel').length === 26")
+    assert page.text_content(more) == "show 7 more (24 of 31 shown)"
+    page.wait_for_timeout(500)  # what the observer sent has been drawn
     drawn = drawn_keys(page)
-    assert "train/loss" in drawn and last not in drawn and len(drawn) < LAYERS
+    assert 0 < len(drawn) < 20  # of 26 panels
+    params = panel("params/norm/final_norm.weight")  # below eight rows of grad norms
+    assert page.locator(f"{params} .js-plotly-plot").count() == 0
+    last = "grad/norm/layers.23"  # the last shown of the grad/norm group, far below
+    assert page.locator(f"{panel(last)} .js-plotly-plot").count() == 0
     page.evaluate(f"() => document.querySelector('{panel(last)}').scrollIntoView()")
     page.wait_for_selector(f"{panel(last)} .js-plotly-plot")
     ys = page.evaluate(
         f"() => Array.from(document.querySelector('{panel(last)} .js-plotly-plot').data[0].y)"
     )
-    assert len(ys) == 100 and abs(ys[0] - 3.0) < 1e-6
+    assert len(ys) == 100 and abs(ys[0] - 2.4) < 1e-6
     problems.assert_none()
 
 
@@ -128,7 +137,7 @@ def test_pin_hide_and_move_are_saved_for_the_project(
         open_run(second, pg_server, tenant.read, run_id)
         assert second.evaluate(layout_js) == shown
         # A read token may not save: the change stays on this page, and the page says so.
-        second.click(f'{panel("grad/norm/total")} button:text-is("hide")')
+        second.click(f'{panel("grad/norm/layers.0")} button:text-is("hide")')
         second.wait_for_selector("#panel-hidden summary:text-is('hidden (2)')")
         assert second.text_content("#panel-note") == (
             "Shown on this page until it is reloaded: "
