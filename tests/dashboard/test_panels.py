@@ -10,17 +10,22 @@ from pydantic import ValidationError
 
 from normwatch.dashboard import panel_figure, panels
 from normwatch.dashboard.figures import Line
+from normwatch.dashboard.pages.run_panels import groups_view
 from normwatch.dashboard.panel_figure import PanelSeries, smoothed_series
 from normwatch.dashboard.panels import (
+    PAGE,
     Layout,
     arrange,
     group_of,
     layout_of,
     moved,
+    page_of,
     pinned,
     with_expression,
     with_hidden,
 )
+
+from .components import find
 
 NAMES = [
     "optim/lr",
@@ -182,3 +187,37 @@ def test_a_panel_without_points_says_so() -> None:
     fig = panel_figure.panel_figure("g", [PanelSeries(Line("g", [], []))])
     assert fig["layout"]["annotations"][0]["text"] == "no points in this range"
     assert fig["layout"]["xaxis"]["autorange"] is True
+
+
+def test_a_group_shows_a_page_of_panels_and_says_how_many_more() -> None:
+    names = [f"grad/norm/layers.{i}" for i in range(30)]
+    first = groups_view(names, Layout())
+    assert len(find(first, "Div", className="panel")) == PAGE
+    second = groups_view(names, Layout(), {"grad/norm": 2})
+    shown = [p["data-key"] for p in find(second, "Div", className="panel")]
+    assert shown == [f"grad/norm/layers.{i}" for i in range(24)]
+    (more,) = find(second, "Button", className="small panel-more")
+    assert (more["children"], more["data-act"], more["data-key"]) == (
+        "show 6 more (24 of 30 shown)",
+        "more",
+        "grad/norm",
+    )
+    assert (
+        find(groups_view(names, Layout(), {"grad/norm": 3}), "Button", className="small panel-more")
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("pages", "count"),
+    [
+        (None, 1),
+        ({"g": 0}, 1),
+        ({"g": True}, 1),
+        ({"g": "2"}, 1),
+        ({"g": 3}, 3),
+        ({"g": 10**9}, 1000),
+    ],
+)
+def test_the_pages_a_group_shows_come_from_the_browser_bounded(pages: object, count: int) -> None:
+    assert page_of(pages, "g") == count
