@@ -41,6 +41,7 @@ __all__ = [
     "with_expression",
     "with_folded",
     "with_hidden",
+    "without_expression",
 ]
 
 Layout = WorkspaceLayout
@@ -224,3 +225,18 @@ def page_of(pages: object, group: str) -> int:
     count = pages.get(group) if isinstance(pages, dict) else None
     ok = isinstance(count, int) and not isinstance(count, bool) and count >= 1
     return min(count, 1000) if ok and isinstance(count, int) else 1
+
+
+def without_expression(layout: Layout, expression: str) -> Layout:
+    """``layout`` without the expression panel ``expression``, in no list any more.
+
+    >>> added = Layout(expressions=["ratio(a, b)"], pinned=["ratio(a, b)"])
+    >>> without_expression(added, "ratio(a, b)")
+    WorkspaceLayout(pinned=[], hidden=[], order=[], expressions=[], collapsed=[])
+    """
+    return layout.model_copy(
+        update={
+            name: [k for k in getattr(layout, name) if k != expression]
+            for name in ("pinned", "hidden", "order", "expressions")
+        }
+    )

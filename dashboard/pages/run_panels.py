@@ -21,6 +21,7 @@ import dash
 from dash import ALL, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
+from normwatch.server.analytics.derived import is_derived
 from normwatch.server.auth import Principal
 
 from ..panels import (
@@ -94,6 +95,8 @@ def _panel(key: str, pinned_now: bool) -> html.Div:
         _button("unpin" if pinned_now else "pin", "unpin" if pinned_now else "pin", key, ""),
         _button("hide", "hide", key, "hide this panel"),
     ]
+    if is_derived(key):
+        head.append(_button("remove", "remove", key, "remove this expression panel"))
     return html.Div(
         [
             html.Div(head, className="panel-head"),

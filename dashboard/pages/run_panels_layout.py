@@ -13,7 +13,16 @@ from pydantic import ValidationError
 from normwatch.server.auth import Principal
 from normwatch.server.errors import Forbidden
 
-from ..panels import Layout, arrange, layout_of, moved, pinned, with_expression, with_folded
+from ..panels import (
+    Layout,
+    arrange,
+    layout_of,
+    moved,
+    pinned,
+    with_expression,
+    with_folded,
+    without_expression,
+)
 from ..panels import with_hidden as hidden_in
 from ..refusals import Refusal, said
 from .run_panels_draw import PanelReads
@@ -43,10 +52,11 @@ def change_layout(
     expression: object = None,
 ) -> tuple[dict[str, Any], str] | None:
     """The layout after a panel's button (``act`` on ``key``: up, down, pin, unpin, hide,
-    show), a group folded or opened (``fold`` on the group's name) or an expression added
-    (``act`` "add"), saved for the project, and the note beside the panels; None when
-    nothing changes. A layout the viewer may not save is kept on the page with the note
-    saying why; one the service refuses is dropped, and the note says why."""
+    show, remove an expression panel), a group folded or opened (``fold`` on the group's
+    name) or an expression added (``act`` "add"), saved for the project, and the note
+    beside the panels; None when nothing changes. A layout the viewer may not save is kept
+    on the page with the note saying why; one the service refuses is dropped, and the note
+    says why."""
     layout = layout_of(store)
     run_names = names_of(names)
     if act == "add":
@@ -63,6 +73,8 @@ def change_layout(
         new = pinned(layout, key, act == "pin")
     elif isinstance(key, str) and act in ("hide", "show"):
         new = hidden_in(layout, key, act == "hide")
+    elif isinstance(key, str) and act == "remove":
+        new = without_expression(layout, key)
     elif isinstance(key, str) and act == "fold":
         new = with_folded(layout, key)
     else:

@@ -113,9 +113,15 @@ def test_a_layout_is_saved_by_an_admin_and_kept_on_the_page_for_a_reader(
         why="saving the project's panel layout needs an admin token"
     )
     assert dashboard_data.workspace(who.read).hidden == []
+    removed = change_layout(dashboard_data, who.admin, added[0], names, act="remove", key=SHARE)
+    assert removed == (Layout(pinned=["optim/lr"]).model_dump(), "")
+    assert dashboard_data.workspace(who.read).expressions == []
     assert change_layout(dashboard_data, who.admin, added[0], names, act="up", key="x") is None
     assert change_layout(dashboard_data, who.admin, added[0], names, act="drop", key="x") is None
 
+    change_layout(
+        dashboard_data, who.admin, removed[0], names, act="add", key=None, expression=SHARE
+    )
     page = section(dashboard_data, who.read, names)
     assert [summary["children"] for summary in find(page, "Summary")] == [
         "pinned (1)",
