@@ -47,10 +47,11 @@ from normwatch.server.storage.run_stats import SeriesStats
 from .control import ControlData
 from .figures import AlertMark, Line, Marker
 from .oncall import OnCallData
+from .workspace import WorkspaceData
 
 
 @dataclass(frozen=True)
-class DashboardData(OnCallData, ControlData):
+class DashboardData(OnCallData, ControlData, WorkspaceData):
     """Reads for one viewer; a run of another project looks exactly like a missing one."""
 
     sessions: sessionmaker[Session]

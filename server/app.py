@@ -26,6 +26,7 @@ from .api import (
     prometheus,
     runs,
     tokens,
+    workspaces,
 )
 from .api.admission import Admission, CallerShares, InteractiveRequests, ReadsFirst, Slots
 from .api.body import RequestBounds
@@ -159,6 +160,7 @@ def create_app(
         aliases,
         prometheus,
         tokens,
+        workspaces,
     ):
         app.include_router(module.router)
     app.include_router(analytics.compare_router)

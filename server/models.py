@@ -396,6 +396,23 @@ class MetricAliases(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+class Workspace(Base):
+    """A project's run-page workspace: which metric panels are pinned, hidden, in which
+    order, and the expression panels it added (`schemas.workspace.WorkspaceLayout`, as
+    JSON). One row a project, shared by everyone who views its runs; ``revision`` grows
+    with every save."""
+
+    __tablename__ = "workspaces"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    layout: Mapped[dict[str, Any]] = mapped_column(JsonDoc, default=dict)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
 class Notification(Base):
     """The outbox: one row per alert and channel, written with the state change."""
 

@@ -38,6 +38,7 @@ from . import (
     run_layers_draw,
     run_live,
     run_note,
+    run_panels,
     run_series,
     run_shaping,
     run_spikes,
@@ -77,6 +78,7 @@ Drawn = tuple[Any, Any, str, Any]
 
 class RunReads(
     run_control.ControlAccess,
+    run_panels.WorkspaceReads,
     run_layers_draw.LayerReads,
     run_spikes.SpikeReads,
     run_transitions.TransitionReads,
@@ -181,6 +183,7 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
                 figure=empty_figure("loading…"),
             ),
             html.Div(id="range-info", className="muted"),
+            run_panels.section(data, who, names),
             run_transitions.section(),
             run_spikes.section(query.get("threshold")),
             run_layers.section(names, query.get("at")),
@@ -390,6 +393,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
     run_download.register(app)
     run_live.register(app)
     run_note.register(app, data)
+    run_panels.register(app, data)
 
     @app.callback(
         Output("view", "data"),
