@@ -140,7 +140,8 @@ def _young_recovery(v: list[float], s: int, trend: Trend, gap: int) -> int | Non
             return None
         excess.sort()
         count = len(excess)
-        if (excess[(count - 1) // 2] + excess[count // 2]) / 2 > trend.back:
+        # Written as the chunked scan compares, so a NaN ``back`` never ends a spike.
+        if not (excess[(count - 1) // 2] + excess[count // 2]) / 2 <= trend.back:
             continue
         ahead = range(q, min(n, q + 2 * gap + 1))
         if not any(v[p] > trend.edge + slope * min(p - s, horizon) for p in ahead):
