@@ -70,8 +70,8 @@ Windows count these points, not steps. With ``B = block_size``, ``K = window_blo
     ``h = min(SMOOTHING, max(max_gap, ⌊(q - s) / 2⌋))``: a window as wide as the spike's
     age so far (at most 33 points), so a slow recovery is judged on its level, not on the
     first noisy point that dips under, and a short spike on a few points;
-    or, once ``q - s ≥ 65`` (`SETTLED`: both windows full), that median ``M_q`` is
-    ``≤ 2 r_s`` and no lower than ``M_{q-33}`` (`STALL`, one full window earlier): the
+    or, once ``q - s ≥ 65`` (`spike_extent.SETTLED`: both windows full), that median ``M_q`` is
+    ``≤ 2 r_s`` and no lower than ``M_{q-33}`` (`spike_extent.STALL`, one full window earlier): the
     excess has stopped falling, and what is left of it is the frozen trend's error (a
     baseline read 0.8 SD low holds a finished recovery's smoothed excess near the line
     for a long while, and a drifting metric may never cross it);
@@ -107,7 +107,6 @@ step show that two metrics moved together, not which one led.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,6 +115,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .arguments import check_count, check_number, checked_series, checked_steps
+from .spike_extent import Judged, walk
 
 __all__ = [
     "LeadLag",
@@ -136,13 +136,6 @@ SPREAD_TO_SIGMA = 0.433
 """Gaussian noise of standard deviation σ has neighbour differences of SD ``σ√2``; the
 14th-smallest of 15 absolute deviations of a 16-point block's differences from their median
 has a median of ≈ 2.31 σ (simulated over 3.2M points), so ``0.433 ·`` that reads ≈ σ."""
-SMOOTHING = 16
-"""The widest half-window, in points, the excess is smoothed over to judge a recovery."""
-STALL = 2 * SMOOTHING + 1
-"""How far back, in points (one full smoothing window), a recovery's smoothed excess is
-compared with to see whether it still falls."""
-SETTLED = 2 * SMOOTHING + STALL
-"""How old a spike must be, in points, for both of those windows to be full width."""
 ANCHORS = 5
 """How many of the latest blocks a point's baseline is carried from."""
 RECENT_NOISE = 1.25
@@ -257,8 +250,9 @@ def find_spikes(
         if len(at) == 0:
             return []
         horizons = (block_size * window_blocks, block_size * noise_blocks)
-        first, ends = _walk(
-            v, at, judged, min_relative_rise, max_gap, horizons, (block_size, noise_blocks)
+        read = Judged(judged.baseline, judged.noise, judged.edge, judged.drift)
+        first, ends = walk(
+            v, at, read, min_relative_rise, max_gap, horizons, (block_size, noise_blocks)
         )
     starts = at[first]
     peaks = _first_argmax(v, starts, np.minimum(ends + 1, len(v)))
@@ -477,121 +471,6 @@ def _column(rows: FloatArray, k: int) -> FloatArray:
 def _rolling_upper_median(x: FloatArray, width: int) -> FloatArray:
     """``med(x[r : r + width])`` for every ``r``, as rows of a strided view."""
     return _column(np.lib.stride_tricks.sliding_window_view(x, width), width // 2)
-
-
-def _walk(
-    v: FloatArray,
-    at: IntArray,
-    judged: NoiseBand,
-    rise: float,
-    gap: int,
-    horizons: tuple[int, int],
-    block_shape: tuple[int, int],
-) -> tuple[IntArray, IntArray]:
-    """Which abnormal points start spikes (positions in ``at``), and each spike's end index;
-    ``len(v)`` for one that never recovers.
-
-    Sequential by nature (a spike's end decides where the next may start, and an abnormal
-    point inside a recovery belongs to the spike), so the loop runs once per spike, over
-    Python ints.
-    """
-    points = at.tolist()
-    first: list[int] = []
-    ends: list[int] = []
-    block, noise_window = block_shape
-    complete = len(v) // block
-    med = np.partition(v[: complete * block].reshape(complete, block), block // 2, axis=1)[
-        :, block // 2
-    ]
-    # Each earlier spike's extent and as long again after it, in blocks: the blocks its
-    # recovery's tail may still lift.
-    lifted = np.zeros(complete + 1, dtype=np.int64)
-    k = 0
-    while k < len(points):
-        s = points[k]
-        level = float(judged.baseline[s])
-        back = max(float(judged.noise[s]), rise / 5 * abs(level))
-        drift = _spike_drift(med, s // block, noise_window, block, lifted)
-        if drift is None:
-            drift = float(judged.drift[s])
-        horizon = horizons[0] if drift < 0 else horizons[1]
-        trend = Trend(level, drift, float(judged.edge[s]), back, horizon)
-        q = _recovery(v, s, trend, gap)
-        first.append(k)
-        ends.append(q)
-        lifted[s // block : min(complete, (2 * q - s) // block + 1)] = 1
-        k = bisect.bisect_right(points, q, k + 1)
-    return np.array(first, dtype=np.int64), np.array(ends, dtype=np.int64)
-
-
-def _spike_drift(
-    med: FloatArray, j: int, window: int, block: int, lifted: IntArray
-) -> float | None:
-    """The drift a spike starting in block ``j`` follows: the noise window's lagged slope
-    over the blocks no earlier spike lifts (see the module docstring); None where fewer than
-    two are left (the band's drift then)."""
-    heard = min(window, j)
-    kept = np.flatnonzero(lifted[j - heard : j] == 0) + (j - heard)
-    if len(kept) < 2:
-        return None
-    lag = (len(kept) + 1) // 2
-    newer, older = kept[lag:], kept[: len(kept) - lag]
-    pairs = (med[newer] - med[older]) / (newer - older)
-    drift = float(_column(pairs[None, :], len(pairs) // 2)[0]) / block
-    # Within the first noise window a fall is not followed (as in `_band`).
-    return drift if j >= window or drift > 0 else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Trend:
-    """A spike's pre-spike trend, frozen at its start ``s``: ``T(p) = baseline + slope ·
-    min(p - s, horizon)``, its band edge, and the excess it is back at (one noise SD)."""
-
-    baseline: float
-    slope: float
-    edge: float
-    back: float
-    horizon: int
-
-
-def _recovery(v: FloatArray, s: int, trend: Trend, gap: int) -> int:
-    """First ``q > s`` where the spike is over (see the module docstring), else ``len(v)``.
-    Scans in growing chunks, the first a few points (the common one-step spike)."""
-    n = len(v)
-    ahead = np.arange(2 * gap + 1)
-    lo, size = s + 1, 1
-    while lo < n:
-        hi = min(n, lo + size)
-        reach = np.arange(lo, hi)
-        smoothed = _smoothed_excess(v, s, reach, trend, gap)
-        # Where the whole window is past the spike's first 2·SMOOTHING points, the excess
-        # a full window earlier: once it no longer falls, what is left is the trend's error.
-        settled = reach - s >= SETTLED
-        before = _smoothed_excess(v, s, np.where(settled, reach - STALL, reach), trend, gap)
-        stalled = settled & (smoothed <= 2 * trend.back) & (smoothed >= before)
-        near = reach[:, None] + ahead
-        seen = np.minimum(near, n - 1)
-        over = v[seen] > trend.edge + trend.slope * np.minimum(seen - s, trend.horizon)
-        calm = ~(over & (near < n)).any(axis=1)
-        hit = np.flatnonzero(((smoothed <= trend.back) | stalled) & calm)
-        if len(hit):
-            return lo + int(hit[0])
-        lo, size = hi, min(1 << 16, max(64, size * 4))
-    return n
-
-
-def _smoothed_excess(v: FloatArray, s: int, reach: IntArray, trend: Trend, gap: int) -> FloatArray:
-    """The median of the excess over the frozen trend around each ``q`` in ``reach``, over
-    ``max(s+1, q-h) ≤ p ≤ min(n-1, q+h)`` with ``h = min(SMOOTHING, max(gap, ⌊(q-s)/2⌋))``."""
-    n = len(v)
-    offsets = np.arange(-SMOOTHING, SMOOTHING + 1)
-    half = np.minimum(SMOOTHING, np.maximum(gap, (reach - s) // 2))
-    span = reach[:, None] + offsets
-    inside = (np.abs(offsets) <= half[:, None]) & (span > s) & (span < n)
-    shown = np.minimum(np.maximum(span, s + 1), n - 1)
-    excess = v[shown] - (trend.baseline + trend.slope * np.minimum(shown - s, trend.horizon))
-    smoothed: FloatArray = np.nanmedian(np.where(inside, excess, np.nan), axis=1)
-    return smoothed
 
 
 def _first_argmax(v: FloatArray, starts: IntArray, ends: IntArray) -> IntArray:
