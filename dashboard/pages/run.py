@@ -374,10 +374,10 @@ function(_figure, view, drawn) {
     return window.dash_clientside.no_update;
 }
 """
-"""The view the chart has drawn, into ``view-drawn`` (a tick or new aids leave it be). Set
-with ``set_props``, not as the callback's output: Dash holds a callback whose input some
-pending callback's outputs lead to, through any chain of callbacks, so on a page load the
-sections' first reads waited for the chart to be drawn."""
+"""The view the chart has drawn, into ``view-drawn`` (a tick or new aids leave it be), set
+with ``set_props``: that output belongs to `FIRST_DRAW_JS`. Dash holds a callback whose
+input some pending callback's outputs lead to, through any chain of callbacks, so while the
+chart's figure is on its way the sections' reads wait for it."""
 
 FIRST_DRAW_JS = """
 function(_figure, view) {
