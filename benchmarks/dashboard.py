@@ -152,7 +152,8 @@ TRACKER_JS = """
 })();
 """
 SETTLED_JS = f"""() => window.__nw && window.__nw.inflight === 0 && window.__nw.requests > 0
-  && performance.now() - window.__nw.last > {QUIET_MS}"""
+  && performance.now() - Math.max(window.__nw.last, window.__nw.drawnAt) > {QUIET_MS}"""
+# Quiet since the chart was drawn too: the run page's sections read once it is.
 # A chart is drawn once plotly.js has put its lines in the SVG: a trace's path with points.
 # The first time it is, the page's clock is noted (polled every animation frame).
 DRAWN_JS = """sel => {
@@ -336,6 +337,8 @@ def settle(page: Page, since: float, graph: str | None = None) -> tuple[float, i
         f"{e.get('drawn', 0) - since:7.0f} {e.get('kib', 0):8.1f}  {e['output']}"
         for e in st["log"]
     ]
+    if graph is not None:
+        TIMELINE.append(f"    chart {graph} drawn at {float(st['drawnAt']) - since:.0f}")
     done = max(float(st["last"]), float(st["drawnAt"]) if graph else 0.0)
     return done - since, int(st["requests"]), float(st["bytes"]) / 1024
 

@@ -142,6 +142,10 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
     )
     options = run_series.options_with(names, view)
     state, config, _ = header_parts(run)
+    aids = run_aids.read_aids(data, who, view)
+    # The chart's first figure comes with the page: drawn after it, by a callback, its read
+    # waited behind every section's, and its answer was the last one the page got.
+    figure, shape, info, events = draw(data, who, view, None, trigger="layout", aids=aids)
     title = [
         html.H1(run.name),
         # The status, segment and config follow the run while the page is open (`tick`).
@@ -180,16 +184,16 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             dcc.Graph(
                 id="overlay",
                 config=ZOOMABLE_GRAPH_CONFIG,
-                figure=empty_figure("loading…"),
+                figure=figure,
             ),
-            html.Div(id="range-info", className="muted"),
+            html.Div(info, id="range-info", className="muted"),
             run_panels.section(data, who, names),
             run_transitions.section(),
             run_spikes.section(query.get("threshold")),
             run_layers.section(names, query.get("at")),
             run_attribution.section(names),
             html.H3("Events"),
-            html.Div(id="event-list"),
+            html.Div(events, id="event-list"),
             dcc.Store(id="event-click"),  # a real click on an event's zoom (`ROW_CLICK_JS`)
             run_control.section(who),
             dcc.Store(id="view", data=view.to_store()),
@@ -197,11 +201,11 @@ def layout(data: RunReads, who: Principal, query: Mapping[str, str], run_id: str
             # view itself, so that a zoom's overlay request runs first and alone.
             dcc.Store(id="view-drawn", data=view.to_store()),
             html.Div(id="view-drawn-sync", hidden=True),
-            dcc.Store(id="overlay-shape", data=None),
+            dcc.Store(id="overlay-shape", data=shape),
             dcc.Store(id="overlay-zoom"),  # the chart's moves of its x axis (`ZOOM_JS`)
-            # The aids come with the page, so that the chart's first draw need not wait for
-            # them (`run_aids` reads them again as the view changes).
-            dcc.Store(id="overlay-aids", data=run_aids.read_aids(data, who, view)),
+            # The aids come with the page, drawn into its first figure (`run_aids` reads
+            # them again as the view changes).
+            dcc.Store(id="overlay-aids", data=aids),
             dcc.Store(id="aids-key", data=run_aids.aids_key(view)),
             dcc.Store(id="aids-tick"),
             dcc.Interval(id="tick", interval=TICK_MS),
@@ -376,10 +380,33 @@ function(_figure, view, drawn) {
     return window.dash_clientside.no_update;
 }
 """
-"""The view the chart has drawn, into ``view-drawn`` (a tick or new aids leave it be). Set
-with ``set_props``, not as the callback's output: Dash holds a callback whose input some
-pending callback's outputs lead to, through any chain of callbacks, so on a page load the
-sections' first reads waited for the chart to be drawn."""
+"""The view the chart has drawn, into ``view-drawn`` (a tick or new aids leave it be), set
+with ``set_props``: that output belongs to `FIRST_DRAW_JS`. Dash holds a callback whose
+input some pending callback's outputs lead to, through any chain of callbacks, so while the
+chart's figure is on its way the sections' reads wait for it."""
+
+FIRST_DRAW_JS = """
+function(_figure, view) {
+    const triggered = window.dash_clientside.callback_context.triggered || [];
+    if (triggered.some(t => t.prop_id !== '.')) { return window.dash_clientside.no_update; }
+    const started = performance.now();
+    return new Promise(resolve => {
+        const check = () => {
+            const chart = document.querySelector('#overlay .js-plotly-plot');
+            if ((chart && chart._fullLayout) || performance.now() - started > 5000) {
+                resolve(view);
+            } else {
+                setTimeout(check, 30);
+            }
+        };
+        check();
+    });
+}
+"""
+"""On a page load, ``view-drawn`` again once plotly has drawn the chart's first figure (or
+after 5 s): the sections below read only then, as their inputs wait for this callback, so
+the chart is drawn first rather than after every section's answer. Later figures pass
+through (`VIEW_DRAWN_JS` follows them)."""
 
 
 def register(app: dash.Dash, data: RunReads) -> None:
@@ -458,6 +485,7 @@ def register(app: dash.Dash, data: RunReads) -> None:
         Input("draw-tick", "data"),
         Input("overlay-aids", "data"),
         State("overlay-shape", "data"),
+        prevent_initial_call=True,  # the page's layout drew the first figure
     )
     async def on_draw(store: object, _tick: object, aids: object, shape: object) -> Drawn:
         view = RunView.from_store(store)
@@ -465,6 +493,12 @@ def register(app: dash.Dash, data: RunReads) -> None:
         trigger = "tick" if triggered_id() == "draw-tick" else triggered_id()
         return await in_thread(draw, data, viewer(), view, shape, trigger=trigger, aids=aids)
 
+    app.clientside_callback(
+        FIRST_DRAW_JS,
+        Output("view-drawn", "data"),
+        Input("overlay", "figure"),
+        State("view", "data"),
+    )
     # Once drawn, a changed view moves the sections below (`VIEW_DRAWN_JS`).
     app.clientside_callback(
         VIEW_DRAWN_JS,
