@@ -190,6 +190,10 @@ API = [
         own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403)),
     Row("PUT /api/v1/projects/{project}/aliases", "set a project's aliases",
         own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("GET /api/v1/projects/{project}/workspace", "read a project's panel layout",
+        own=(401, 401, 401, 403, 200, 200), other=(401, 401, 401, 403, 403, 403)),
+    Row("PUT /api/v1/projects/{project}/workspace", "save a project's panel layout",
+        own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
     Row("GET /api/v1/tokens", "list tokens (other: ?project=other)",
         own=(401, 401, 401, 403, 403, 200), other=(401, 401, 401, 403, 403, 403)),
     Row("POST /api/v1/tokens", "create a token (other: body names the other project)",
@@ -757,6 +761,14 @@ API_REQUESTS: dict[str, ApiRequest] = {
         "PUT",
         f"/api/v1/projects/{o.project}/aliases",
         json={"presets": ["hf-trainer"], "aliases": {f"gn {w.next()}": "grad/norm/total"}},
+    ),
+    "read a project's panel layout": lambda w, t, o: Request(
+        "GET", f"/api/v1/projects/{o.project}/workspace"
+    ),
+    "save a project's panel layout": lambda w, t, o: Request(
+        "PUT",
+        f"/api/v1/projects/{o.project}/workspace",
+        json={"pinned": [f"grad/norm/layers.{w.next()}"], "collapsed": ["optim"]},
     ),
     "list tokens (other: ?project=other)": lambda w, t, o: Request(
         "GET", "/api/v1/tokens", params=_listing(t, o)
