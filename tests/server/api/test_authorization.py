@@ -1610,6 +1610,15 @@ def leaked(w: World, text: str) -> str | None:
     return None
 
 
+def decoded(response: httpx.Response) -> str:
+    """The answer's JSON written plainly, or its text: Dash writes "/" as "\\u002f", so a
+    metric's name (``other/only``) is only seen in a callback's answer decoded."""
+    try:
+        return json.dumps(response.json(), ensure_ascii=False)
+    except ValueError:
+        return response.text
+
+
 def api_cell(
     w: World, findings: Findings, row: Row, caller: str, target: str, want: Expect
 ) -> None:
@@ -1690,7 +1699,7 @@ def callback_cell(
             hidden = callback.hidden_text is None or callback.hidden_text in compact
             got = HIDDEN if hidden and not changed else "an answer"
             why = "" if got == HIDDEN else compact[:160]
-    leak = leaked(w, text)
+    leak = leaked(w, text) or leaked(w, decoded(response))
     if leak is not None:
         findings.fail(row, caller, target, "a leak", f"answer shows {leak!r}")
     findings.check(row, caller, target, want, got, why)
