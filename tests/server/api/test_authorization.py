@@ -22,6 +22,8 @@ redirect (303) to /login and callbacks answer 401. For callbacks a cell reads
 
     ok       answered (200), showing the caller's data; a change is made in the database
     refused  answered (200) with an error message, and nothing changes in the database
+    kept     answered (200) with the change shown on the caller's page only, and a note
+             saying why it was not saved; nothing changes in the database
     hidden   answered without error, showing nothing of the other project
              (for the page router: its not-found view)
 
@@ -54,6 +56,9 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
 
+from normwatch.dashboard.figures import run_color
+from normwatch.dashboard.pages.run_panels_layout import NOT_SAVED
+from normwatch.dashboard.refusals import NO_SUCH_RUN
 from normwatch.server.api.context import context_of
 from normwatch.server.app import create_app
 from normwatch.server.auth import Scope, create_token, revoke_token
@@ -65,15 +70,17 @@ from normwatch.server.models import (
     ApiToken,
     Event,
     Metric,
+    Project,
     Run,
     Silence,
+    Workspace,
     utcnow,
 )
 from normwatch.testing import ServerProcess, running_server
 from tests.helpers.tenants import Tenant, make_tenant
 
 CALLERS = ("none", "revoked", "expired", "ingest", "read", "admin")
-OK, REFUSED, HIDDEN = "ok", "refused", "hidden"
+OK, REFUSED, HIDDEN, KEPT = "ok", "refused", "hidden", "kept"
 Expect = int | str
 Cells = tuple[Expect, Expect, Expect, Expect, Expect, Expect]
 METRICS_TOKEN = "scrape-" + uuid.uuid4().hex
@@ -331,10 +338,24 @@ CALLBACKS = [
         own=(401, 401, 401, 401, REFUSED, OK), other=(401, 401, 401, 401, REFUSED, REFUSED)),
     Row("run_control.act", "list the view's run's control requests",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_panels.change", "pin a panel (the project's layout: an admin saves it)",
+        own=(401, 401, 401, 401, KEPT, OK)),
+    Row("run_panels.change", "add an expression panel (likewise)",
+        own=(401, 401, 401, 401, KEPT, OK)),
+    Row("run_panels.arrange", "arrange the panels in their groups",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run_panels.more", "show more panels of a group",
+        own=(401, 401, 401, 401, OK, OK)),
+    Row("run_panels.new_metrics", "read the view's run's metric names for its panels",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("run_panels.draw", "draw the view's run's panels in view",
+        own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("compare.update_view", "pick the compared metric",
         own=(401, 401, 401, 401, OK, OK)),
     Row("compare.draw", "draw a comparison",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
+    Row("compare.title", "name the compared runs beside their lines' colours",
+        own=(401, 401, 401, 401, OK, OK)),
     Row("alerts.refresh", "refresh the alerts of a run",
         own=(401, 401, 401, 401, OK, OK), other=(401, 401, 401, 401, HIDDEN, HIDDEN)),
     Row("oncall.submit", "silence the target's rule on its run from the form",
@@ -393,8 +414,14 @@ CALLBACK_KEYS = {
     "run_series.add_expression": "add-series.value <- add-expression.n_clicks",
     "run_download.link": "download-csv.href <- view.data",
     "run_control.act": "control-message.children <- control-checkpoint.n_clicks",
+    "run_panels.change": "panel-layout.data <- panel-click.data",
+    "run_panels.arrange": "panel-groups.children <- panel-layout.data",
+    "run_panels.more": "panel-pages.data <- panel-click.data",
+    "run_panels.new_metrics": "panel-names.data <- draw-tick.data",
+    "run_panels.draw": '{"key":["ALL"],"type":"panel-body"}.children <- panels-seen.data',
     "compare.update_view": "compare-view.data <- compare-metric.value",
     "compare.draw": "compare-chart.figure <- compare-view.data",
+    "compare.title": "compare-title.children <- compare-view.data",
     "alerts.refresh": "alerts-firing.children <- alerts-refresh.n_intervals",
     "oncall.submit": "oncall-message.children <- silence-create.n_clicks",
     "oncall.act": 'oncall-message.children <- {"alert":["ALL"],"type":"alert-ack"}.n_clicks',
@@ -902,12 +929,20 @@ def callback_body(
     dependency: dict[str, Any], values: dict[str, Any], changed: list[str]
 ) -> dict[str, Any]:
     """The JSON the browser posts for ``dependency`` with ``values`` by ``id.property``;
-    a pattern input (``{"rule":["ALL"],...}``) takes a list of (id, value) pairs."""
+    a pattern input (``{"rule":["ALL"],...}``) takes a list of (id, value) pairs, and so
+    does a pattern output (the components it matches are those ids)."""
+
+    def matched(spec: dict[str, str]) -> Any:
+        if not spec["id"].startswith("{"):
+            return spec
+        key = f"{spec['id']}.{spec['property']}"
+        return [{"id": i, "property": spec["property"]} for i, _ in values[key]]
+
     output = dependency["output"]
     outputs: Any = (
-        [_split_output(p) for p in output[2:-2].split("...")]
+        [matched(_split_output(p)) for p in output[2:-2].split("...")]
         if output.startswith("..")
-        else _split_output(output)
+        else matched(_split_output(output))
     )
 
     def items(specs: list[dict[str, str]]) -> list[Any]:
@@ -943,6 +978,8 @@ class Callback:
     ok_text: str
     hidden_text: str | None = None
     effect: Callable[[State, State], bool] | None = None
+    kept_text: str | None = None
+    """What the answer shows when it keeps the change on the page only (`KEPT`)."""
 
 
 @dataclass(frozen=True)
@@ -956,6 +993,8 @@ class State:
     metrics: dict[tuple[int, str], tuple[Any, ...]]
     silences: dict[int, tuple[Any, ...]]
     acks: dict[int, Any]
+    workspaces: dict[str, tuple[Any, ...]]
+    """Project name -> its panel layout and revision."""
 
 
 def read_state(sessions: sessionmaker[Session]) -> State:
@@ -984,6 +1023,14 @@ def read_state(sessions: sessionmaker[Session]) -> State:
             metrics={(key, name): (step, value) for key, name, step, value in metrics},
             silences=rows(Silence.id, Silence.project_id, Silence.expired_at),
             acks={id_: acked for id_, acked in s.execute(select(Alert.id, Alert.acked_at))},
+            workspaces={
+                name: (layout, revision)
+                for name, layout, revision in s.execute(
+                    select(Project.name, Workspace.layout, Workspace.revision).join(
+                        Workspace, Workspace.project_id == Project.id
+                    )
+                )
+            },
         )
 
 
@@ -1337,6 +1384,61 @@ def _add_column() -> Callback:
     )
 
 
+def _panel_change(w: World, o: Objects, act: str) -> Callback:
+    """A panel pinned (``act`` "pin") or an expression panel added ("add") on a page whose
+    layout is empty, each time a key of its own: an admin's layout is saved as the project's;
+    a reader's is kept on the page, with a note that it was not saved."""
+    n = w.next()
+    metric = f"grad/norm/layers.{n}"
+    if act == "pin":
+        key, field, trigger = metric, "pinned", "panel-click.data"
+    else:
+        key, field, trigger = (
+            f"ratio(grad/norm/total, {metric})",
+            "expressions",
+            "panel-add.n_clicks",
+        )
+    values = {
+        "panel-click.data": {"row": {"act": "pin", "key": key}, "clicks": n}
+        if act == "pin"
+        else None,
+        "panel-add.n_clicks": 1 if act == "add" else 0,
+        "panel-expression.n_submit": None,
+        "panel-expression.value": key if act == "add" else None,
+        "panel-layout.data": {},
+        "panel-names.data": {"names": ["grad/norm/total", metric], "version": None},
+    }
+
+    def saved(before: State, after: State) -> bool:
+        changed = {p: r for p, r in after.workspaces.items() if before.workspaces.get(p) != r}
+        return list(changed) == [o.project] and changed[o.project][0][field] == [key]
+
+    shown = json.dumps({field: [key]}, separators=(",", ":"))[1:-1]
+    kept = NOT_SAVED.split(":")[0]
+    return Callback("run_panels.change", values, [trigger], shown, effect=saved, kept_text=kept)
+
+
+def _panels_draw(o: Objects) -> Callback:
+    """Two panels in view, drawn for the view of the target's run: the second's line is
+    `seed`'s ``params/norm/final_norm.weight``."""
+    ids = [
+        {"key": k, "type": "panel-body"}
+        for k in ("grad/norm/total", "params/norm/final_norm.weight")
+    ]
+    pattern = '{"key":["ALL"],"type":"panel-body"}'
+    values = {
+        f"{pattern}.children": [(i, "…") for i in ids],
+        f"{pattern}.id": [(i, i) for i in ids],
+        "panels-seen.data": [i["key"] for i in ids],
+        "view-drawn.data": _view(o.run_id),
+        "panels-tick.data": None,
+        "panels-drawn.data": {},
+        "ticks-seen.data": None,
+    }
+    drawn = '"y":[341.0,341.5,342.0,342.5,343.0]'
+    return Callback("run_panels.draw", values, ["panels-seen.data"], drawn, NO_SUCH_RUN)
+
+
 CallbackRequest = Callable[[World, str, Objects], Callback]
 CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "open / (the runs list)": lambda w, t, o: _route("/", "", o.run_name),
@@ -1458,6 +1560,42 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
     "list the view's run's control requests": lambda w, t, o: _control(
         o, "control-refresh", '"control-list"'
     ),
+    "pin a panel (the project's layout: an admin saves it)": lambda w, t, o: _panel_change(
+        w, o, "pin"
+    ),
+    "add an expression panel (likewise)": lambda w, t, o: _panel_change(w, o, "add"),
+    "arrange the panels in their groups": lambda w, t, o: Callback(
+        "run_panels.arrange",
+        {
+            "panel-layout.data": {"pinned": ["grad/norm/layers.0"]},
+            "panel-names.data": {"names": ["grad/norm/total", "grad/norm/layers.0"], "version": 1},
+            "panel-pages.data": {},
+            "panel-arranged.data": None,
+        },
+        ["panel-layout.data"],
+        '"children":"pinned (1)"',
+    ),
+    "show more panels of a group": lambda w, t, o: Callback(
+        "run_panels.more",
+        {
+            "panel-click.data": {"row": {"act": "more", "key": "grad/norm"}, "clicks": 1},
+            "panel-pages.data": {"grad/norm": 2},
+        },
+        ["panel-click.data"],
+        '"data":{"grad/norm":3}',
+    ),
+    "read the view's run's metric names for its panels": lambda w, t, o: Callback(
+        "run_panels.new_metrics",
+        {
+            "draw-tick.data": 1,
+            "ticks-seen.data": {"draw": 7},
+            "panel-names.data": {"names": ["grad/norm/total"], "version": None},
+            "view.data": _view(o.run_id),
+        },
+        ["draw-tick.data"],
+        o.metric,
+    ),
+    "draw the view's run's panels in view": lambda w, t, o: _panels_draw(o),
     "pick the compared metric": lambda w, t, o: Callback(
         "compare.update_view",
         {
@@ -1472,6 +1610,19 @@ CALLBACK_REQUESTS: dict[str, CallbackRequest] = {
         {"compare-view.data": {"runs": [o.run_id], "metric": "grad/norm/total"}},
         [],
         o.run_name,
+    ),
+    "name the compared runs beside their lines' colours": lambda w, t, o: Callback(
+        "compare.title",
+        {
+            "compare-view.data": {
+                "runs": [o.run_id],
+                "metric": "grad/norm/total",
+                "group_by": "lr",
+            },
+            "compare-configs.data": {"labels": [o.run_name], "diff": {"lr": [0.001]}},
+        },
+        ["compare-view.data"],
+        f'"className":"swatch","style":{{"background":"{run_color(0)}"}}',
     ),
     "refresh the alerts of a run": lambda w, t, o: Callback(
         "alerts.refresh",
@@ -1610,6 +1761,15 @@ def leaked(w: World, text: str) -> str | None:
     return None
 
 
+def decoded(response: httpx.Response) -> str:
+    """The answer's JSON written plainly, or its text: Dash writes "/" as "\\u002f", so a
+    metric's name (``other/only``) is only seen in a callback's answer decoded."""
+    try:
+        return json.dumps(response.json(), ensure_ascii=False)
+    except ValueError:
+        return response.text
+
+
 def api_cell(
     w: World, findings: Findings, row: Row, caller: str, target: str, want: Expect
 ) -> None:
@@ -1678,6 +1838,17 @@ def callback_cell(
             got, why = REFUSED, refused
             if changed:
                 got = "refused, with a change"
+        elif want == KEPT:
+            # The change on the page (what an admin's shows) and the note why it is not saved.
+            note = callback.kept_text is not None and callback.kept_text in compact
+            shows = note and callback.ok_text in compact
+            got = KEPT if shows and not changed else "an answer"
+            why = (
+                ""
+                if got == KEPT
+                else f"shows {callback.ok_text!r} and {callback.kept_text!r}: {shows}; "
+                f"db changed: {changed}"
+            )
         elif want == OK:
             effect = callback.effect
             shows = callback.ok_text in compact
@@ -1690,7 +1861,7 @@ def callback_cell(
             hidden = callback.hidden_text is None or callback.hidden_text in compact
             got = HIDDEN if hidden and not changed else "an answer"
             why = "" if got == HIDDEN else compact[:160]
-    leak = leaked(w, text)
+    leak = leaked(w, text) or leaked(w, decoded(response))
     if leak is not None:
         findings.fail(row, caller, target, "a leak", f"answer shows {leak!r}")
     findings.check(row, caller, target, want, got, why)
