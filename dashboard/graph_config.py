@@ -13,7 +13,7 @@ from typing import Final
 
 from dash import dcc
 
-__all__ = ["GRAPH_CONFIG", "ZOOMABLE_GRAPH_CONFIG"]
+__all__ = ["GRAPH_CONFIG", "PANEL_GRAPH_CONFIG", "ZOOMABLE_GRAPH_CONFIG"]
 
 GRAPH_CONFIG: Final[dcc.Graph.Config] = {
     "displaylogo": False,
@@ -27,3 +27,7 @@ GRAPH_CONFIG: Final[dcc.Graph.Config] = {
 
 ZOOMABLE_GRAPH_CONFIG: Final[dcc.Graph.Config] = {**GRAPH_CONFIG, "scrollZoom": True}
 """The config of a chart that the mouse wheel zooms (the run page's overlay, the comparison)."""
+
+PANEL_GRAPH_CONFIG: Final[dcc.Graph.Config] = {**GRAPH_CONFIG, "displayModeBar": "hover"}
+"""The config of a run page's metric panel: its mode bar only while the mouse is over it, so
+that a grid of small charts is not a grid of toolbars."""

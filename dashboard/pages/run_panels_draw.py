@@ -22,7 +22,7 @@ from normwatch.server.auth import Principal
 from normwatch.server.services.unknown_names import patterns_of
 
 from ..figures import Figure, Line, empty_figure
-from ..graph_config import GRAPH_CONFIG
+from ..graph_config import PANEL_GRAPH_CONFIG
 from ..panel_figure import PANEL_HEIGHT, PANEL_POINTS, PanelSeries, panel_figure, smoothed_series
 from ..refusals import NO_SUCH_RUN, Refusal, RunNotFound, UnknownMetrics, said
 from . import run_shaping
@@ -84,7 +84,7 @@ def _graph(key: str, figure: Figure) -> dcc.Graph:
     return dcc.Graph(
         id={"type": "panel-graph", "key": key},
         figure=figure,
-        config={**GRAPH_CONFIG, "displayModeBar": "hover"},
+        config=PANEL_GRAPH_CONFIG,
         style={"height": f"{PANEL_HEIGHT}px"},
     )
 

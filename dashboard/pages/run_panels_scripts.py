@@ -15,6 +15,11 @@ function(_groups) {
     const near = new Set();
     const send = () => {
         state.timer = null;
+        // Another page took this one's place (a link inside the app): its store is gone.
+        if (!document.getElementById("panel-groups")) {
+            state.observer.disconnect();
+            return;
+        }
         dc.set_props("panels-seen", {data: Array.from(near).sort()});
     };
     state.observer = new IntersectionObserver((entries) => {
@@ -44,7 +49,9 @@ function(_groups) {
 """The browser side of lazy drawing: the keys of the panels within 200 px of the window
 go into the ``panels-seen`` store as the page scrolls (or a group opens), at most every
 60 ms; the server draws those not drawn yet for the view (`.run_panels_draw.draw_panels`).
-A folded group's panels have no box, so they are never in view. And the section's clicks:
+A folded group's panels have no box, so they are never in view. Once another page of the
+app has taken the run page's place, its panels leaving the document say nothing: the store
+they would fill is gone. And the section's clicks:
 one listener for every panel's buttons and every group's fold (their ``data-act`` and
 ``data-key``), which puts ``{"row": {"act", "key"}, "clicks": n}`` into ``panel-click``
 (`..wiring.clicked_row` reads it)."""

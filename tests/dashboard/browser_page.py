@@ -56,7 +56,7 @@ class BrowserProblems:
             "console",
             lambda m: self.console.append(m.text) if m.type in ("error", "warning") else None,
         )
-        page.on("pageerror", lambda e: self.console.append(f"page error: {e}"))
+        page.on("pageerror", lambda e: self.console.append(f"page error: {e} {e.stack}"))
 
     def collect(self) -> None:
         """Read this document's violations (call before leaving it)."""
@@ -65,4 +65,4 @@ class BrowserProblems:
     def assert_none(self) -> None:
         self.collect()
         assert self.violations == []
-        assert self.console == []
+        assert self.console == [], self.console

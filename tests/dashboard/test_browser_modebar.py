@@ -7,13 +7,17 @@ from pathlib import Path
 
 from playwright.sync_api import Page
 
-from normwatch.dashboard.graph_config import GRAPH_CONFIG, ZOOMABLE_GRAPH_CONFIG
+from normwatch.dashboard.graph_config import (
+    GRAPH_CONFIG,
+    PANEL_GRAPH_CONFIG,
+    ZOOMABLE_GRAPH_CONFIG,
+)
 from normwatch.testing import ServerProcess
 from tests.dashboard.seed import create_run, post_points
 from tests.helpers.tenants import make_tenant
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard"
-SHARED_CONFIGS = {"GRAPH_CONFIG", "ZOOMABLE_GRAPH_CONFIG"}
+SHARED_CONFIGS = {"GRAPH_CONFIG", "PANEL_GRAPH_CONFIG", "ZOOMABLE_GRAPH_CONFIG"}
 
 
 def graph_configs() -> list[tuple[str, str | None]]:
@@ -39,12 +43,13 @@ def test_every_graph_takes_the_shared_config() -> None:
 
 
 def test_the_shared_config_offers_no_cloud() -> None:
-    for config in (GRAPH_CONFIG, ZOOMABLE_GRAPH_CONFIG):
+    for config in (GRAPH_CONFIG, PANEL_GRAPH_CONFIG, ZOOMABLE_GRAPH_CONFIG):
         assert config["showSendToCloud"] is False
         assert config["showEditInChartStudio"] is False
         assert config["plotlyServerURL"] == ""
         assert config["displaylogo"] is False
     assert ZOOMABLE_GRAPH_CONFIG == {**GRAPH_CONFIG, "scrollZoom": True}
+    assert PANEL_GRAPH_CONFIG == {**GRAPH_CONFIG, "displayModeBar": "hover"}
 
 
 MODEBARS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({
@@ -56,13 +61,16 @@ MODEBARS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map
 
 
 def modebars_once_drawn(page: Page, graphs: set[str]) -> list[dict[str, object]]:
-    """The mode bar of each chart on the page, once every one of ``graphs`` has one."""
+    """The mode bar of each chart on the page, once every one of ``graphs`` has one: those
+    and the metric panels drawn so far (their ids are objects: ``{"key": ..., "type":
+    "panel-graph"}``), no other chart."""
     page.wait_for_function(
         "ids => ids.every(id => document.querySelector(`#${id} .modebar .modebar-btn`))",
         arg=sorted(graphs),
     )
     bars: list[dict[str, object]] = page.evaluate(MODEBARS)
-    assert {str(bar["graph"]) for bar in bars} == graphs
+    drawn = {str(bar["graph"]) for bar in bars}
+    assert {g for g in drawn if '"type":"panel-graph"' not in g} == graphs
     return bars
 
 
