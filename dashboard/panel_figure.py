@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 
 from .figures import (
     DOWNSAMPLED,
-    GRAD_RED,
     WHITE_TEMPLATE,
     Figure,
     Line,
@@ -30,6 +29,9 @@ PANEL_POINTS = 400
 """Points a panel asks for a line: about its width in pixels."""
 PANEL_HEIGHT = 220
 RAW_OPACITY = 0.25
+PANEL_INK = "#37474f"
+"""A run's line in its own panel: neither the overlay's red (its left axis) nor its blue
+(its right axis), so that a colour keeps one meaning on the page."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class PanelSeries:
 
     line: Line
     label: str = ""
-    color: str = GRAD_RED
+    color: str = PANEL_INK
     raw: Line | None = None
 
 

@@ -163,7 +163,7 @@ def test_a_panel_of_several_runs_draws_a_line_each_with_a_legend() -> None:
     b = PanelSeries(Line("train/loss", [2, 12], [4.0, float("inf")]), "run b", "#1f77b4")
     fig = panel_figure.panel_figure("train/loss", [a, b], log_y=True, x_range=(1, 9))
     assert [t["name"] for t in fig["data"]] == ["run a (downsampled, spikes kept)", "run b"]
-    assert [t["line"]["color"] for t in fig["data"]] == ["#d62728", "#1f77b4"]
+    assert [t["line"]["color"] for t in fig["data"]] == [panel_figure.PANEL_INK, "#1f77b4"]
     assert fig["data"][1]["y"] == [4.0, None]
     layout = fig["layout"]
     assert (layout["showlegend"], layout["xaxis"]["range"], layout["yaxis"]["type"]) == (
